@@ -1,0 +1,163 @@
+"""Name alignment between a PyTorch model and its MindSpore port.
+
+Built-in pairs share names, so alignment is the identity plus MindSpore's BatchNorm parameter
+names. User pairs may name things differently (``max_pool`` vs ``maxpool``, ``classifier`` vs
+``fc``): parameters are then matched by structure (module, parameter role, shape, order) and
+forward records by execution order, operation type and output shape. A ``--map`` file overrides
+any pair. Whatever stays unmatched is listed, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from parity.records import Alignment, RecordInfo
+
+# MindSpore BatchNorm parameter names -> the PyTorch role with the same meaning.
+MINDSPORE_PARAM_ROLES = {"gamma": "weight", "beta": "bias", "moving_mean": "running_mean",
+                         "moving_variance": "running_var"}
+GENERIC_OP = "module"
+
+
+def normalise(name: str) -> str:
+    """Names compared loosely: ``down_sample`` == ``downsample``, call index dropped."""
+    return re.sub(r"[_\-]", "", name.split("#")[0].lower())
+
+
+def split_param(name: str) -> Tuple[str, str]:
+    module, _, role = name.rpartition(".")
+    return module, role
+
+
+def torch_role(mindspore_param: str) -> str:
+    module, role = split_param(mindspore_param)
+    role = MINDSPORE_PARAM_ROLES.get(role, role)
+    return f"{module}.{role}" if module else role
+
+
+def align_sequences(n: int, m: int, score: Callable[[int, int], float]) -> List[Tuple[int, int]]:
+    """Order-preserving matching of two sequences maximising the summed score (0 = no match)."""
+    best = [[0.0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        row, below = best[i], best[i + 1]
+        for j in range(m - 1, -1, -1):
+            value = max(below[j], row[j + 1])
+            s = score(i, j)
+            if s > 0:
+                value = max(value, below[j + 1] + s)
+            row[j] = value
+    pairs, i, j = [], 0, 0
+    while i < n and j < m:
+        s = score(i, j)
+        if s > 0 and best[i][j] == best[i + 1][j + 1] + s:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif best[i][j] == best[i + 1][j]:
+            i += 1
+        else:
+            j += 1
+    return pairs
+
+
+def _group_by_module(params: Sequence[Tuple[str, Tuple[int, ...]]]
+                     ) -> "OrderedDict[str, Dict[str, Tuple[str, Tuple[int, ...]]]]":
+    """module path -> {role: (full name, shape)}, in first-appearance order."""
+    modules: "OrderedDict[str, Dict[str, Tuple[str, Tuple[int, ...]]]]" = OrderedDict()
+    for name, shape in params:
+        module, role = split_param(name)
+        modules.setdefault(module, {})[role] = (name, tuple(shape))
+    return modules
+
+
+def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
+                     mindspore_params: Sequence[Tuple[str, Tuple[int, ...]]],
+                     overrides: Optional[Mapping[str, str]] = None) -> Alignment:
+    """Match MindSpore parameters to torch state-dict entries.
+
+    Order of evidence: an explicit override; the same name once MindSpore's BN roles are
+    renamed; then whole modules matched by their (role, shape) signature in order.
+    """
+    torch_names = {name for name, _ in torch_params}
+    mapping: Dict[str, str] = {}
+    for ms_name, _ in mindspore_params:
+        if overrides and ms_name in overrides:
+            mapping[ms_name] = overrides[ms_name]
+        elif torch_role(ms_name) in torch_names:
+            mapping[ms_name] = torch_role(ms_name)
+    used = set(mapping.values())
+    torch_left = _group_by_module([(n, s) for n, s in torch_params if n not in used])
+    ms_left = _group_by_module([(torch_role(n), s) for n, s in mindspore_params
+                                if n not in mapping])
+    ms_original = {torch_role(n): n for n, _ in mindspore_params}
+
+    def signature(roles: Dict[str, Tuple[str, Tuple[int, ...]]]) -> Tuple:
+        return tuple(sorted((role, shape) for role, (_, shape) in roles.items()))
+
+    t_modules, m_modules = list(torch_left.items()), list(ms_left.items())
+
+    def score(i: int, j: int) -> float:
+        (t_name, t_roles), (m_name, m_roles) = t_modules[i], m_modules[j]
+        if signature(t_roles) != signature(m_roles):
+            return 0.0
+        return 2.0 + (1.0 if normalise(t_name) == normalise(m_name) else 0.0)
+
+    for i, j in align_sequences(len(t_modules), len(m_modules), score):
+        t_roles, m_roles = t_modules[i][1], m_modules[j][1]
+        for role, (m_name, _) in m_roles.items():
+            mapping[ms_original[m_name]] = t_roles[role][0]
+    used = set(mapping.values())
+    return Alignment(
+        mindspore_to_torch=mapping,
+        unmatched_torch=tuple(n for n, _ in torch_params if n not in used),
+        unmatched_mindspore=tuple(n for n, _ in mindspore_params if n not in mapping))
+
+
+def module_map_from_parameters(param_map: Mapping[str, str]) -> Dict[str, str]:
+    """MindSpore module path -> torch module path, as implied by the parameter mapping."""
+    return {split_param(ms)[0]: split_param(t)[0] for ms, t in param_map.items()}
+
+
+def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequence[RecordInfo],
+                  param_map: Mapping[str, str],
+                  overrides: Optional[Mapping[str, str]] = None) -> Alignment:
+    """Match forward records by execution order, operation type and output shape.
+
+    Modules that own parameters are pinned by the parameter mapping; an override pins any name.
+    """
+    pinned = {**module_map_from_parameters(param_map), **(overrides or {})}
+
+    def base(name: str) -> str:
+        return name.split("#")[0]
+
+    def call(name: str) -> str:
+        return name.partition("#")[2]
+
+    def score(i: int, j: int) -> float:
+        t, m = torch_records[i], mindspore_records[j]
+        if t.shape != m.shape:
+            return 0.0
+        if m.name in pinned or base(m.name) in pinned:
+            target = pinned.get(m.name, pinned.get(base(m.name)))
+            return 10.0 if target in (t.name, base(t.name)) and call(t.name) == call(m.name) \
+                else 0.0
+        if t.op == m.op:
+            value = 3.0
+        elif GENERIC_OP in (t.op, m.op):
+            value = 1.0
+        else:
+            return 0.0
+        if normalise(t.name) == normalise(m.name):
+            value += 1.0
+        if call(t.name) == call(m.name):
+            value += 0.5
+        return value
+
+    pairs = align_sequences(len(torch_records), len(mindspore_records), score)
+    mapping = {mindspore_records[j].name: torch_records[i].name for i, j in pairs}
+    matched_torch = {torch_records[i].name for i, _ in pairs}
+    return Alignment(
+        mindspore_to_torch=mapping,
+        unmatched_torch=tuple(r.name for r in torch_records if r.name not in matched_torch),
+        unmatched_mindspore=tuple(r.name for r in mindspore_records if r.name not in mapping))

@@ -1,0 +1,183 @@
+"""The Python API: everything the CLI and the pytest plugin do goes through here.
+
+``run`` captures each framework in its own process (their native libraries stay apart, and the
+two halves are the same commands a user runs on two machines), then compares. ``check`` does
+the same for live model objects inside the calling process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from parity.compare.engine import compare_runs
+from parity.compare.tolerance import TolerancePolicy
+from parity.config import StepConfig
+from parity.errors import ParityInputError
+from parity.result import CheckResult
+
+RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
+# What a capture subprocess needs in its environment: quiet MindSpore logging.
+CHILD_ENV = {"GLOG_v": "3"}
+
+Progress = Callable[[str, str], None]       # (stage, state) with state "start" or "done"
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """Per-run inputs that are not part of the training-step configuration."""
+
+    torch_factory: str
+    mindspore_factory: str
+    torch_weights: Optional[Path] = None
+    batch_file: Optional[Path] = None
+    name_map: Optional[Mapping[str, str]] = None
+    fp64_reference: bool = True
+
+
+def load_name_map(path: Optional[Path]) -> Dict[str, str]:
+    """A --map file: MindSpore name -> PyTorch name, as TOML (a flat table) or JSON."""
+    if path is None:
+        return {}
+    path = Path(path)
+    try:
+        text = path.read_text()
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import tomllib
+            data = tomllib.loads(text)
+    except FileNotFoundError:
+        raise ParityInputError(f"--map file {path} does not exist") from None
+    except (OSError, ValueError) as error:
+        raise ParityInputError(f"--map file {path} is not valid TOML/JSON ({error})") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in data.items()):
+        raise ParityInputError(f"--map file {path} must map MindSpore names to PyTorch names "
+                               "(\"ms.name\" = \"torch.name\")")
+    return dict(data)
+
+
+def _prepare_run_dir(out: Path) -> None:
+    if out.exists() and any(out.iterdir()) and not (out / RUN_INDEX).exists():
+        raise ParityInputError(f"--out {out} exists and is not a parity run directory; "
+                               "choose another or remove it")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
+                          options: CaptureOptions, *, reference: Optional[Path] = None,
+                          map_file: Optional[Path] = None, debug: bool = False) -> Path:
+    """``parity capture`` in a fresh interpreter; its one-line error becomes ours."""
+    command = [sys.executable, "-m", "parity", "capture", "--framework", framework,
+               "--out", str(out), "--config-json", json.dumps(config.to_dict()),
+               "--torch-model", options.torch_factory, "--ms-model", options.mindspore_factory]
+    if reference is not None:
+        command += ["--reference", str(reference)]
+    if framework == "torch" and options.torch_weights is not None:
+        command += ["--weights", str(options.torch_weights)]
+    if options.batch_file is not None:
+        command += ["--input", str(options.batch_file)]
+    if map_file is not None:
+        command += ["--map", str(map_file)]
+    if not options.fp64_reference:
+        command.append("--no-fp64-reference")
+    if debug:
+        command.append("--debug")
+    env = {**os.environ, **CHILD_ENV}
+    process = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    if process.returncode == 0:
+        return out
+    if process.returncode in (-2, 130):
+        raise KeyboardInterrupt
+    lines = [line for line in process.stderr.strip().splitlines() if line.strip()]
+    message = next((line for line in reversed(lines) if line.startswith("parity: error:")), None)
+    if process.returncode == 2 and message:
+        raise ParityInputError(f"{framework} capture: {message.removeprefix('parity: error: ')}")
+    tail = "\n".join(lines[-15:])
+    raise RuntimeError(f"the {framework} capture failed (exit {process.returncode}):\n{tail}")
+
+
+def run(config: StepConfig, out: Path, options: CaptureOptions, *,
+        policy: Optional[TolerancePolicy] = None, map_file: Optional[Path] = None,
+        command: str = "", progress: Optional[Progress] = None,
+        debug: bool = False) -> CheckResult:
+    """Capture torch then MindSpore (each in its own process) into ``out``, then compare."""
+    out = Path(out)
+    _prepare_run_dir(out)
+    (out / RUN_INDEX).write_text(json.dumps({"format": "parity-run-pair", "command": command,
+                                             "config": config.to_dict()}, indent=1))
+    report = progress or (lambda stage, state: None)
+    torch_dir, ms_dir = out / "torch", out / "mindspore"
+    report("torch capture", "start")
+    capture_in_subprocess("torch", config, torch_dir, options, debug=debug)
+    report("torch capture", "done")
+    report("mindspore capture", "start")
+    capture_in_subprocess("mindspore", config, ms_dir, options, reference=torch_dir,
+                          map_file=map_file, debug=debug)
+    report("mindspore capture", "done")
+    report("compare", "start")
+    result = compare_runs(torch_dir, ms_dir, policy=policy, forward_overrides=options.name_map,
+                          command=command)
+    report("compare", "done")
+    return result
+
+
+def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: int = 224,
+          seed: int = 0, inputs: Optional[Tuple[np.ndarray, np.ndarray]] = None,
+          optimizer: Optional[Mapping[str, Any]] = None,
+          tolerance: Union[None, TolerancePolicy, str, Path, Mapping[str, Any]] = None,
+          name_map: Optional[Mapping[str, str]] = None, out: Optional[Path] = None,
+          fp64_reference: bool = True) -> CheckResult:
+    """Check a live torch model against a live MindSpore model, one training step each.
+
+    The torch model's current weights are copied into the MindSpore model (validated transfer)
+    first. ``inputs`` is an optional ``(x, y)`` batch (float32 N×C×H×W, integer labels);
+    without it a seeded synthetic batch of ``batch_size`` × 3 × ``image_size``² is used.
+    ``optimizer`` overrides StepConfig fields (lr, momentum, weight_decay, nesterov, ...).
+    Captures go to ``out`` (a temporary directory when None, deleted afterwards).
+    """
+    import mindspore  # noqa: F401  (before torch; see DESIGN.md)
+
+    from parity.capture.mindspore_capture import capture_mindspore
+    from parity.capture.torch_capture import capture_torch
+
+    unknown = set(optimizer or {}) - set(StepConfig.__dataclass_fields__)
+    if unknown:
+        raise ParityInputError(f"unknown optimizer option(s) {', '.join(sorted(unknown))}")
+    config = StepConfig(batch_size=batch_size, image_size=image_size, seed=seed,
+                        **dict(optimizer or {}))
+    policy = as_policy(tolerance)
+    if inputs is not None:
+        inputs = (np.asarray(inputs[0], dtype=np.float32), np.asarray(inputs[1], dtype=np.int64))
+    with tempfile.TemporaryDirectory(prefix="parity-") as scratch:
+        root = Path(out) if out is not None else Path(scratch)
+        _prepare_run_dir(root)
+        (root / RUN_INDEX).write_text(json.dumps({"format": "parity-run-pair",
+                                                  "config": config.to_dict()}))
+        torch_dir = capture_torch(config, root / "torch", model=torch_model, inputs=inputs,
+                                  fp64_reference=fp64_reference)
+        ms_dir = capture_mindspore(config, root / "mindspore", model=ms_model,
+                                   reference=torch_dir, overrides=name_map)
+        return compare_runs(torch_dir, ms_dir, policy=policy, forward_overrides=name_map,
+                            command="parity.check(...)")
+
+
+def as_policy(tolerance: Union[None, TolerancePolicy, str, Path, Mapping[str, Any]]
+              ) -> TolerancePolicy:
+    if tolerance is None:
+        return TolerancePolicy()
+    if isinstance(tolerance, TolerancePolicy):
+        return tolerance
+    if isinstance(tolerance, (str, Path)):
+        return TolerancePolicy.from_toml(Path(tolerance))
+    return TolerancePolicy.from_mapping(dict(tolerance))

@@ -1,0 +1,107 @@
+"""What the torch and MindSpore captures share: the batch, op names, versions, attributes."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from parity.errors import ParityInputError
+
+# Operation types that mean the same thing in both frameworks, keyed by class name.
+OPS = {
+    "Conv1d": "conv1d", "Conv2d": "conv2d", "Conv3d": "conv3d",
+    "BatchNorm1d": "batchnorm1d", "BatchNorm2d": "batchnorm2d", "LayerNorm": "layernorm",
+    "ReLU": "relu", "ReLU6": "relu6", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid",
+    "Tanh": "tanh", "Softmax": "softmax", "LeakyReLU": "leakyrelu",
+    "MaxPool2d": "maxpool2d", "AvgPool2d": "avgpool2d",
+    "AdaptiveAvgPool2d": "globalavgpool", "GlobalAvgPool": "globalavgpool",
+    "Linear": "dense", "Dense": "dense", "Flatten": "flatten", "Dropout": "dropout",
+    "Identity": "identity", "Embedding": "embedding",
+    "Sequential": "sequential", "SequentialCell": "sequential",
+    "ModuleList": "list", "CellList": "list",
+}
+
+# Module settings worth recording: they let the diagnosis name a cause instead of guessing.
+ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "groups", "group",
+                   "eps", "momentum", "training", "use_batch_statistics", "ceil_mode",
+                   "inplace", "negative_slope", "p", "keep_prob")
+
+
+def op_type(module: Any) -> str:
+    return OPS.get(type(module).__name__, "module")
+
+
+def json_value(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (tuple, list)):
+        return [json_value(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "size", 2) == 1:
+        return value.item()
+    return str(value)
+
+
+def module_attrs(module: Any) -> Dict[str, Any]:
+    attrs = {}
+    for name in ATTRIBUTE_NAMES:
+        value = getattr(module, name, None)
+        if value is None or callable(value):
+            continue
+        if hasattr(value, "asnumpy"):          # MindSpore Parameter / Tensor
+            value = value.asnumpy()
+        attrs[name] = json_value(value)
+    return attrs
+
+
+def synthetic_batch(batch_size: int, image_size: int, num_classes: int,
+                    seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """A seeded batch both frameworks can regenerate without sharing a file."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch_size, 3, image_size, image_size), dtype=np.float32)
+    y = rng.integers(0, num_classes, size=batch_size, dtype=np.int64)
+    return x, y
+
+
+def load_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
+    """A user batch from an .npz with ``x`` (float32 N×C×H×W) and ``y`` (integer labels)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            x, y = data["x"], data["y"]
+    except KeyError as error:
+        raise ParityInputError(f"{path} lacks array {error}; an --input .npz needs 'x' and 'y'") \
+            from None
+    except (OSError, ValueError) as error:
+        raise ParityInputError(f"{path} is not a readable .npz file ({error})") from None
+    if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
+        raise ParityInputError(f"{path}: x {x.shape} and y {y.shape} must share the batch size "
+                               "(y holds one class index per sample)")
+    if not np.issubdtype(y.dtype, np.integer):
+        raise ParityInputError(f"{path}: y must hold integer class indices, not {y.dtype}")
+    return x.astype(np.float32, copy=False), y.astype(np.int64, copy=False)
+
+
+def base_versions() -> Dict[str, str]:
+    return {"python": platform.python_version(), "numpy": np.__version__,
+            "platform": platform.platform()}
+
+
+def framework_versions(framework: str) -> Dict[str, str]:
+    versions = base_versions()
+    if framework == "torch":
+        import torch
+        import torchvision
+        versions.update(torch=torch.__version__, torchvision=torchvision.__version__)
+    else:
+        import mindspore
+        versions.update(mindspore=mindspore.__version__)
+    return versions
+
+
+def batch_for(config, batch_file: Optional[Path], num_classes: int
+              ) -> Tuple[np.ndarray, np.ndarray]:
+    if batch_file is not None:
+        return load_batch(batch_file)
+    return synthetic_batch(config.batch_size, config.image_size, num_classes, config.seed)

@@ -1,0 +1,163 @@
+"""One MindSpore training step reproducing torch's semantics, with every tensor recorded.
+
+Import order matters: mindspore is imported before anything can pull in torch (a libgomp
+"static TLS block" failure is known elsewhere otherwise; DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from parity.capture.common import (framework_versions, load_batch, module_attrs, op_type,
+                                   synthetic_batch)
+from parity.config import StepConfig
+from parity.errors import ParityInputError
+from parity.rundir import INITIAL_WEIGHTS, RunReader, RunWriter
+from parity.weights import load_into_mindspore, load_state_dict
+
+
+def _set_pynative() -> None:
+    """Forward hooks never fire in GRAPH_MODE (0 calls, no error): always capture in PyNative."""
+    import mindspore as ms
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    if hasattr(ms, "set_device"):
+        ms.set_device("CPU")
+    else:
+        ms.set_context(device_target="CPU")
+
+
+def _reference_inputs(reference: Path) -> Tuple[Path, np.ndarray, np.ndarray, Dict]:
+    run = RunReader.open(reference)
+    if run.framework != "torch":
+        raise ParityInputError(f"--reference {reference} is a {run.framework} capture; "
+                               "pass the torch capture")
+    by_name = {r.name: r for r in run.records if r.kind == "input"}
+    if "input" not in by_name or "target" not in by_name:
+        raise ParityInputError(f"{reference} holds no input batch; capture torch again")
+    return (reference / INITIAL_WEIGHTS, run.tensor(by_name["input"]),
+            run.tensor(by_name["target"]), run.manifest.get("config", {}))
+
+
+def _forward_hooks(net, record: Callable[..., None]) -> List:
+    def make_hook(name: str, cell) -> Callable:
+        op, attrs = op_type(cell), module_attrs(cell)
+
+        def hook(_cell, _inputs, output) -> None:
+            outputs = output if isinstance(output, (tuple, list)) else (output,)
+            for index, tensor in enumerate(outputs):
+                if hasattr(tensor, "asnumpy"):
+                    suffix = f".out{index}" if len(outputs) > 1 else ""
+                    record(name + suffix, "forward", np.array(tensor.asnumpy(), copy=True),
+                           op=op, attrs=attrs)
+        return hook
+
+    return [cell.register_forward_hook(make_hook(name, cell))
+            for name, cell in net.cells_and_names() if name]
+
+
+def _name_parameters_by_path(net) -> None:
+    """Give every Parameter its path as name, as records are named by path.
+
+    A cell assigned after construction keeps parameter names relative to itself
+    (``bn2.gamma``), which MindSpore's optimizers reject as duplicates.
+    """
+    for path, param in net.parameters_and_names():
+        if param.name != path:
+            param.name = path
+
+
+def _optimizer(net, config: StepConfig):
+    """nn.Momentum with torch's weight-decay scope by default (MindSpore skips gamma/beta)."""
+    from mindspore import nn
+    excluded = {"all": (), "no-gamma-beta": ("gamma", "beta"),
+                "no-gamma-beta-bias": ("gamma", "beta", "bias")}[config.ms_weight_decay_scope]
+    params = net.trainable_params()
+    decayed = [p for p in params if p.name.rpartition(".")[2] not in excluded]
+    kept = [p for p in params if p.name.rpartition(".")[2] in excluded]
+    groups = [{"params": decayed, "weight_decay": config.weight_decay}]
+    if kept:
+        groups.append({"params": kept, "weight_decay": 0.0})
+    groups.append({"order_params": params})
+    return nn.Momentum(groups, learning_rate=config.lr, momentum=config.momentum,
+                       use_nesterov=config.nesterov, loss_scale=config.ms_loss_scale)
+
+
+def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model=None,
+                      reference: Optional[Path] = None, weights: Optional[Path] = None,
+                      batch_file: Optional[Path] = None,
+                      overrides: Optional[Mapping[str, str]] = None) -> Path:
+    import mindspore as ms
+    from mindspore import nn
+
+    from parity.models_loader import build_mindspore_model
+
+    _set_pynative()
+    ms.set_seed(config.seed)
+    num_classes = config.num_classes
+    if reference is not None:
+        reference_weights, x, y, reference_config = _reference_inputs(reference)
+        weights = weights or reference_weights
+        num_classes = reference_config.get("num_classes")
+    if weights is None:
+        raise ParityInputError("the MindSpore capture needs the torch weights: pass --reference "
+                               "TORCH_RUN_DIR (from 'parity capture --framework torch') or "
+                               "--weights FILE")
+    if batch_file is not None:
+        x, y = load_batch(batch_file)
+    elif reference is None:
+        if num_classes is None:
+            raise ParityInputError("without --reference, pass --num-classes (or --input FILE.npz)"
+                                   " so both sides draw the same labels")
+        x, y = synthetic_batch(config.batch_size, config.image_size, num_classes, config.seed)
+    net = model if model is not None else \
+        build_mindspore_model(factory, num_classes=config.num_classes)
+    _name_parameters_by_path(net)
+    param_map = load_into_mindspore(net, load_state_dict(weights), overrides)
+    net.set_train(True)
+
+    with RunWriter(out, "mindspore") as writer:
+        writer.add("input", "input", x)
+        writer.add("target", "input", y)
+        hooks = _forward_hooks(net, writer.add)
+        loss_fn = nn.CrossEntropyLoss(reduction="mean", label_smoothing=config.label_smoothing)
+        optimizer = _optimizer(net, config)
+        scale = config.ms_loss_scale if config.ms_scale_loss else 1.0
+
+        def forward(inputs, labels):
+            loss = loss_fn(net(inputs), labels)
+            return loss * scale, loss
+
+        grad_fn = ms.value_and_grad(forward, None, optimizer.parameters, has_aux=True)
+        (_, loss), grads = grad_fn(ms.Tensor(x), ms.Tensor(y.astype(np.int32)))
+        for hook in hooks:
+            hook.remove()
+        if not any(r.kind == "forward" for r in writer.records):
+            raise ParityInputError("no forward hook fired in the MindSpore model (a construct "
+                                   "compiled with @jit / GRAPH_MODE hides its cells); run it "
+                                   "in PyNative mode")
+        writer.add("loss", "loss", np.array(loss.asnumpy(), copy=True))
+        names = [p.name for p in optimizer.parameters]
+        for name, grad in zip(names, grads):
+            # the gradient of the unscaled loss, which is what torch's .grad holds
+            writer.add(name, "grad", grad.asnumpy().astype(np.float32) / np.float32(scale))
+        before = {p.name: p.asnumpy().copy() for p in optimizer.parameters}
+        optimizer(grads)
+        for param, moment in zip(optimizer.parameters, optimizer.moments):
+            after = param.asnumpy()
+            writer.add(param.name, "update",
+                       after.astype(np.float64) - before[param.name].astype(np.float64))
+            writer.add(param.name, "weight", after.copy())
+            writer.add(f"{param.name}.momentum_buffer", "optimizer_state",
+                       moment.asnumpy().copy())
+        trainable = set(names)
+        for name, param in net.parameters_and_names():
+            if name not in trainable:
+                writer.add(name, "buffer", param.asnumpy().copy())
+        meta = {"versions": framework_versions("mindspore"), "seed": config.seed,
+                "config": {**config.to_dict(), "num_classes": num_classes},
+                "factory": factory or type(net).__name__, "param_map": param_map,
+                "notes": ["activation gradients are not captured; parameter gradients are"]}
+        return writer.finish(meta)

@@ -1,0 +1,366 @@
+"""The ``parity`` command: a thin layer of argument groups over parity.api.
+
+Exit codes: 0 parity, 1 violations, 2 bad input or usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is imported
+
+from parity.config import WEIGHT_DECAY_SCOPES, StepConfig  # noqa: E402
+from parity.errors import ParityInputError  # noqa: E402
+
+EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
+REPORTS = Path("reports")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ParityInputError(f"{message} (see '{self.prog} --help')")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model pair")
+    group.add_argument("--model", default="resnet50",
+                       help="built-in pair: resnet18/34/50/101/152 (default resnet50)")
+    group.add_argument("--torch-model", metavar="PKG.MOD:FACTORY",
+                       help="zero-argument callable returning your torch.nn.Module")
+    group.add_argument("--ms-model", metavar="PKG.MOD:FACTORY",
+                       help="zero-argument callable returning your mindspore.nn.Cell")
+    group.add_argument("--map", type=Path, metavar="FILE",
+                       help="TOML/JSON table of MindSpore name = PyTorch name overrides")
+
+
+def _add_step_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("training step")
+    group.add_argument("--batch-size", type=_positive_int, default=2)
+    group.add_argument("--image-size", type=_positive_int, default=64,
+                       help="square input side (default 64; ResNet works at that size)")
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--num-classes", type=_positive_int,
+                       help="class count for synthetic labels (default: the model's own)")
+    group.add_argument("--input", type=Path, metavar="FILE.npz",
+                       help="your batch: arrays x (N×C×H×W float32) and y (class indices)")
+    group.add_argument("--lr", type=float, default=0.1)
+    group.add_argument("--momentum", type=float, default=0.9)
+    group.add_argument("--weight-decay", type=float, default=1e-4)
+    group.add_argument("--nesterov", action="store_true")
+    group.add_argument("--dampening", type=float, default=0.0,
+                       help="torch SGD dampening (no effect on the first step's buffer)")
+    group.add_argument("--label-smoothing", type=float, default=0.0)
+    group.add_argument("--ms-weight-decay-scope", choices=WEIGHT_DECAY_SCOPES, default="all",
+                       help="which MindSpore parameters get weight decay; torch decays all. "
+                            "MindSpore's own default skips gamma/beta")
+    group.add_argument("--ms-loss-scale", type=float, default=1.0,
+                       help="MindSpore optimizer loss_scale")
+    group.add_argument("--ms-no-scale-loss", action="store_true",
+                       help="do not multiply the MindSpore loss by --ms-loss-scale "
+                            "(reproduces the 'loss_scale without scaling the loss' bug)")
+    group.add_argument("--no-fp64-reference", action="store_true",
+                       help="skip torch's float64 rerun; verdicts then use fixed tolerances")
+    group.add_argument("--config-json", help=argparse.SUPPRESS)
+
+
+def _add_report_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("reports")
+    group.add_argument("--json", type=Path, metavar="PATH", help="machine-readable report")
+    group.add_argument("--csv", type=Path, metavar="PATH", help="one row per record")
+    group.add_argument("--html", type=Path, metavar="PATH", help="self-contained HTML report")
+    group.add_argument("--tolerance", type=Path, metavar="FILE.toml",
+                       help="tolerance overrides per kind and per name pattern")
+    group.add_argument("--quiet", action="store_true", help="print only the verdict line")
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="parity", description=(
+        "Layer-by-layer numerical parity between a PyTorch model and its MindSpore port: "
+        "one training step in each, every activation, gradient, update and buffer compared."))
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
+
+    run = sub.add_parser("run", help="capture both frameworks, compare, report",
+                         description="Capture torch and MindSpore (each in its own process), "
+                                     "compare and report. No arguments: ResNet50, seeded "
+                                     "batch 2×3×64×64.")
+    _add_model_options(run)
+    _add_step_options(run)
+    run.add_argument("--torch-weights", type=Path, metavar="FILE",
+                     help="start from these weights (.pth/.pt/.safetensors state dict)")
+    run.add_argument("--out", type=Path, metavar="DIR",
+                     help="run directory (default reports/runs/MODEL)")
+    _add_report_options(run)
+
+    capture = sub.add_parser("capture", help="one framework's half of a run",
+                             description="Run the training step in one framework and write a "
+                                         "run directory. Capture torch first: the MindSpore "
+                                         "side takes its weights and batch via --reference.")
+    capture.add_argument("--framework", choices=("torch", "mindspore"), required=True)
+    capture.add_argument("--out", type=Path, required=True, metavar="DIR")
+    capture.add_argument("--reference", type=Path, metavar="TORCH_RUN",
+                         help="(mindspore) the torch capture to take weights and batch from")
+    capture.add_argument("--weights", type=Path, metavar="FILE",
+                         help="torch state dict (.pth/.pt/.safetensors) to start from")
+    _add_model_options(capture)
+    _add_step_options(capture)
+
+    compare = sub.add_parser("compare", help="compare a torch and a MindSpore capture",
+                             description="Compare two run directories; needs neither torch "
+                                         "nor mindspore.")
+    compare.add_argument("run_a", type=Path, metavar="RUN_A")
+    compare.add_argument("run_b", type=Path, metavar="RUN_B")
+    compare.add_argument("--map", type=Path, metavar="FILE",
+                         help="MindSpore name = PyTorch name overrides")
+    _add_report_options(compare)
+
+    report = sub.add_parser("report", help="render a run directory or JSON report",
+                            description="Re-render reports from a run directory (holding "
+                                        "torch/ and mindspore/) or a JSON report.")
+    report.add_argument("source", type=Path, metavar="RUN_DIR_OR_JSON")
+    _add_report_options(report)
+
+    convert = sub.add_parser("convert-weights", help="torch weights -> MindSpore checkpoint",
+                             description="Transfer a torch state dict into the MindSpore port "
+                                         "(validated) and save it as .ckpt or .safetensors.")
+    convert.add_argument("--model", default="resnet50")
+    convert.add_argument("--ms-model", metavar="PKG.MOD:FACTORY")
+    convert.add_argument("--num-classes", type=_positive_int)
+    convert.add_argument("--torch-weights", type=Path, required=True, metavar="FILE")
+    convert.add_argument("--out", type=Path, required=True, metavar="FILE.ckpt")
+    convert.add_argument("--map", type=Path, metavar="FILE")
+
+    baseline = sub.add_parser("baseline", help="save or check a golden error baseline")
+    baseline_sub = baseline.add_subparsers(dest="baseline_command", metavar="ACTION",
+                                           parser_class=ArgumentParser)
+    save = baseline_sub.add_parser("save", help="store a known-good run's per-record errors")
+    save.add_argument("run", type=Path, metavar="RUN_DIR_OR_JSON")
+    save.add_argument("--out", type=Path, required=True, metavar="FILE.json")
+    check = baseline_sub.add_parser("check", help="fail when errors grew beyond the baseline")
+    check.add_argument("run", type=Path, metavar="RUN_DIR_OR_JSON")
+    check.add_argument("baseline", type=Path, metavar="FILE.json")
+    check.add_argument("--factor", type=float, default=None,
+                       help="allowed growth over the baseline error (default 10)")
+    return parser
+
+
+def step_config(args: argparse.Namespace) -> StepConfig:
+    if args.config_json:
+        return StepConfig.from_dict(json.loads(args.config_json))
+    try:
+        return StepConfig(
+            model=args.model, torch_factory=args.torch_model, mindspore_factory=args.ms_model,
+            num_classes=args.num_classes, batch_size=args.batch_size,
+            image_size=args.image_size, seed=args.seed, lr=args.lr, momentum=args.momentum,
+            weight_decay=args.weight_decay, nesterov=args.nesterov, dampening=args.dampening,
+            label_smoothing=args.label_smoothing,
+            ms_weight_decay_scope=args.ms_weight_decay_scope, ms_loss_scale=args.ms_loss_scale,
+            ms_scale_loss=not args.ms_no_scale_loss)
+    except ValueError as error:
+        raise ParityInputError(str(error)) from None
+
+
+def factories(args: argparse.Namespace) -> tuple:
+    from models import get_pair
+    if bool(args.torch_model) != bool(args.ms_model):
+        raise ParityInputError("--torch-model and --ms-model go together: pass both")
+    if args.torch_model:
+        return args.torch_model, args.ms_model
+    try:
+        pair = get_pair(args.model)
+    except KeyError as error:
+        raise ParityInputError(str(error.args[0])) from None
+    return pair.torch_factory, pair.mindspore_factory
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+    return Console(stderr=stderr, highlight=False)
+
+
+def _write_reports(result, args: argparse.Namespace, defaults: Optional[dict] = None) -> List[Path]:
+    defaults = defaults or {}
+    written = []
+    for kind, writer in (("json", result.to_json), ("csv", result.to_csv),
+                         ("html", result.to_html)):
+        path = getattr(args, kind) or defaults.get(kind)
+        if path is not None:
+            written.append(writer(Path(path)))
+    return written
+
+
+def _finish(result, args: argparse.Namespace, written: List[Path]) -> int:
+    from parity.report.console import summary, verdict_text
+    console = _console()
+    console.print(verdict_text(result) if args.quiet else summary(result))
+    for path in written:
+        console.print(f"wrote {path}")
+    return EXIT_PASS if result.passed else EXIT_FAIL
+
+
+def _policy(args: argparse.Namespace):
+    from parity.compare.tolerance import TolerancePolicy
+    return TolerancePolicy.from_toml(args.tolerance) if args.tolerance else TolerancePolicy()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from parity import api
+    config = step_config(args)
+    torch_factory, ms_factory = factories(args)
+    name_map = api.load_name_map(args.map)
+    policy = _policy(args)
+    label = args.model if not args.torch_model else "custom"
+    out = args.out or REPORTS / "runs" / label
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    defaults = {} if any((args.json, args.csv, args.html)) else \
+        {"json": REPORTS / f"{label}-{stamp}.json", "html": REPORTS / f"{label}-{stamp}.html"}
+    for path in defaults.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    options = api.CaptureOptions(torch_factory=torch_factory, mindspore_factory=ms_factory,
+                                 torch_weights=args.torch_weights, batch_file=args.input,
+                                 name_map=name_map, fp64_reference=not args.no_fp64_reference)
+    command = "parity " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=_console(stderr=True), transient=True,
+                  disable=args.quiet) as progress:
+        tasks = {}
+
+        def report(stage: str, state: str) -> None:
+            if state == "start":
+                tasks[stage] = progress.add_task(stage, total=1)
+            else:
+                progress.update(tasks[stage], completed=1, description=f"{stage} ✓")
+
+        result = api.run(config, out, options, policy=policy, map_file=args.map,
+                         command=command, progress=report, debug=args.debug)
+    return _finish(result, args, _write_reports(result, args, defaults))
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    from parity import api
+    config = step_config(args)
+    torch_factory, ms_factory = factories(args)
+    if args.framework == "torch":
+        from parity.capture.torch_capture import capture_torch
+        out = capture_torch(config, args.out, factory=torch_factory, weights=args.weights,
+                            batch_file=args.input, fp64_reference=not args.no_fp64_reference)
+    else:
+        from parity.capture.mindspore_capture import capture_mindspore
+        out = capture_mindspore(config, args.out, factory=ms_factory, reference=args.reference,
+                                weights=args.weights, batch_file=args.input,
+                                overrides=api.load_name_map(args.map))
+    print(f"wrote {out}")
+    return EXIT_PASS
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from parity import api
+    from parity.compare.engine import compare_runs
+    command = "parity " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    result = compare_runs(args.run_a, args.run_b, policy=_policy(args),
+                          forward_overrides=api.load_name_map(args.map), command=command)
+    return _finish(result, args, _write_reports(result, args))
+
+
+def load_result(source: Path, policy=None):
+    """A CheckResult from a JSON report, or by comparing the captures in a run directory."""
+    from parity.compare.engine import compare_runs
+    from parity.result import CheckResult
+    source = Path(source)
+    if source.is_file():
+        return CheckResult.from_json(source)
+    if (source / "torch").is_dir() and (source / "mindspore").is_dir():
+        return compare_runs(source / "torch", source / "mindspore", policy=policy)
+    raise ParityInputError(f"{source} is neither a JSON report nor a run directory holding "
+                           "torch/ and mindspore/")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if not any((args.json, args.csv, args.html)):
+        raise ParityInputError("say what to write: --html PATH, --json PATH and/or --csv PATH")
+    result = load_result(args.source, _policy(args) if args.tolerance else None)
+    return _finish(result, args, _write_reports(result, args))
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    import mindspore  # noqa: F401  (before torch, which .pth loading imports)
+
+    from parity import api
+    from parity.weights import convert_weights
+    if args.ms_model:
+        factory = args.ms_model
+    else:
+        from models import get_pair
+        try:
+            factory = get_pair(args.model).mindspore_factory
+        except KeyError as error:
+            raise ParityInputError(str(error.args[0])) from None
+    plan = convert_weights(factory, args.torch_weights, args.out, num_classes=args.num_classes,
+                           overrides=api.load_name_map(args.map))
+    print(f"wrote {args.out}: {len(plan)} MindSpore parameters from {args.torch_weights}")
+    return EXIT_PASS
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from parity import baseline
+    if args.baseline_command == "save":
+        path = baseline.save(load_result(args.run), args.out)
+        print(f"wrote {path}")
+        return EXIT_PASS
+    if args.baseline_command == "check":
+        drift = baseline.check(load_result(args.run), args.baseline, factor=args.factor)
+        print(drift.message())
+        return EXIT_PASS if drift.passed else EXIT_FAIL
+    raise ParityInputError("baseline needs an action: save or check")
+
+
+COMMANDS = {"run": cmd_run, "capture": cmd_capture, "compare": cmd_compare,
+            "report": cmd_report, "convert-weights": cmd_convert, "baseline": cmd_baseline}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    code = _main(argv, debug)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if "capture" in argv or "convert-weights" in argv:
+        # MindSpore 2.10 prints "Exception ignored in Cell.__del__" at interpreter exit; all
+        # output is flushed and closed, so leave without the teardown.
+        os._exit(code)
+    return code
+
+
+def _main(argv: List[str], debug: bool) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().print_help()
+            return EXIT_INPUT
+        return COMMANDS[args.command](args)
+    except ParityInputError as error:
+        if debug:
+            raise
+        print(f"parity: error: {error}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("parity: interrupted; no partial output was left behind", file=sys.stderr)
+        return EXIT_INTERRUPT

@@ -1,0 +1,1 @@
+"""Compare: pure numpy/pandas over two run directories; needs neither torch nor mindspore."""

@@ -1,0 +1,230 @@
+"""Naming the likely cause of the first divergence.
+
+Evidence first, numbers second: module settings recorded at capture (padding mode, eps, BN
+momentum, training flag) prove a cause outright ("certain"); otherwise the numerical signature
+of each classic ResNet migration bug (DESIGN.md) is matched ("likely"); failing both, the
+message says where to look ("guess").
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from parity.records import Comparison, Diagnosis, RecordInfo
+from parity.rundir import RunReader
+
+
+def _close(value: float, target: float, rel: float = 0.05) -> bool:
+    return np.isfinite(value) and abs(value - target) <= rel * abs(target)
+
+
+def _median_ratio(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    mask = np.abs(a) > 1e-3 * (np.abs(a).max() + 1e-30)
+    return float(np.median(b[mask] / a[mask])) if mask.any() else float("nan")
+
+
+def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+    ta, ma = t.attrs, m.attrs
+    if m.op in ("conv2d", "maxpool2d") and str(ma.get("pad_mode", "")).lower() == "same":
+        stride = ma.get("stride", 1)
+        strided = any(s > 1 for s in (stride if isinstance(stride, list) else [stride]))
+        what = "Conv2d" if m.op == "conv2d" else "MaxPool2d"
+        if strided or m.op == "maxpool2d":
+            return Diagnosis(
+                cause=f"{what} pad_mode='same' with stride > 1",
+                detail=f"MindSpore {m.name} pads bottom/right only, torch {t.name} pads both "
+                       f"sides (padding={ta.get('padding')}): the window shifts one pixel. Use "
+                       f"pad_mode='pad', padding={ta.get('padding')}.", confidence="certain")
+    if m.op.startswith("batchnorm") and t.op.startswith("batchnorm"):
+        if "eps" in ta and "eps" in ma and not np.isclose(ta["eps"], ma["eps"], rtol=1e-3):
+            return Diagnosis(cause="BatchNorm eps differs",
+                             detail=f"torch {t.name} eps={ta['eps']:g}, MindSpore {m.name} "
+                                    f"eps={ma['eps']:g}; set eps={ta['eps']:g}.",
+                             confidence="certain")
+        ms_training = ma.get("training")
+        if ta.get("training") and (ms_training is False or ma.get("use_batch_statistics") is False):
+            return Diagnosis(cause="MindSpore network not in training mode",
+                             detail=f"{m.name} normalised with its running statistics while "
+                                    "torch used batch statistics; call net.set_train(True).",
+                             confidence="certain")
+    for key in ("stride", "padding", "kernel_size", "dilation"):
+        if key == "padding" and str(ma.get("pad_mode", "pad")).lower() != "pad":
+            continue
+        if key in ta and key in ma and _as_pair(ta[key]) != _as_pair(ma[key]):
+            return Diagnosis(cause=f"{m.op or 'module'} {key} differs",
+                             detail=f"torch {t.name} {key}={ta[key]}, MindSpore {m.name} "
+                                    f"{key}={ma[key]}.", confidence="certain")
+    return None
+
+
+def _as_pair(value) -> Tuple:
+    """Spatial settings in one shape: 1 -> (1, 1); MindSpore's (top, bottom, left, right)
+    padding -> (top, left) when symmetric; MaxPool's 3-entry padding -> its last two."""
+    if not isinstance(value, list):
+        return (value, value)
+    flat = tuple(value)
+    if len(flat) == 4 and flat[0] == flat[1] and flat[2] == flat[3]:
+        return (flat[0], flat[2])
+    if len(flat) == 3:
+        return flat[1:]
+    return flat if len(flat) > 1 else flat * 2
+
+
+def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                   ms_run: RunReader, unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
+    proven = _attribute_cause(t, m)
+    if proven is not None:
+        return proven
+    missing_inside = [n for n in unmatched.get("torch forward", ())
+                      if n.startswith(first.name + ".")]
+    a, b = torch_run.tensor(t), ms_run.tensor(m)
+    if a.shape == b.shape and a.min() >= 0 and b.min() < 0:
+        extra = f" torch calls {', '.join(missing_inside)} there; MindSpore does not." \
+            if missing_inside else ""
+        return Diagnosis(cause="missing activation",
+                         detail=f"torch's {first.name} output is non-negative everywhere, "
+                                f"MindSpore's has negative values: a ReLU is missing in "
+                                f"{m.name}.{extra}", confidence="likely")
+    if missing_inside:
+        return Diagnosis(cause="operation missing in the port",
+                         detail=f"torch runs {', '.join(missing_inside)} inside {first.name}; "
+                                "the MindSpore cell has no counterpart.", confidence="likely")
+    if t.op != m.op:
+        return Diagnosis(cause="different operation",
+                         detail=f"torch {t.name} is {t.op or '?'}, MindSpore {m.name} is "
+                                f"{m.op or '?'}; everything before it matched.",
+                         confidence="guess")
+    if first.max_rel > 1e-2:
+        size = "O(1) error" if first.max_rel > 0.1 else "error well above fp32 noise"
+        return Diagnosis(cause=f"{m.op or 'module'} computes something different",
+                         detail=f"{size} at {first.name} while every earlier record matched: "
+                                f"compare the construct of MindSpore {m.name} with torch's "
+                                f"forward (padding, eps, an extra or missing op).",
+                         confidence="guess")
+    return Diagnosis(cause="small numerical drift",
+                     detail=f"{first.name} is slightly beyond tolerance (max_rel "
+                            f"{first.max_rel:.2g}): precision settings (fp16/HF32), a different "
+                            "reduction order, or a tolerance too tight for this depth.",
+                     confidence="guess")
+
+
+def _factor(ratio: float) -> str:
+    return f"{ratio:.4g}×" if abs(ratio) >= 1 else f"1/{1 / ratio:.4g} of"
+
+
+def _ratio_cause(ratio: float, config: Dict, what: str) -> Optional[Diagnosis]:
+    batch = float(config.get("batch_size", 0) or 0)
+    scale = float(config.get("ms_loss_scale", 1.0) or 1.0)
+    if batch > 1 and _close(ratio, batch):
+        return Diagnosis(cause="loss reduction sum vs mean",
+                         detail=f"MindSpore {what} are {_factor(ratio)} torch's = the batch size: "
+                                "the loss is summed instead of averaged.", confidence="likely")
+    if scale != 1.0 and (_close(ratio, scale) or _close(ratio, 1.0 / scale)):
+        return Diagnosis(cause="loss scale not undone",
+                         detail=f"MindSpore {what} are {_factor(ratio)} torch's with loss_scale "
+                                f"{scale:g}: the loss and the optimizer's loss_scale disagree.",
+                         confidence="likely")
+    return None
+
+
+def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
+             comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
+             unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
+    ms_config = ms_run.manifest.get("config", {})
+    if first.nan_torch + first.nan_mindspore + first.inf_torch + first.inf_mindspore:
+        side = "both" if (first.nan_torch + first.inf_torch) and \
+            (first.nan_mindspore + first.inf_mindspore) else \
+            ("torch" if first.nan_torch + first.inf_torch else "MindSpore")
+        return Diagnosis(cause="non-finite values",
+                         detail=f"NaN/Inf first appear at {first.name} · {first.kind} on {side} "
+                                f"(NaN torch {first.nan_torch} / MindSpore {first.nan_mindspore},"
+                                f" Inf torch {first.inf_torch} / MindSpore {first.inf_mindspore})"
+                                ": check the batch and the weights.", confidence="certain")
+    if first.kind == "input":
+        return Diagnosis(cause="preprocessing differs",
+                         detail=f"the model {first.name} is not identical before conv1: resize "
+                                "rounding, crop offset, antialias or normalisation.",
+                         confidence="certain")
+    if first.kind == "forward":
+        return _forward_cause(first, t, m, torch_run, ms_run, unmatched)
+    if first.kind == "loss":
+        ratio = float(ms_run.tensor(m)) / float(torch_run.tensor(t) or np.nan)
+        found = _ratio_cause(ratio, ms_config, "loss values")
+        if found:
+            return found
+        return Diagnosis(cause="loss function differs",
+                         detail=f"the logits match but the loss differs (MindSpore/torch = "
+                                f"{ratio:.6g}): reduction, label smoothing (ε/K vs ε/(K−1)), "
+                                "class weights or ignore_index.", confidence="likely")
+    if first.kind == "grad":
+        found = _ratio_cause(_median_ratio(torch_run.tensor(t), ms_run.tensor(m)), ms_config,
+                             "gradients")
+        return found or Diagnosis(
+            cause="backward differs while forward matches",
+            detail=f"{first.name}'s gradient is the first (in backward order) to differ: a "
+                   "custom bprop, a stop-gradient, or a non-differentiable op in the port.",
+            confidence="guess")
+    if first.kind in ("update", "optimizer_state", "weight"):
+        return _update_cause(first, t, m, torch_run, ms_run, ms_config)
+    return _buffer_cause(first, torch_run, ms_run)
+
+
+def _record(run: RunReader, name: str, kind: str) -> Optional[RecordInfo]:
+    return next((r for r in run.records if r.name == name and r.kind == kind), None)
+
+
+def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                  ms_run: RunReader, config: Dict) -> Diagnosis:
+    param = first.name.removesuffix(".momentum_buffer")
+    t_update, m_update = _record(torch_run, param, "update"), _record(ms_run, m.name.removesuffix(
+        ".momentum_buffer"), "update")
+    t_weight = _record(torch_run, param, "weight")
+    lr, wd = float(config.get("lr", 0)), float(config.get("weight_decay", 0))
+    if t_update is not None and m_update is not None and t_weight is not None:
+        du, mu = torch_run.tensor(t_update), ms_run.tensor(m_update)
+        w0 = torch_run.tensor(t_weight).astype(np.float64) - du
+        decay_step = lr * wd * w0
+        if np.abs(decay_step).max() > 0 and _close(_median_ratio(decay_step, mu - du), 1.0, 0.1):
+            return Diagnosis(cause="weight decay skipped on the MindSpore side",
+                             detail=f"{param}'s update differs by exactly lr·wd·w: MindSpore "
+                                    "optimizers skip parameters named gamma/beta (and some set-"
+                                    "ups bias) unless told otherwise; torch decays all.",
+                             confidence="likely")
+        if _close(_median_ratio(decay_step, du - mu), 1.0, 0.1):
+            return Diagnosis(cause="weight decay applied only on the MindSpore side",
+                             detail=f"{param}'s update differs by lr·wd·w.", confidence="likely")
+        found = _ratio_cause(_median_ratio(du, mu), config, "updates")
+        if found:
+            return found
+    return Diagnosis(cause="optimizer step differs",
+                     detail=f"gradients match but {first.name} · {first.kind} differs: compare "
+                            "lr, momentum, nesterov, dampening, weight-decay scope and loss "
+                            "scale between the two optimizers.", confidence="guess")
+
+
+def _buffer_cause(first: Comparison, torch_run: RunReader, ms_run: RunReader) -> Diagnosis:
+    module = first.name.rpartition(".")[0]
+    t_bn = _record(torch_run, module, "forward")
+    ms_bn = next((r for r in ms_run.records if r.kind == "forward" and r.op.startswith(
+        "batchnorm") and r.name.split("#")[0] == first.mindspore_name.rpartition(".")[0]), None)
+    if t_bn is not None and ms_bn is not None:
+        # MindSpore's BatchNorm2d(momentum=m) stores 1 - m: torch's convention, comparable as is
+        t_m, m_stored = t_bn.attrs.get("momentum"), ms_bn.attrs.get("momentum")
+        if isinstance(t_m, (int, float)) and isinstance(m_stored, (int, float)) \
+                and not np.isclose(t_m, m_stored):
+            return Diagnosis(cause="BatchNorm momentum convention",
+                             detail=f"torch momentum={t_m:g} weights the new batch statistic; "
+                                    f"MindSpore's momentum weights the old value, so {module} "
+                                    f"needs BatchNorm2d(momentum={1 - t_m:g}), not "
+                                    f"momentum={1 - m_stored:g}.", confidence="certain")
+    if first.name.endswith("running_var"):
+        return Diagnosis(cause="running variance estimator differs",
+                         detail=f"{first.name} differs while forward, grads and running_mean "
+                                "match: biased vs unbiased (×n/(n−1)) batch variance in the "
+                                "running update.", confidence="likely")
+    return Diagnosis(cause="running statistics update differs",
+                     detail=f"only {first.name} differs after the step: BN momentum "
+                            "convention or running-statistics update.", confidence="likely")

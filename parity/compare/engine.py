@@ -1,0 +1,198 @@
+"""Comparing two run directories: align, compare every pair, find the first divergence.
+
+Divergence order is where a bug *is*, not where it shows: the input, then forward records in
+execution order, the loss, gradients in backward order (last layer first), then per parameter
+the update Δw, optimizer state, weight, and finally buffers (BatchNorm running statistics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from parity.align import align_forward
+from parity.compare.diagnosis import diagnose
+from parity.compare.metrics import compare_tensors, error_histogram, worst_elements
+from parity.compare.tolerance import TolerancePolicy
+from parity.errors import ParityInputError
+from parity.records import FP64, KIND_RANK, Comparison, Divergence, Meta, RecordInfo
+from parity.result import CheckResult, RecordDetail
+from parity.rundir import RunReader
+
+PARAM_KINDS = ("grad", "update", "optimizer_state", "weight", "buffer")
+OPTIMIZER_SUFFIX = ".momentum_buffer"
+MAX_DETAILED = 40          # failing records that get a histogram and worst elements
+# If fewer than this share of torch parameters are found in the MindSpore capture, the two
+# runs are of different models, and a comparison would be meaningless.
+MIN_SHARED_PARAMS = 0.5
+
+
+@dataclass(frozen=True)
+class Pair:
+    torch: RecordInfo
+    mindspore: RecordInfo
+    rank: Tuple[int, int]
+
+
+def open_pair(run_a: Path, run_b: Path) -> Tuple[RunReader, RunReader]:
+    """The two captures in (torch, mindspore) order, whichever order they were given in."""
+    readers = {}
+    for path in (run_a, run_b):
+        reader = RunReader.open(path)
+        if reader.framework in readers:
+            raise ParityInputError(f"both {run_a} and {run_b} are {reader.framework} captures; "
+                                   "compare one torch capture with one mindspore capture")
+        readers[reader.framework] = reader
+    if set(readers) != {"torch", "mindspore"}:
+        raise ParityInputError(f"expected one torch and one mindspore capture, got "
+                               f"{', '.join(readers)}")
+    return readers["torch"], readers["mindspore"]
+
+
+def _torch_param_name(ms_name: str, param_map: Mapping[str, str]) -> Optional[str]:
+    if ms_name in param_map:
+        return param_map[ms_name]
+    if ms_name.endswith(OPTIMIZER_SUFFIX):
+        base = param_map.get(ms_name[: -len(OPTIMIZER_SUFFIX)])
+        return base + OPTIMIZER_SUFFIX if base else None
+    return None
+
+
+def pair_records(torch_run: RunReader, ms_run: RunReader,
+                 forward_overrides: Optional[Mapping[str, str]] = None
+                 ) -> Tuple[List[Pair], Dict[str, Tuple[str, ...]]]:
+    """All (torch, mindspore) record pairs in divergence order, and what stayed unmatched."""
+    param_map = dict(ms_run.manifest.get("param_map", {}))
+    torch_by_kind: Dict[str, List[RecordInfo]] = {}
+    ms_by_kind: Dict[str, List[RecordInfo]] = {}
+    for record in torch_run.records:
+        if not record.variant:
+            torch_by_kind.setdefault(record.kind, []).append(record)
+    for record in ms_run.records:
+        ms_by_kind.setdefault(record.kind, []).append(record)
+
+    torch_params = {r.name for r in torch_by_kind.get("weight", [])}
+    shared = torch_params & {param_map.get(r.name) for r in ms_by_kind.get("weight", [])}
+    if torch_params and len(shared) < MIN_SHARED_PARAMS * len(torch_params):
+        raise ParityInputError(
+            f"{ms_run.path} was captured from a different model than {torch_run.path} "
+            f"({len(shared)} of {len(torch_params)} parameters in common); capture both "
+            "halves from the same model pair")
+
+    mapping: Dict[str, Dict[str, str]] = {}
+    forward = align_forward(torch_by_kind.get("forward", []), ms_by_kind.get("forward", []),
+                            param_map, forward_overrides)
+    mapping["forward"] = dict(forward.mindspore_to_torch)
+    for kind in ("input", "loss"):
+        mapping[kind] = {r.name: r.name for r in ms_by_kind.get(kind, [])}
+    for kind in PARAM_KINDS:
+        mapping[kind] = {}
+        for record in ms_by_kind.get(kind, []):
+            torch_name = _torch_param_name(record.name, param_map)
+            if torch_name is not None:
+                mapping[kind][record.name] = torch_name
+
+    pairs: List[Pair] = []
+    unmatched: Dict[str, Tuple[str, ...]] = {}
+    for kind, torch_records in torch_by_kind.items():
+        by_torch_name = {t: m for m, t in mapping.get(kind, {}).items()}
+        ms_records = {r.name: r for r in ms_by_kind.get(kind, [])}
+        count = len(torch_records)
+        for position, record in enumerate(torch_records):
+            ms_name = by_torch_name.get(record.name)
+            if ms_name is None or ms_name not in ms_records:
+                continue
+            # gradients flow last layer first: the first divergent one is nearest the cause
+            within = count - position if kind == "grad" else position
+            pairs.append(Pair(record, ms_records[ms_name], (KIND_RANK[kind], within)))
+        matched_torch = set(by_torch_name) & {r.name for r in torch_records}
+        missing_torch = tuple(r.name for r in torch_records if r.name not in matched_torch)
+        missing_ms = tuple(r.name for r in ms_by_kind.get(kind, [])
+                           if r.name not in mapping.get(kind, {}))
+        if missing_torch:
+            unmatched[f"torch {kind}"] = missing_torch
+        if missing_ms:
+            unmatched[f"mindspore {kind}"] = missing_ms
+    for kind in set(ms_by_kind) - set(torch_by_kind):
+        unmatched[f"mindspore {kind}"] = tuple(r.name for r in ms_by_kind[kind])
+    pairs.sort(key=lambda p: p.rank)
+    return pairs, unmatched
+
+
+def _comparison(pair: Pair, order: int, torch_value: np.ndarray, ms_value: np.ndarray,
+                policy: TolerancePolicy, torch_fp64: Optional[np.ndarray]) -> Comparison:
+    tolerance = policy.resolve(pair.torch.name, pair.torch.kind)
+    common = dict(name=pair.torch.name, kind=pair.torch.kind, shape=tuple(pair.torch.shape),
+                  rtol=tolerance.rtol, atol=tolerance.atol, min_cosine=tolerance.min_cosine,
+                  noise_factor=tolerance.noise_factor, order=order,
+                  mindspore_name=pair.mindspore.name)
+    if torch_value.shape != ms_value.shape:
+        nan = float("nan")
+        return Comparison(passed=False, max_abs=nan, max_rel=nan, mean_abs=nan, rms=nan,
+                          ref_rms=nan, cosine=nan, frac_within=0.0, worst_index=(),
+                          worst_torch=nan, worst_mindspore=nan, nan_torch=0, nan_mindspore=0,
+                          inf_torch=0, inf_mindspore=0, needed_rtol=float("inf"),
+                          fp32_noise=nan, ms_error=nan, noise_ratio=nan,
+                          reason=f"shape differs: torch {torch_value.shape} vs MindSpore "
+                                 f"{ms_value.shape}", **common)
+    if torch_fp64 is not None and torch_fp64.shape != torch_value.shape:
+        torch_fp64 = None
+    stats = compare_tensors(torch_value, ms_value, tolerance, torch_fp64)
+    return Comparison(**common, **stats.__dict__)
+
+
+def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] = None,
+                 forward_overrides: Optional[Mapping[str, str]] = None,
+                 command: str = "",
+                 progress: Optional[Callable[[int, int], None]] = None) -> CheckResult:
+    policy = policy or TolerancePolicy()
+    torch_run, ms_run = open_pair(Path(run_a), Path(run_b))
+    pairs, unmatched = pair_records(torch_run, ms_run, forward_overrides)
+    fp64 = {(r.kind, r.name): r for r in torch_run.records if r.variant == FP64}
+    comparisons: List[Comparison] = []
+    details: Dict[str, RecordDetail] = {}
+    for order, pair in enumerate(pairs):
+        torch_value, ms_value = torch_run.tensor(pair.torch), ms_run.tensor(pair.mindspore)
+        reference = fp64.get((pair.torch.kind, pair.torch.name))
+        comparison = _comparison(pair, order, torch_value, ms_value, policy,
+                                 None if reference is None else torch_run.tensor(reference))
+        comparisons.append(comparison)
+        if not comparison.passed and len(details) < MAX_DETAILED \
+                and torch_value.shape == ms_value.shape:
+            counts, edges = error_histogram(torch_value, ms_value)
+            details[f"{comparison.kind}:{comparison.name}"] = RecordDetail(
+                histogram_counts=tuple(int(c) for c in counts),
+                histogram_edges=tuple(float(e) for e in edges),
+                worst=tuple(worst_elements(torch_value, ms_value)))
+        if progress is not None:
+            progress(order + 1, len(pairs))
+
+    first = next((c for c in comparisons if not c.passed), None)
+    divergence = diagnosis = None
+    if first is not None:
+        divergence = Divergence(name=first.name, kind=first.kind,
+                                mindspore_name=first.mindspore_name, max_abs=first.max_abs,
+                                max_rel=first.max_rel, cosine=first.cosine, reason=first.reason)
+        pair = next(p for p in pairs if p.torch.name == first.name
+                    and p.torch.kind == first.kind)
+        diagnosis = diagnose(first, pair.torch, pair.mindspore, comparisons, torch_run, ms_run,
+                             unmatched)
+    notes = list(torch_run.manifest.get("notes", []))
+    unused = policy.unused_overrides()
+    if unused:
+        notes.append(f"tolerance overrides that matched no record: {', '.join(unused)}")
+    meta = Meta(
+        versions={"torch": torch_run.manifest.get("versions", {}),
+                  "mindspore": ms_run.manifest.get("versions", {})},
+        seed=int(torch_run.manifest.get("seed", 0)),
+        config={"torch": torch_run.manifest.get("config", {}),
+                "mindspore": ms_run.manifest.get("config", {}),
+                "torch_factory": torch_run.manifest.get("factory", ""),
+                "mindspore_factory": ms_run.manifest.get("factory", "")},
+        tolerance=policy.to_dict(), command=command, notes=tuple(notes),
+        run_dirs={"torch": str(torch_run.path), "mindspore": str(ms_run.path)})
+    return CheckResult(comparisons=tuple(comparisons), first_divergence=divergence,
+                       diagnosis=diagnosis, unmatched=unmatched, details=details, meta=meta)

@@ -1,0 +1,60 @@
+"""Writing user-visible files atomically, without ever clobbering a file parity did not write."""
+
+from __future__ import annotations
+
+import errno
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from parity.errors import ParityInputError
+
+# Every report parity writes carries this marker near its start; a file without it is the
+# user's own and is never overwritten.
+MARKER = "parity-report"
+
+
+CSV_HEADER = b"name,kind,shape,passed,"
+
+
+def written_by_parity(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False
+    return MARKER.encode() in head or head.startswith(CSV_HEADER)
+
+
+@contextmanager
+def atomic_output(path: Path, *, replace_own: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it is renamed over ``path``.
+
+    An existing file is replaced only when ``replace_own`` is set and parity wrote it.
+    """
+    path = Path(path)
+    if path.exists() and not (replace_own and written_by_parity(path)):
+        raise ParityInputError(f"{path} already exists; parity never overwrites a file it did "
+                               "not write: remove it or choose another path")
+    if not path.parent.is_dir():
+        raise ParityInputError(f"cannot write {path}: folder {path.parent} does not exist")
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise ParityInputError(f"no space left on the device while writing {path}; "
+                                   "free some space or write elsewhere") from None
+        raise
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write a parity report file (carrying MARKER) atomically."""
+    with atomic_output(path, replace_own=True) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)

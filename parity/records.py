@@ -1,0 +1,118 @@
+"""Records that cross module lines: what a capture stored, and what a comparison concluded.
+
+Every record is named by the PyTorch module/parameter path (``layer1.0.conv2``,
+``layer1.0.bn1.weight``) once aligned, so users read one vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+# The order in which a divergence is looked for: where a bug is, not where it shows.
+KINDS: Tuple[str, ...] = ("input", "forward", "loss", "grad", "update", "optimizer_state",
+                          "weight", "buffer")
+KIND_RANK = {kind: rank for rank, kind in enumerate(KINDS)}
+FP64 = "fp64"   # variant of the records from torch's float64 rerun of the same step
+
+
+@dataclass(frozen=True)
+class RecordInfo:
+    """One captured tensor, as listed in a run directory's manifest."""
+
+    name: str                 # the capturing framework's own path (+ "#k" for the k-th call)
+    kind: str
+    shape: Tuple[int, ...]
+    dtype: str
+    order: int                # capture order within the run
+    shard: str                # safetensors file holding the tensor
+    key: str                  # key of the tensor inside the shard
+    op: str = ""              # normalised operation type of a forward record ("conv2d", ...)
+    attrs: Dict[str, Any] = field(default_factory=dict)  # module settings (stride, eps, ...)
+    variant: str = ""         # "" for the step itself; FP64 for torch's float64 rerun
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "shape": list(self.shape),
+                "dtype": self.dtype, "order": self.order, "shard": self.shard, "key": self.key,
+                "op": self.op, "attrs": self.attrs, "variant": self.variant}
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "RecordInfo":
+        return cls(name=str(data["name"]), kind=str(data["kind"]),
+                   shape=tuple(int(s) for s in data["shape"]), dtype=str(data["dtype"]),
+                   order=int(data["order"]), shard=str(data["shard"]), key=str(data["key"]),
+                   op=str(data.get("op", "")), attrs=dict(data.get("attrs", {})),
+                   variant=str(data.get("variant", "")))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every statistic of one torch-vs-MindSpore tensor pair, and its verdict."""
+
+    name: str
+    kind: str
+    shape: Tuple[int, ...]
+    passed: bool
+    max_abs: float
+    max_rel: float
+    mean_abs: float
+    rms: float                # root mean square of the difference
+    ref_rms: float            # root mean square of the torch tensor (the error's scale)
+    cosine: float
+    frac_within: float        # fraction of elements within tolerance
+    worst_index: Tuple[int, ...]
+    worst_torch: float
+    worst_mindspore: float
+    nan_torch: int
+    nan_mindspore: int
+    inf_torch: int
+    inf_mindspore: int
+    needed_rtol: float        # the smallest rtol that would have passed (atol and cosine fixed)
+    fp32_noise: float         # torch's own float32 error vs its float64 rerun (relative RMS)
+    ms_error: float           # MindSpore's error vs torch's float64 rerun (relative RMS)
+    noise_ratio: float        # ms_error over torch's own error (guarded); NaN without float64
+    noise_factor: float
+    rtol: float
+    atol: float
+    min_cosine: float
+    order: int                # position in divergence order
+    mindspore_name: str = ""
+    reason: str = ""          # why it failed, empty when passed
+
+
+@dataclass(frozen=True)
+class Divergence:
+    name: str
+    kind: str
+    mindspore_name: str
+    max_abs: float
+    max_rel: float
+    cosine: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    cause: str                # short name of the likely cause
+    detail: str               # what the evidence is, and what to check
+    confidence: str = "likely"   # "certain" when module settings prove it, else "likely"/"guess"
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """MindSpore record name -> PyTorch record name, plus what could not be matched."""
+
+    mindspore_to_torch: Dict[str, str]
+    unmatched_torch: Tuple[str, ...] = ()
+    unmatched_mindspore: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Meta:
+    versions: Dict[str, Dict[str, str]]
+    seed: int
+    config: Dict[str, Any]
+    tolerance: Dict[str, Any]
+    command: str = ""
+    notes: Tuple[str, ...] = ()
+    run_dirs: Dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,1 @@
+"""Report: renderers that only read a CheckResult (console, JSON/CSV via CheckResult, HTML)."""

@@ -1,0 +1,184 @@
+"""The result of one parity check: what the API returns and every renderer reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import pandas as pd
+
+from parity.errors import ParityInputError
+from parity.io import MARKER, write_text
+from parity.records import KINDS, Comparison, Diagnosis, Divergence, Meta
+
+RECORD_COLUMNS = ("name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine",
+                  "noise_ratio", "fp32_noise", "ms_error", "noise_factor", "mean_abs", "rms",
+                  "ref_rms", "frac_within", "needed_rtol", "rtol", "atol", "min_cosine", "nan_torch", "nan_mindspore", "inf_torch", "inf_mindspore",
+                  "worst_index", "worst_torch", "worst_mindspore", "mindspore_name", "order",
+                  "reason")
+JSON_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RecordDetail:
+    """What the report shows for a failing record: error histogram and worst elements."""
+
+    histogram_counts: Tuple[int, ...]
+    histogram_edges: Tuple[float, ...]      # log10 of the guarded relative error
+    worst: Tuple[Tuple[Tuple[int, ...], float, float, float], ...]  # index, torch, ms, |diff|
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def _from_json_number(value: Any) -> Any:
+    if value is None:
+        return float("nan")
+    if value in ("inf", "-inf"):
+        return float(value)
+    return value
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    comparisons: Tuple[Comparison, ...]
+    first_divergence: Optional[Divergence]
+    diagnosis: Optional[Diagnosis]
+    unmatched: Dict[str, Tuple[str, ...]]
+    details: Dict[str, RecordDetail]
+    meta: Meta
+    extra: Dict[str, Any] = field(default_factory=dict)   # observer-effect, determinism checks
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.comparisons) and all(c.passed for c in self.comparisons)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def records(self) -> pd.DataFrame:
+        """One row per compared record, in divergence order."""
+        rows = [{column: getattr(c, column) for column in RECORD_COLUMNS}
+                for c in self.comparisons]
+        return pd.DataFrame(rows, columns=list(RECORD_COLUMNS))
+
+    def summary_by_kind(self) -> pd.DataFrame:
+        frame = self.records
+        rows = []
+        for kind in KINDS:
+            part = frame[frame.kind == kind]
+            if len(part):
+                rows.append({"kind": kind, "records": len(part),
+                             "failed": int((~part.passed.astype(bool)).sum()),
+                             "worst_max_rel": float(part.max_rel.max()),
+                             "min_cosine": float(part.cosine.min())})
+        return pd.DataFrame(rows, columns=["kind", "records", "failed", "worst_max_rel",
+                                           "min_cosine"])
+
+    def worst(self, count: int = 10) -> pd.DataFrame:
+        """The records furthest beyond (or closest to) their tolerance."""
+        frame = self.records
+        if frame.empty:
+            return frame
+        frame = frame.assign(excess=frame.needed_rtol / frame.rtol.where(frame.rtol > 0, 1e-300))
+        return frame.sort_values(["passed", "excess"], ascending=[True, False]).head(count)
+
+    def failure_message(self, count: int = 5) -> str:
+        if self.passed:
+            return "parity: all records within tolerance"
+        lines = []
+        if self.first_divergence is not None:
+            d = self.first_divergence
+            lines.append(f"parity: first divergence at {d.name} · {d.kind} "
+                         f"(MindSpore {d.mindspore_name}): {d.reason}")
+        if self.diagnosis is not None:
+            lines.append(f"likely cause: {self.diagnosis.cause} — {self.diagnosis.detail}")
+        failed = self.records[~self.records.passed.astype(bool)]
+        lines.append(f"{len(failed)} of {len(self.records)} records beyond tolerance; worst:")
+        for row in self.worst(count).itertuples():
+            if not row.passed:
+                lines.append(f"  {row.name} · {row.kind}: max_rel {row.max_rel:.3g} "
+                             f"(rtol {row.rtol:g}), max_abs {row.max_abs:.3g}, "
+                             f"cosine {row.cosine:.6f}")
+        return "\n".join(lines)
+
+    def assert_passed(self) -> None:
+        __tracebackhide__ = True
+        if not self.passed:
+            raise AssertionError(self.failure_message())
+
+    # -- serialisation -------------------------------------------------------------------------
+
+    def to_dict(self) -> Dict[str, Any]:
+        records = [{k: _finite_or_none(v) if not isinstance(v, tuple) else list(v)
+                    for k, v in dataclasses.asdict(c).items()} for c in self.comparisons]
+        return {
+            "format": MARKER, "format_version": JSON_FORMAT_VERSION,
+            "passed": self.passed,
+            "first_divergence": None if self.first_divergence is None else
+            {k: _finite_or_none(v) for k, v in dataclasses.asdict(self.first_divergence).items()},
+            "diagnosis": None if self.diagnosis is None else dataclasses.asdict(self.diagnosis),
+            "summary": self.summary_by_kind().to_dict(orient="records"),
+            "unmatched": {k: list(v) for k, v in self.unmatched.items()},
+            "records": records,
+            "details": {k: dataclasses.asdict(v) for k, v in self.details.items()},
+            "extra": self.extra,
+            "meta": dataclasses.asdict(self.meta),
+        }
+
+    def to_json(self, path: Path) -> Path:
+        return write_text(Path(path), json.dumps(self.to_dict(), indent=1, default=str))
+
+    def to_csv(self, path: Path) -> Path:
+        return write_text(Path(path), self.records.to_csv(index=False))
+
+    def to_html(self, path: Path) -> Path:
+        from parity.report.html import render_html
+        return write_text(Path(path), render_html(self))
+
+    @classmethod
+    def from_json(cls, path: Path) -> "CheckResult":
+        try:
+            data = json.loads(Path(path).read_text())
+            if data.get("format") != MARKER:
+                raise ValueError("not a parity JSON report")
+            return cls.from_dict(data)
+        except FileNotFoundError:
+            raise ParityInputError(f"{path} does not exist") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise ParityInputError(f"{path} is not a readable parity JSON report ({error})") \
+                from None
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "CheckResult":
+        fields = {f.name for f in dataclasses.fields(Comparison)}
+        comparisons = []
+        for row in data["records"]:
+            values = {k: _from_json_number(v) for k, v in row.items() if k in fields}
+            values["shape"] = tuple(row["shape"])
+            values["worst_index"] = tuple(row["worst_index"])
+            comparisons.append(Comparison(**values))
+        first = data.get("first_divergence")
+        diagnosis = data.get("diagnosis")
+        details = {k: RecordDetail(histogram_counts=tuple(v["histogram_counts"]),
+                                   histogram_edges=tuple(v["histogram_edges"]),
+                                   worst=tuple((tuple(w[0]), w[1], w[2], w[3])
+                                               for w in v["worst"]))
+                   for k, v in data.get("details", {}).items()}
+        meta = data["meta"]
+        return cls(comparisons=tuple(comparisons),
+                   first_divergence=None if first is None else Divergence(
+                       **{k: _from_json_number(v) for k, v in first.items()}),
+                   diagnosis=None if diagnosis is None else Diagnosis(**diagnosis),
+                   unmatched={k: tuple(v) for k, v in data.get("unmatched", {}).items()},
+                   details=details,
+                   meta=Meta(**{**meta, "notes": tuple(meta.get("notes", ()))}),
+                   extra=dict(data.get("extra", {})))

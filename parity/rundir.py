@@ -1,0 +1,254 @@
+"""The run directory: ``manifest.json`` plus sharded safetensors, written atomically.
+
+A capture streams tensors into a hidden ``<out>.partial-<pid>`` directory and renames it into
+place only after the manifest is written, so an interrupted or failed capture never leaves a
+directory that looks complete. Each shard's size and CRC-32 are in the manifest: a truncated or
+corrupted file is refused when read instead of producing numbers.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save as save_safetensors_bytes
+
+from parity.errors import ParityInputError
+from parity.records import KINDS, RecordInfo
+
+FORMAT = "parity-run"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+INITIAL_WEIGHTS = "initial_weights.safetensors"   # torch state dict before the step
+SHARD_BYTES = 256 * 2**20
+
+
+def is_run_dir(path: Path) -> bool:
+    try:
+        return json.loads((path / MANIFEST).read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _no_space(path: Path) -> ParityInputError:
+    return ParityInputError(f"no space left on the device while writing {path}; "
+                            "free some space or choose --out on another disk")
+
+
+def atomic_replace_dir(partial: Path, out: Path) -> None:
+    """Move a finished directory into place; replaces only an earlier parity run."""
+    old = None
+    if out.exists():
+        if not is_run_dir(out):
+            raise ParityInputError(f"{out} exists and is not a parity run directory; "
+                                   "choose another --out or remove it")
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+    partial.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class RunWriter:
+    """Streams records into shards; ``finish`` writes the manifest and renames into place.
+
+    Use as a context manager: leaving the block with an exception (Ctrl-C included) deletes
+    the partial directory.
+    """
+
+    def __init__(self, out: Path, framework: str) -> None:
+        self.out = Path(out)
+        if self.out.exists() and not is_run_dir(self.out):
+            raise ParityInputError(f"{self.out} exists and is not a parity run directory; "
+                                   "choose another --out or remove it")
+        self.framework = framework
+        self.partial = self.out.with_name(f".{self.out.name}.partial-{os.getpid()}")
+        shutil.rmtree(self.partial, ignore_errors=True)
+        self.partial.mkdir(parents=True)
+        self._pending: Dict[str, np.ndarray] = {}
+        self._pending_bytes = 0
+        self._shards: List[Dict[str, Any]] = []
+        self._records: List[RecordInfo] = []
+
+    def __enter__(self) -> "RunWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.partial, ignore_errors=True)
+
+    @property
+    def records(self) -> Tuple[RecordInfo, ...]:
+        return tuple(self._records)
+
+    def add(self, name: str, kind: str, array: np.ndarray, *, op: str = "",
+            attrs: Optional[Dict[str, Any]] = None, variant: str = "") -> None:
+        """Store a tensor; the caller passes a private copy (hooks see buffers that change)."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown record kind {kind!r}")
+        array = np.ascontiguousarray(array)
+        order = len(self._records)
+        key = f"r{order:06d}"
+        self._records.append(RecordInfo(
+            name=name, kind=kind, shape=tuple(array.shape), dtype=str(array.dtype), order=order,
+            shard=self._shard_name(len(self._shards)), key=key, op=op, attrs=dict(attrs or {}),
+            variant=variant))
+        self._pending[key] = array
+        self._pending_bytes += array.nbytes
+        if self._pending_bytes >= SHARD_BYTES:
+            self._flush()
+
+    def write_file(self, name: str, data: bytes) -> Path:
+        """A side file of the run (e.g. the initial weights), inside the atomic directory."""
+        path = self.partial / name
+        self._write_bytes(path, data)
+        return path
+
+    def finish(self, meta: Dict[str, Any]) -> Path:
+        self._flush()
+        manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
+                    "framework": self.framework, **meta, "shards": self._shards,
+                    "records": [r.to_dict() for r in _number_repeated_calls(self._records)]}
+        self._write_bytes(self.partial / MANIFEST, json.dumps(manifest, indent=1).encode())
+        atomic_replace_dir(self.partial, self.out)
+        return self.out
+
+    @staticmethod
+    def _shard_name(index: int) -> str:
+        return f"tensors-{index:05d}.safetensors"
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        name = self._shard_name(len(self._shards))
+        data = save_safetensors_bytes(self._pending)
+        self._write_bytes(self.partial / name, data)
+        self._shards.append({"file": name, "bytes": len(data), "crc32": zlib.crc32(data)})
+        self._pending, self._pending_bytes = {}, 0
+
+    @staticmethod
+    def _write_bytes(path: Path, data: bytes) -> None:
+        try:
+            with open(path, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:
+            if error.errno == errno.ENOSPC:
+                raise _no_space(path) from error
+            raise
+
+
+def _number_repeated_calls(records: List[RecordInfo]) -> List[RecordInfo]:
+    """A module called n > 1 times gives records ``name#0`` ... ``name#{n-1}``."""
+    counts = Counter((r.variant, r.kind, r.name) for r in records)
+    seen: Counter = Counter()
+    numbered = []
+    for record in records:
+        identity = (record.variant, record.kind, record.name)
+        if counts[identity] > 1:
+            index = seen[identity]
+            seen[identity] += 1
+            record = RecordInfo(**{**record.__dict__, "name": f"{record.name}#{index}"})
+        numbered.append(record)
+    return numbered
+
+
+@dataclass
+class RunReader:
+    """A validated run directory. Raises ParityInputError naming what is wrong with it."""
+
+    path: Path
+    manifest: Dict[str, Any]
+    records: Tuple[RecordInfo, ...]
+    _handles: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def open(cls, path: Path) -> "RunReader":
+        path = Path(path)
+        if not path.is_dir():
+            raise ParityInputError(f"{path} is not a directory; pass a run directory written by "
+                                   "'parity capture' or 'parity run'")
+        manifest_path = path / MANIFEST
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except FileNotFoundError:
+            raise ParityInputError(f"{path} has no {MANIFEST}: not a finished parity capture "
+                                   "(interrupted?); capture it again") from None
+        except (OSError, ValueError) as error:
+            raise ParityInputError(f"{manifest_path} is corrupt ({error}); capture again") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise ParityInputError(f"{manifest_path} is not a parity run manifest")
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise ParityInputError(
+                f"{path} was written in run format {manifest.get('format_version')!r}; this parity "
+                f"reads format {FORMAT_VERSION}: capture again with this version")
+        try:
+            records = tuple(RecordInfo.from_dict(r) for r in manifest["records"])
+            shards = {s["file"]: s for s in manifest["shards"]}
+        except (KeyError, TypeError, ValueError) as error:
+            raise ParityInputError(f"{manifest_path} is corrupt (bad record list: {error}); "
+                                   "capture again") from None
+        reader = cls(path=path, manifest=manifest, records=records)
+        for shard in shards.values():
+            reader._check_shard_size(shard)
+        return reader
+
+    @property
+    def framework(self) -> str:
+        return str(self.manifest.get("framework", "?"))
+
+    def _check_shard_size(self, shard: Dict[str, Any]) -> None:
+        file = self.path / shard["file"]
+        try:
+            size = file.stat().st_size
+        except OSError:
+            raise ParityInputError(f"{file} is missing; the run directory is incomplete, "
+                                   "capture again") from None
+        if size != shard["bytes"]:
+            raise ParityInputError(f"{file} is truncated or altered ({size} bytes, manifest says "
+                                   f"{shard['bytes']}); capture again")
+
+    def tensor(self, record: RecordInfo) -> np.ndarray:
+        """One tensor, read through a memory map: memory is bounded by the tensor, not the run."""
+        handle = self._open_shard(record.shard)
+        try:
+            return handle.get_tensor(record.key)
+        except Exception as error:  # safetensors raises its own error types
+            raise ParityInputError(f"{self.path / record.shard} has no readable tensor for "
+                                   f"{record.name} ({error}); capture again") from None
+
+    def _open_shard(self, name: str):
+        if name in self._handles:
+            return self._handles[name]
+        shard = next((s for s in self.manifest["shards"] if s["file"] == name), None)
+        if shard is None:
+            raise ParityInputError(f"{self.path / MANIFEST} names no shard {name}; capture again")
+        file = self.path / name
+        self._check_shard_size(shard)
+        if _file_crc32(file) != shard["crc32"]:
+            raise ParityInputError(f"{file} is corrupted (checksum mismatch); capture again")
+        try:
+            handle = safe_open(str(file), framework="numpy")
+        except Exception as error:  # safetensors raises its own error types
+            raise ParityInputError(f"{file} is not a readable safetensors file ({error}); "
+                                   "capture again") from None
+        self._handles[name] = handle
+        return handle
+
+
+def _file_crc32(path: Path, chunk: int = 16 * 2**20) -> int:
+    crc = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            crc = zlib.crc32(block, crc)
+    return crc
