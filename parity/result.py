@@ -54,11 +54,13 @@ class CheckResult:
     unmatched: Dict[str, Tuple[str, ...]]
     details: Dict[str, RecordDetail]
     meta: Meta
-    extra: Dict[str, Any] = field(default_factory=dict)   # observer-effect, determinism checks
+    extra: Dict[str, Any] = field(default_factory=dict)   # report path, self-checks, ...
+    drift: Optional[Any] = None          # parity.baseline.Drift when checked against a baseline
 
     @property
     def passed(self) -> bool:
-        return bool(self.comparisons) and all(c.passed for c in self.comparisons)
+        return bool(self.comparisons) and all(c.passed for c in self.comparisons) and \
+            (self.drift is None or self.drift.passed)
 
     def __bool__(self) -> bool:
         return self.passed
@@ -88,13 +90,16 @@ class CheckResult:
         frame = self.records
         if frame.empty:
             return frame
-        frame = frame.assign(excess=frame.needed_rtol / frame.rtol.where(frame.rtol > 0, 1e-300))
+        fixed = frame.needed_rtol / frame.rtol.where(frame.rtol > 0, 1e-300)
+        frame = frame.assign(excess=(frame.noise_ratio / frame.noise_factor).fillna(fixed))
         return frame.sort_values(["passed", "excess"], ascending=[True, False]).head(count)
 
     def failure_message(self, count: int = 5) -> str:
         if self.passed:
             return "parity: all records within tolerance"
         lines = []
+        if self.drift is not None and not self.drift.passed:
+            lines.append(self.drift.message())
         if self.first_divergence is not None:
             d = self.first_divergence
             lines.append(f"parity: first divergence at {d.name} · {d.kind} "
@@ -105,9 +110,9 @@ class CheckResult:
         lines.append(f"{len(failed)} of {len(self.records)} records beyond tolerance; worst:")
         for row in self.worst(count).itertuples():
             if not row.passed:
-                lines.append(f"  {row.name} · {row.kind}: max_rel {row.max_rel:.3g} "
-                             f"(rtol {row.rtol:g}), max_abs {row.max_abs:.3g}, "
-                             f"cosine {row.cosine:.6f}")
+                lines.append(f"  {row.name} · {row.kind}: {row.reason}")
+        if "report" in self.extra:
+            lines.append(f"report: {self.extra['report']}")
         return "\n".join(lines)
 
     def assert_passed(self) -> None:
@@ -131,6 +136,8 @@ class CheckResult:
             "records": records,
             "details": {k: dataclasses.asdict(v) for k, v in self.details.items()},
             "extra": self.extra,
+            "baseline": None if self.drift is None else
+            {"passed": self.drift.passed, "message": self.drift.message()},
             "meta": dataclasses.asdict(self.meta),
         }
 

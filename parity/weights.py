@@ -10,6 +10,8 @@ State dicts are read without executing code: ``.safetensors`` directly, ``.pth``
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -22,6 +24,7 @@ from parity.errors import ParityInputError
 IGNORED_TORCH_SUFFIXES = (".num_batches_tracked",)
 
 StateDict = Dict[str, np.ndarray]
+ORDER_KEY = "parity.order"      # safetensors metadata: the state dict's key order, as JSON
 
 
 def is_ignored(name: str) -> bool:
@@ -35,15 +38,39 @@ def load_state_dict(path: Path) -> StateDict:
         raise ParityInputError(f"weights file {path} does not exist")
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
-        from safetensors.numpy import load_file
-        try:
-            return dict(load_file(str(path)))
-        except Exception as error:  # safetensors raises its own error types
-            raise ParityInputError(f"{path} is not a readable safetensors file ({error})") from None
+        return _load_safetensors(path)
     if suffix in (".pth", ".pt"):
         return _load_torch_file(path)
     raise ParityInputError(f"{path}: unknown weights format {suffix!r}; "
                            "use .safetensors, .pth or .pt")
+
+
+def save_state_dict_bytes(state_dict: Mapping[str, np.ndarray]) -> bytes:
+    """safetensors bytes that remember the state dict's order (safetensors sorts keys)."""
+    from safetensors.numpy import save
+    return save(dict(state_dict), metadata={ORDER_KEY: json.dumps(list(state_dict))})
+
+
+def _natural_key(name: str) -> List:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _load_safetensors(path: Path) -> StateDict:
+    """Tensors in the state dict's own order: structural alignment matches in order.
+
+    Files written by parity carry the order; other files are sorted naturally
+    (``layer2`` before ``layer10``), which is definition order for most numbered models.
+    """
+    from safetensors import safe_open
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            names = list(handle.keys())
+            order = json.loads((handle.metadata() or {}).get(ORDER_KEY, "null"))
+            if not isinstance(order, list) or sorted(order) != sorted(names):
+                order = sorted(names, key=_natural_key)
+            return {name: handle.get_tensor(name) for name in order}
+    except Exception as error:  # safetensors raises its own error types, json ValueError
+        raise ParityInputError(f"{path} is not a readable safetensors file ({error})") from None
 
 
 def _load_torch_file(path: Path) -> StateDict:

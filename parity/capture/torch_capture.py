@@ -13,7 +13,7 @@ from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.records import FP64
 from parity.rundir import INITIAL_WEIGHTS, RunWriter
-from parity.weights import is_ignored, load_state_dict
+from parity.weights import is_ignored, load_state_dict, save_state_dict_bytes
 
 
 
@@ -117,8 +117,6 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     instead of a constant (the approach of torch dynamo's accuracy checker).
     """
     import torch
-    from safetensors.numpy import save as save_safetensors
-
     from parity.models_loader import build_torch_model
 
     torch.manual_seed(config.seed)
@@ -139,7 +137,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     initial = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
 
     with RunWriter(out, "torch") as writer:
-        writer.write_file(INITIAL_WEIGHTS, save_safetensors(initial))
+        writer.write_file(INITIAL_WEIGHTS, save_state_dict_bytes(initial))
         writer.add("input", "input", x)
         writer.add("target", "input", y)
         _train_step(model, x, y, config, writer.add)

@@ -143,6 +143,10 @@ def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"(NaN torch {first.nan_torch} / MindSpore {first.nan_mindspore},"
                                 f" Inf torch {first.inf_torch} / MindSpore {first.inf_mindspore})"
                                 ": check the batch and the weights.", confidence="certain")
+    if first.kind == "input" and first.name == "target":
+        return Diagnosis(cause="labels differ",
+                         detail="the two sides trained on different labels: pass the same "
+                                "--input file (or seed) to both captures.", confidence="certain")
     if first.kind == "input":
         return Diagnosis(cause="preprocessing differs",
                          detail=f"the model {first.name} is not identical before conv1: resize "

@@ -78,7 +78,7 @@ def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
         return 1.0
     if norm_a == 0.0 or norm_b == 0.0:
         return 0.0
-    return float(np.dot(a, b) / (norm_a * norm_b))
+    return float(np.clip(np.dot(a, b) / (norm_a * norm_b), -1.0, 1.0))
 
 
 def _rms(values: np.ndarray) -> float:

@@ -33,7 +33,7 @@ from parity.records import KINDS
 # it), so fp32 reordering noise passes and the catalogued bugs — all >= 1e-2 relative at the
 # record where they first show — fail.
 DEFAULTS: Dict[str, Tolerance] = {
-    "input": Tolerance(rtol=0.0, atol=0.0, min_cosine=1.0),        # must be bit-identical
+    "input": Tolerance(rtol=0.0, atol=0.0, min_cosine=0.0),        # must be bit-identical
     "forward": Tolerance(rtol=1e-3, atol=1e-6, min_cosine=0.99999),
     "loss": Tolerance(rtol=1e-4, atol=1e-6, min_cosine=0.0),
     "grad": Tolerance(rtol=1e-2, atol=1e-9, min_cosine=0.9999),

@@ -1,0 +1,103 @@
+"""Golden baselines: the per-record errors of a known-good run, to catch drift.
+
+A port that matches today can drift after a MindSpore upgrade while every record still passes
+its absolute tolerance. ``check`` fails when any record's error grows beyond ``factor`` times
+its baseline (errors below ``FLOOR`` count as ``FLOOR``: float32's own resolution, so that a
+baseline of ~0 does not turn every rounding change into drift).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from parity.errors import ParityInputError
+from parity.io import write_text
+from parity.result import CheckResult
+
+FORMAT = "parity-report/baseline"      # contains the marker, so parity may replace its own file
+FORMAT_VERSION = 1
+DEFAULT_FACTOR = 4.0
+FLOOR = 1e-7           # relative error at float32 resolution (eps = 1.2e-7)
+
+
+def record_error(ms_error: float, max_rel: float) -> float:
+    """The error a baseline tracks: distance from torch's float64 rerun, else from torch."""
+    return ms_error if isinstance(ms_error, float) and math.isfinite(ms_error) else max_rel
+
+
+@dataclass(frozen=True)
+class Drift:
+    factor: float
+    grown: Tuple[Tuple[str, str, float, float], ...] = ()       # name, kind, baseline, now
+    missing: Tuple[str, ...] = ()
+    added: Tuple[str, ...] = field(default=())
+
+    @property
+    def passed(self) -> bool:
+        return not self.grown and not self.missing
+
+    def message(self) -> str:
+        if self.passed:
+            extra = f"; {len(self.added)} new record(s) not in the baseline" if self.added else ""
+            return f"baseline: no record's error grew beyond {self.factor:g}x{extra}"
+        lines = [f"baseline drift: {len(self.grown)} record(s) grew beyond {self.factor:g}x "
+                 f"their baseline error, {len(self.missing)} record(s) missing"]
+        for name, kind, before, now in self.grown[:10]:
+            lines.append(f"  {name} · {kind}: {before:.3g} -> {now:.3g} "
+                         f"({now / max(before, FLOOR):.3g}x)")
+        if self.missing:
+            lines.append(f"  missing: {', '.join(self.missing[:10])}")
+        lines.append("If the change is intended, re-save the baseline "
+                     "(parity baseline save, or pytest --parity-update-baseline).")
+        return "\n".join(lines)
+
+
+def _errors(result: CheckResult) -> Dict[str, float]:
+    return {f"{c.kind}:{c.name}": record_error(c.ms_error, c.max_rel)
+            for c in result.comparisons}
+
+
+def save(result: CheckResult, out: Path) -> Path:
+    if not result.passed:
+        raise ParityInputError("refusing to save a baseline from a run that fails parity; "
+                               "a baseline must come from a known-good run")
+    data = {"format": FORMAT, "format_version": FORMAT_VERSION,
+            "versions": result.meta.versions, "seed": result.meta.seed,
+            "errors": _errors(result)}
+    return write_text(Path(out), json.dumps(data, indent=1, sort_keys=False))
+
+
+def load(path: Path) -> Dict[str, float]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ParityInputError(f"baseline {path} does not exist; create it with "
+                               "'parity baseline save RUN --out FILE'") from None
+    except (OSError, ValueError) as error:
+        raise ParityInputError(f"baseline {path} is not readable JSON ({error})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ParityInputError(f"{path} is not a parity baseline")
+    if data.get("format_version") != FORMAT_VERSION:
+        raise ParityInputError(f"{path} has baseline format {data.get('format_version')!r}; "
+                               f"this parity reads {FORMAT_VERSION}: save it again")
+    return {str(k): float(v) for k, v in data["errors"].items()}
+
+
+def check(result: CheckResult, baseline: Path, factor: Optional[float] = None) -> Drift:
+    factor = DEFAULT_FACTOR if factor is None else float(factor)
+    if factor < 1:
+        raise ParityInputError(f"--factor must be at least 1, got {factor:g}")
+    before, now = load(baseline), _errors(result)
+    grown: List[Tuple[str, str, float, float]] = []
+    for key, error in now.items():
+        if key in before and not error <= factor * max(before[key], FLOOR):
+            kind, _, name = key.partition(":")
+            grown.append((name, kind, before[key], error))
+    grown.sort(key=lambda g: -g[3] / max(g[2], FLOOR))
+    return Drift(factor=factor, grown=tuple(grown),
+                 missing=tuple(k for k in before if k not in now),
+                 added=tuple(k for k in now if k not in before))

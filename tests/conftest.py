@@ -1,0 +1,82 @@
+"""Shared fixtures: the parity CLI as a user runs it, and captures reused across tests.
+
+mindspore is imported before torch in this process (DESIGN.md: the libgomp static-TLS failure
+seen elsewhere is avoided by that order).
+"""
+
+from __future__ import annotations
+
+import mindspore  # noqa: F401  (first, before anything imports torch)
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--torch-model", "tests.tiny:torch_tiny", "--ms-model", "tests.tiny:ms_tiny",
+        "--image-size", "16"]
+
+
+def parity_cli(*args: str, cwd: Path = REPO, timeout: int = 900) -> subprocess.CompletedProcess:
+    """``python -m parity ARGS`` in a fresh process, as a user would run it."""
+    env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "parity", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_error(process: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit 2, one 'parity: error:' line naming the problem, no traceback."""
+    assert process.returncode == 2, (process.returncode, process.stdout, process.stderr)
+    lines = [line for line in process.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, process.stderr
+    assert lines[0].startswith("parity: error: "), lines[0]
+    assert "Traceback" not in process.stderr + process.stdout
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def read_json(path: Path) -> Dict:
+    return json.loads(Path(path).read_text())
+
+
+@pytest.fixture(scope="session")
+def resnet50_run(tmp_path_factory) -> Path:
+    """`parity run` of the built-in ResNet50 pair at batch 2, 64² (the default size)."""
+    root = tmp_path_factory.mktemp("resnet50")
+    process = parity_cli("run", "--out", root / "run", "--json", root / "report.json",
+                         "--csv", root / "records.csv", "--html", root / "report.html")
+    assert process.returncode == 0, process.stdout + process.stderr
+    return root
+
+
+@pytest.fixture(scope="session")
+def capture_mindspore(resnet50_run, tmp_path_factory):
+    """MindSpore captures against the shared torch capture, one per argument list (cached)."""
+    cache: Dict[tuple, Path] = {}
+
+    def capture(*args: str) -> Path:
+        if args not in cache:
+            out = tmp_path_factory.mktemp("ms") / "mindspore"
+            process = parity_cli("capture", "--framework", "mindspore", "--reference",
+                                 resnet50_run / "run" / "torch", "--out", out, *args)
+            assert process.returncode == 0, process.stdout + process.stderr
+            cache[args] = out
+        return cache[args]
+
+    return capture
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A run of the tiny pair: small run directories to damage in hostile-input tests."""
+    root = tmp_path_factory.mktemp("tiny")
+    process = parity_cli("run", *TINY, "--out", root / "run", "--json", root / "report.json")
+    assert process.returncode == 0, process.stdout + process.stderr
+    return root / "run"

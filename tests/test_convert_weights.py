@@ -1,0 +1,109 @@
+"""`parity convert-weights`: checkpoints MindSpore loads completely; bad files exit 2."""
+
+from __future__ import annotations
+
+import os
+
+import mindspore as ms
+import numpy as np
+import torch
+import torchvision
+from safetensors.numpy import save_file
+
+from models import resnet_mindspore as port
+from tests.conftest import assert_one_line_error, parity_cli
+
+
+class _Exploit:
+    """Unpickling this would run a shell command that creates a file."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _resnet18_weights(path, num_classes=10):
+    torch.manual_seed(1)
+    state = torchvision.models.resnet18(num_classes=num_classes).state_dict()
+    torch.save(state, path)
+    return state
+
+
+def test_ckpt_loads_with_no_parameter_left_unloaded(tmp_path):
+    state = _resnet18_weights(tmp_path / "w.pth")
+    process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
+                         "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+    assert process.returncode == 0, process.stderr
+    net = port.resnet18(num_classes=10)
+    not_loaded, _ = ms.load_param_into_net(net, ms.load_checkpoint(str(tmp_path / "w.ckpt")))
+    assert not_loaded == []
+    np.testing.assert_array_equal(net.layer3[1].bn2.moving_variance.asnumpy(),
+                                  state["layer3.1.bn2.running_var"].numpy())
+    np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
+
+
+def test_safetensors_output_when_the_suffix_says_so(tmp_path):
+    state = _resnet18_weights(tmp_path / "w.pth")
+    process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
+                         "--torch-weights", tmp_path / "w.pth",
+                         "--out", tmp_path / "w.safetensors")
+    assert process.returncode == 0, process.stderr
+    from safetensors.numpy import load_file
+    loaded = load_file(str(tmp_path / "w.safetensors"))
+    np.testing.assert_array_equal(loaded["layer1.0.bn1.gamma"],
+                                  state["layer1.0.bn1.weight"].numpy())
+
+
+def test_safetensors_input(tmp_path):
+    state = _resnet18_weights(tmp_path / "w.pth")
+    save_file({k: v.numpy() for k, v in state.items()}, str(tmp_path / "w.safetensors"))
+    process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
+                         "--torch-weights", tmp_path / "w.safetensors",
+                         "--out", tmp_path / "w.ckpt")
+    assert process.returncode == 0, process.stderr
+
+
+def test_missing_key_exits_2_naming_it(tmp_path):
+    state = _resnet18_weights(tmp_path / "w.pth")
+    del state["layer4.1.bn2.running_mean"]
+    torch.save(state, tmp_path / "w.pth")
+    process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
+                         "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+    assert_one_line_error(process, "layer4.1.bn2.moving_mean", "missing key")
+    assert not (tmp_path / "w.ckpt").exists()
+
+
+def test_extra_key_exits_2_naming_it(tmp_path):
+    state = _resnet18_weights(tmp_path / "w.pth")
+    state["aux.weight"] = torch.zeros(4)
+    torch.save(state, tmp_path / "w.pth")
+    process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
+                         "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+    assert_one_line_error(process, "aux.weight", "extra key")
+
+
+def test_wrong_shape_exits_2_naming_it(tmp_path):
+    _resnet18_weights(tmp_path / "w.pth", num_classes=7)
+    process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
+                         "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+    assert_one_line_error(process, "fc.weight: torch shape (7, 512)")
+
+
+def test_pickled_object_is_refused_never_executed(tmp_path):
+    marker = tmp_path / "pwned"
+    torch.save({"conv1.weight": _Exploit(str(marker))}, tmp_path / "evil.pth")
+    process = parity_cli("convert-weights", "--model", "resnet18",
+                         "--torch-weights", tmp_path / "evil.pth", "--out", tmp_path / "w.ckpt")
+    assert_one_line_error(process, "refused without executing")
+    assert not marker.exists()
+
+
+def test_existing_output_is_never_overwritten(tmp_path):
+    _resnet18_weights(tmp_path / "w.pth")
+    (tmp_path / "w.ckpt").write_text("my precious checkpoint")
+    process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
+                         "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+    assert_one_line_error(process, "already exists")
+    assert (tmp_path / "w.ckpt").read_text() == "my precious checkpoint"

@@ -1,0 +1,100 @@
+"""The single-step engine end to end: the built-in pair passes, injected bugs are found where
+they are, user pairs with their own names align."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import parity_cli, read_json
+
+RECORD_KEYS = {"name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine"}
+KINDS = {"input", "forward", "loss", "grad", "update", "weight", "buffer", "optimizer_state"}
+
+
+def test_builtin_pair_passes_with_the_documented_json(resnet50_run):
+    report = read_json(resnet50_run / "report.json")
+    assert report["passed"] is True
+    assert report["first_divergence"] is None
+    assert report["unmatched"] == {}
+    assert {r["kind"] for r in report["records"]} == KINDS
+    for record in report["records"]:
+        assert RECORD_KEYS <= set(record)
+    names = {(r["kind"], r["name"]) for r in report["records"]}
+    # PyTorch vocabulary throughout, one record per call of a reused module
+    assert ("grad", "layer1.0.bn1.weight") in names
+    assert ("buffer", "layer1.0.bn1.running_var") in names
+    assert ("optimizer_state", "fc.weight.momentum_buffer") in names
+    assert {("forward", f"layer1.0.relu#{k}") for k in range(3)} <= names
+    assert report["meta"]["seed"] == 0
+    assert report["meta"]["versions"]["mindspore"]["mindspore"]
+    assert report["meta"]["config"]["torch"]["batch_size"] == 2
+    assert (resnet50_run / "records.csv").read_text().startswith("name,kind,shape,passed,")
+
+
+def test_forward_records_are_in_execution_order(resnet50_run):
+    report = read_json(resnet50_run / "report.json")
+    forward = [r["name"] for r in report["records"] if r["kind"] == "forward"]
+    assert forward[:5] == ["conv1", "bn1", "relu", "maxpool", "layer1.0.conv1"]
+    assert forward.index("layer1.0.conv3") < forward.index("layer1.0.downsample.0")
+    assert forward[-2:] == ["avgpool", "fc"]
+
+
+def _compare(resnet50_run, ms_run, tmp_path):
+    process = parity_cli("compare", resnet50_run / "run" / "torch", ms_run,
+                         "--json", tmp_path / "r.json", "--quiet")
+    return process, read_json(tmp_path / "r.json")
+
+
+@pytest.mark.parametrize("factory, name, kind, cause", [
+    ("bn_eps_bug", "layer2.0.bn2", "forward", "BatchNorm eps differs"),
+    ("same_padding_bug", "layer2.0.conv2", "forward", "pad_mode='same'"),
+    ("missing_relu_bug", "layer3.1", "forward", "missing activation"),
+    ("bn_momentum_bug", "layer1.0.bn1.running_mean", "buffer", "BatchNorm momentum convention"),
+])
+def test_injected_port_bug_is_found_where_it_is(resnet50_run, capture_mindspore, tmp_path,
+                                                factory, name, kind, cause):
+    ms_run = capture_mindspore("--ms-model", f"tests.ports:{factory}",
+                               "--torch-model", "torchvision.models:resnet50")
+    process, report = _compare(resnet50_run, ms_run, tmp_path)
+    assert process.returncode == 1, process.stderr
+    assert report["passed"] is False
+    assert report["first_divergence"]["name"] == name
+    assert report["first_divergence"]["kind"] == kind
+    assert cause in report["diagnosis"]["cause"]
+    before = [r for r in report["records"] if r["order"] < next(
+        r["order"] for r in report["records"] if r["name"] == name and r["kind"] == kind)]
+    assert all(r["passed"] for r in before)
+
+
+@pytest.mark.parametrize("options, kind, cause", [
+    (("--ms-weight-decay-scope", "no-gamma-beta"), "update", "weight decay skipped"),
+    (("--ms-loss-scale", "1024", "--ms-no-scale-loss"), "update", "loss scale"),
+])
+def test_optimizer_convention_is_found_in_the_update(resnet50_run, capture_mindspore, tmp_path,
+                                                     options, kind, cause):
+    process, report = _compare(resnet50_run, capture_mindspore(*options), tmp_path)
+    assert process.returncode == 1
+    assert report["first_divergence"]["kind"] == kind
+    assert cause in report["diagnosis"]["cause"]
+    assert all(r["passed"] for r in report["records"] if r["kind"] in ("forward", "grad"))
+
+
+def test_correct_loss_scaling_keeps_parity(resnet50_run, capture_mindspore, tmp_path):
+    process, report = _compare(resnet50_run, capture_mindspore("--ms-loss-scale", "1024"),
+                               tmp_path)
+    assert process.returncode == 0, report["first_divergence"]
+
+
+def test_user_pair_with_its_own_names_aligns_completely(resnet50_run, capture_mindspore,
+                                                        tmp_path):
+    ms_run = capture_mindspore("--ms-model", "tests.ports:renamed_resnet50",
+                               "--torch-model", "torchvision.models:resnet50")
+    process, report = _compare(resnet50_run, ms_run, tmp_path)
+    assert report["unmatched"] == {}
+    assert process.returncode == 0, report["first_divergence"]
+    by_name = {(r["kind"], r["name"]): r["mindspore_name"] for r in report["records"]}
+    assert by_name[("forward", "maxpool")] == "max_pool"
+    assert by_name[("forward", "fc")] == "classifier"
+    assert by_name[("forward", "layer2.0.downsample")] == "stages.1.0.down_sample"
+    assert by_name[("grad", "layer3.2.bn1.weight")] == "stages.2.2.norm_a.gamma"
+    assert by_name[("forward", "layer1.0.relu#2")] == "stages.0.0.act#2"

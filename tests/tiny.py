@@ -1,0 +1,34 @@
+"""A tiny conv net in both frameworks: fast enough for plugin and API tests."""
+
+from __future__ import annotations
+
+import mindspore  # noqa: F401  (before torch)
+import mindspore.nn as msnn
+import torch.nn as tnn
+
+from models.resnet_mindspore import GlobalAvgPool
+
+
+def torch_tiny() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False), tnn.BatchNorm2d(8),
+                          tnn.ReLU(), tnn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False),
+                          tnn.BatchNorm2d(8), tnn.ReLU(), tnn.AdaptiveAvgPool2d(1),
+                          tnn.Flatten(), tnn.Linear(8, 10))
+
+
+def _ms_tiny(final_relu: bool = True, pad_mode: str = "pad") -> msnn.Cell:
+    padding = 1 if pad_mode == "pad" else 0
+    return msnn.SequentialCell([
+        msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1), msnn.BatchNorm2d(8, momentum=0.9),
+        msnn.ReLU(), msnn.Conv2d(8, 8, 3, stride=2, pad_mode=pad_mode, padding=padding),
+        msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU() if final_relu else msnn.Identity(),
+        GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
+
+
+def ms_tiny() -> msnn.Cell:
+    return _ms_tiny()
+
+
+def ms_tiny_same_padding() -> msnn.Cell:
+    """The stride-2 conv (cell "3") with pad_mode='same'."""
+    return _ms_tiny(pad_mode="same")
