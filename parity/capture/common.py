@@ -69,10 +69,11 @@ def load_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
     """A user batch from an .npz with ``x`` (float32 N×C×H×W) and ``y`` (integer labels)."""
     try:
         with np.load(path, allow_pickle=False) as data:
+            missing = [key for key in ("x", "y") if key not in data.files]
+            if missing:
+                raise ParityInputError(f"{path} lacks array(s) {', '.join(missing)}; an --input "
+                                       ".npz needs 'x' (N×C×H×W) and 'y' (class indices)")
             x, y = data["x"], data["y"]
-    except KeyError as error:
-        raise ParityInputError(f"{path} lacks array {error}; an --input .npz needs 'x' and 'y'") \
-            from None
     except (OSError, ValueError) as error:
         raise ParityInputError(f"{path} is not a readable .npz file ({error})") from None
     if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):

@@ -55,6 +55,11 @@ def error_chart(comparisons: Sequence[Comparison], title: str, xlabel: str) -> s
               alpha=0.7, label="1 − cosine")
     failed = [(i, c) for i, c in enumerate(comparisons) if not c.passed]
     if failed:
+        first = failed[0][0]
+        axis.axvline(first, color="black", lw=0.8, ls=":")
+        axis.annotate(f"first divergence: {failed[0][1].name}", (first, 0.0), parse_math=False,
+                      xycoords=("data", "axes fraction"), xytext=(4, 6),
+                      textcoords="offset points", fontsize=8)
         y = _positive([c.ms_error if calibrated else c.max_rel for _, c in failed])
         axis.scatter([i for i, _ in failed], [v if math.isfinite(v) else 1.0 for v in y],
                      marker="x", color="black", zorder=5, label="violation")
@@ -63,7 +68,8 @@ def error_chart(comparisons: Sequence[Comparison], title: str, xlabel: str) -> s
     axis.set_ylabel("relative error (RMS)" if calibrated else "relative error")
     axis.set_title(title, loc="left")
     axis.grid(True, which="major", alpha=0.3)
-    axis.legend(loc="upper left", fontsize=8, ncol=3, frameon=False)
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=8, ncol=5,
+                frameon=False)
     return _svg(figure)
 
 

@@ -1,0 +1,168 @@
+"""Broken and hostile inputs: one line naming the problem, exit 2, nothing overwritten."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parity.errors import ParityInputError
+from tests.conftest import REPO, TINY, assert_one_line_error, parity_cli, read_json
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "copy"
+    shutil.copytree(run, target)
+    return target
+
+
+def _shard(run: Path) -> Path:
+    return sorted(run.glob("tensors-*.safetensors"))[0]
+
+
+def test_truncated_shard(tiny_run, tmp_path):
+    ms_run = _copy(tiny_run / "mindspore", tmp_path)
+    shard = _shard(ms_run)
+    shard.write_bytes(shard.read_bytes()[:-100])
+    process = parity_cli("compare", tiny_run / "torch", ms_run)
+    assert_one_line_error(process, "truncated", shard.name)
+
+
+def test_corrupted_shard_bytes(tiny_run, tmp_path):
+    ms_run = _copy(tiny_run / "mindspore", tmp_path)
+    shard = _shard(ms_run)
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    process = parity_cli("compare", tiny_run / "torch", ms_run)
+    assert_one_line_error(process, "corrupted", shard.name)
+
+
+def test_garbage_manifest(tiny_run, tmp_path):
+    ms_run = _copy(tiny_run / "mindspore", tmp_path)
+    (ms_run / "manifest.json").write_text('{"format": "parity-run", "records": [')
+    assert_one_line_error(parity_cli("compare", tiny_run / "torch", ms_run), "corrupt")
+
+
+def test_missing_manifest_means_incomplete(tiny_run, tmp_path):
+    ms_run = _copy(tiny_run / "mindspore", tmp_path)
+    (ms_run / "manifest.json").unlink()
+    assert_one_line_error(parity_cli("compare", tiny_run / "torch", ms_run), "no manifest.json")
+
+
+def test_manifest_from_another_format_version(tiny_run, tmp_path):
+    ms_run = _copy(tiny_run / "mindspore", tmp_path)
+    manifest = read_json(ms_run / "manifest.json")
+    manifest["format_version"] = 99
+    (ms_run / "manifest.json").write_text(json.dumps(manifest))
+    assert_one_line_error(parity_cli("compare", tiny_run / "torch", ms_run), "format 99")
+
+
+def test_run_directory_from_a_different_model(tiny_run, resnet50_run):
+    process = parity_cli("compare", tiny_run / "torch", resnet50_run / "run" / "mindspore")
+    assert_one_line_error(process, "different model")
+
+
+def test_two_captures_of_the_same_framework(tiny_run):
+    process = parity_cli("compare", tiny_run / "torch", tiny_run / "torch")
+    assert_one_line_error(process, "both")
+
+
+def test_nan_in_the_batch_is_the_first_divergence_not_a_crash(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    x[1, 2, 3, 4] = np.nan
+    np.savez(tmp_path / "batch.npz", x=x, y=np.array([1, 2]))
+    process = parity_cli("run", *TINY, "--input", tmp_path / "batch.npz", "--out",
+                         tmp_path / "run", "--json", tmp_path / "r.json", "--quiet")
+    assert process.returncode == 1, process.stderr
+    report = read_json(tmp_path / "r.json")
+    assert report["first_divergence"]["name"] == "input"
+    assert report["diagnosis"]["cause"] == "non-finite values"
+    first = next(r for r in report["records"] if r["name"] == "input")
+    assert first["nan_torch"] == first["nan_mindspore"] == 1
+
+
+def test_batch_file_without_labels(tmp_path):
+    np.savez(tmp_path / "batch.npz", x=np.zeros((2, 3, 8, 8), np.float32))
+    process = parity_cli("run", *TINY, "--input", tmp_path / "batch.npz", "--out",
+                         tmp_path / "run")
+    assert_one_line_error(process, "lacks array(s) y")
+
+
+def test_output_directory_that_is_not_a_parity_run(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("precious")
+    process = parity_cli("run", *TINY, "--out", tmp_path / "mine")
+    assert_one_line_error(process, "not a parity run directory")
+    assert (tmp_path / "mine" / "thesis.tex").read_text() == "precious"
+
+
+def test_report_path_holding_a_user_file(tiny_run, tmp_path):
+    (tmp_path / "notes.json").write_text("my notes")
+    process = parity_cli("compare", tiny_run / "torch", tiny_run / "mindspore",
+                         "--json", tmp_path / "notes.json")
+    assert_one_line_error(process, "already exists")
+    assert (tmp_path / "notes.json").read_text() == "my notes"
+
+
+def test_unknown_option():
+    assert_one_line_error(parity_cli("run", "--batchsize", "2"), "unrecognized arguments")
+
+
+def test_unknown_model():
+    assert_one_line_error(parity_cli("run", "--model", "vgg16"), "unknown model 'vgg16'")
+
+
+def test_unimportable_factory(tmp_path):
+    process = parity_cli("run", "--torch-model", "nosuch.module:f", "--ms-model",
+                         "tests.tiny:ms_tiny", "--out", tmp_path / "run")
+    assert_one_line_error(process, "cannot import 'nosuch.module'")
+
+
+def test_bad_tolerance_file(tiny_run, tmp_path):
+    (tmp_path / "tol.toml").write_text("[forward]\nrtoll = 1e-3\n")
+    process = parity_cli("compare", tiny_run / "torch", tiny_run / "mindspore",
+                         "--tolerance", tmp_path / "tol.toml")
+    assert_one_line_error(process, "unknown key(s) rtoll")
+
+
+def test_no_space_left_leaves_no_run_directory(tmp_path, monkeypatch):
+    """ENOSPC while a shard is written: a clean error and no half-written directory."""
+    import errno
+
+    from parity import rundir
+    from parity.capture.torch_capture import capture_torch
+    from parity.config import StepConfig
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rundir.os, "fsync", full_disk)
+    with pytest.raises(ParityInputError, match="no space left"):
+        capture_torch(StepConfig(batch_size=2, image_size=16), tmp_path / "run",
+                      factory="tests.tiny:torch_tiny")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_during_capture_exits_130_and_leaves_nothing(tmp_path):
+    out = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "parity", "capture", "--framework", "torch", "--out", str(out)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(tmp_path.glob(".run.partial-*")):
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".run.partial-*")), "capture never started writing"
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,73 @@
+"""The pytest plugin, driven with pytester as a user's own test suite would use it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import REPO
+
+USER_TEST = """
+import mindspore
+from tests.tiny import torch_tiny, ms_tiny, ms_tiny_same_padding
+
+def test_good_port(parity_check):
+    parity_check(torch_tiny(), ms_tiny(), batch_size=2, image_size=16).assert_passed()
+
+def test_broken_port(parity_check):
+    parity_check(torch_tiny(), ms_tiny_same_padding(), batch_size=2,
+                 image_size=16).assert_passed()
+"""
+
+
+@pytest.fixture
+def user_suite(pytester, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.setenv("GLOG_v", "3")
+    pytester.makepyfile(test_user_port=USER_TEST)
+    return pytester
+
+
+def test_good_pair_passes_and_broken_pair_names_the_layer(user_suite, tmp_path):
+    reports = tmp_path / "parity-reports"
+    result = user_suite.runpytest_subprocess(f"--parity-report-dir={reports}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*parity: first divergence at 3 · forward*",
+        "*likely cause: Conv2d pad_mode='same' with stride > 1*",
+        f"*report: {reports}/test_broken_port.html*",
+    ])
+    assert (reports / "test_good_port.html").exists()
+    broken = json.loads((reports / "test_broken_port.json").read_text())
+    assert broken["first_divergence"]["name"] == "3"
+
+
+def test_plugin_is_registered_by_the_installed_entry_point(user_suite):
+    result = user_suite.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(["*--parity-report-dir=DIR*", "*--parity-update-baseline*"])
+
+
+def test_baseline_written_then_checked(user_suite, tmp_path):
+    baseline = tmp_path / "golden.json"
+    user_suite.makepyfile(test_baseline=f"""
+import mindspore
+from tests.tiny import torch_tiny, ms_tiny
+
+def test_against_baseline(parity_check):
+    parity_check(torch_tiny(), ms_tiny(), batch_size=2, image_size=16,
+                 baseline={str(baseline)!r}).assert_passed()
+""")
+    first = user_suite.runpytest_subprocess("test_baseline.py", "--parity-update-baseline")
+    first.assert_outcomes(passed=1)
+    assert json.loads(baseline.read_text())["errors"]
+    again = user_suite.runpytest_subprocess("test_baseline.py")
+    again.assert_outcomes(passed=1)
+
+    golden = json.loads(baseline.read_text())
+    golden["errors"] = {k: v / 1000 for k, v in golden["errors"].items()}
+    baseline.write_text(json.dumps(golden))
+    drifted = user_suite.runpytest_subprocess("test_baseline.py")
+    drifted.assert_outcomes(failed=1)
+    drifted.stdout.fnmatch_lines(["*baseline drift:*grew beyond 4x*"])
