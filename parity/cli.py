@@ -191,7 +191,10 @@ def factories(args: argparse.Namespace) -> tuple:
 
 def _console(stderr: bool = False):
     from rich.console import Console
-    return Console(stderr=stderr, highlight=False)
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        console.width = 140       # logs and CI: no terminal to size the tables to
+    return console
 
 
 def _write_reports(result, args: argparse.Namespace, defaults: Optional[dict] = None) -> List[Path]:

@@ -1,0 +1,147 @@
+"""Pure pieces of compare: metrics, tolerance policy, alignment. No framework needed."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from parity.align import align_forward, align_parameters, align_sequences, normalise
+from parity.compare.metrics import Tolerance, compare_tensors, cosine_similarity
+from parity.compare.tolerance import DEFAULTS, TolerancePolicy
+from parity.errors import ParityInputError
+from parity.records import RecordInfo
+
+FIXED = Tolerance(rtol=1e-3, atol=1e-6, min_cosine=0.999)
+
+
+def test_identical_tensors_pass_with_zero_error():
+    a = np.linspace(-1, 1, 100, dtype=np.float32)
+    stats = compare_tensors(a, a.copy(), FIXED)
+    assert stats.passed and stats.max_abs == 0.0 and stats.cosine == 1.0
+
+
+def test_relative_error_is_guarded_by_the_tensor_scale():
+    a = np.array([1.0, -1.0, 1e-9], dtype=np.float32)
+    b = a + np.float32(5e-4)                     # 5e-4 of the RMS everywhere
+    stats = compare_tensors(a, b, FIXED)
+    assert stats.passed                          # not 5e5 "relative" at the ~0 element
+    assert stats.max_rel == pytest.approx(5e-4 / math.sqrt(2 / 3), rel=1e-3)
+
+
+def test_one_bad_element_fails_and_is_located():
+    a = np.zeros((4, 5), np.float32) + 1
+    b = a.copy()
+    b[2, 3] = 1.5
+    stats = compare_tensors(a, b, FIXED)
+    assert not stats.passed
+    assert stats.worst_index == (2, 3) and stats.worst_mindspore == 1.5
+    assert stats.needed_rtol == pytest.approx(0.5 - 1e-6)
+    assert "1 / 20 elements" in stats.reason
+
+
+def test_nan_fails_unless_allowed():
+    a = np.array([1.0, np.nan], np.float32)
+    stats = compare_tensors(a, a.copy(), FIXED)
+    assert not stats.passed and stats.nan_torch == stats.nan_mindspore == 1
+    allowed = Tolerance(rtol=1e-3, atol=1e-6, min_cosine=0.999, allow_nan=True)
+    assert compare_tensors(a, a.copy(), allowed).passed
+
+
+def test_noise_calibrated_verdict_uses_torchs_own_float32_error():
+    rng = np.random.default_rng(0)
+    exact = rng.standard_normal(10_000)
+    torch32 = exact + rng.standard_normal(10_000) * 1e-3      # a very noisy "float32"
+    near = exact + rng.standard_normal(10_000) * 2e-3          # twice as noisy: passes
+    far = exact + rng.standard_normal(10_000) * 1e-2           # ten times: fails
+    tolerance = DEFAULTS["forward"]
+    good = compare_tensors(torch32, near, tolerance, torch_fp64=exact)
+    bad = compare_tensors(torch32, far, tolerance, torch_fp64=exact)
+    assert good.passed and good.noise_ratio == pytest.approx(2, rel=0.05)
+    assert not bad.passed and bad.noise_ratio == pytest.approx(10, rel=0.05)
+    assert good.fp32_noise == pytest.approx(1e-3, rel=0.05)
+
+
+def test_cosine_edge_cases():
+    zero = np.zeros(3)
+    assert cosine_similarity(zero, zero) == 1.0
+    assert cosine_similarity(zero, np.ones(3)) == 0.0
+    assert cosine_similarity(np.ones(3), -np.ones(3)) == -1.0
+
+
+def test_tolerance_overrides_resolve_last_match_and_report_unused(tmp_path):
+    (tmp_path / "tol.toml").write_text(
+        "[grad]\nnoise_factor = 8\n"
+        "[[override]]\npattern = \"layer4.*\"\nrtol = 0.5\n"
+        "[[override]]\npattern = \"layer4.2.*\"\nkind = \"forward\"\nrtol = 0.25\n"
+        "[[override]]\npattern = \"classifer.*\"\nrtol = 1\n")
+    policy = TolerancePolicy.from_toml(tmp_path / "tol.toml")
+    assert policy.resolve("conv1", "grad").noise_factor == 8
+    assert policy.resolve("layer4.0.conv1", "forward").rtol == 0.5
+    assert policy.resolve("layer4.2.conv1", "forward").rtol == 0.25
+    assert policy.resolve("layer4.2.conv1", "grad").rtol == 0.5
+    assert policy.unused_overrides() == ("classifer.*",)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[forwrd]\nrtol = 1\n", "unknown section 'forwrd'"),
+    ("[forward]\nrtol = -1\n", "must be a number >= 0"),
+    ("[[override]]\nrtol = 1\n", "needs pattern"),
+    ("[forward\n", "not valid TOML"),
+])
+def test_bad_tolerance_files_are_refused(tmp_path, text, message):
+    (tmp_path / "tol.toml").write_text(text)
+    with pytest.raises(ParityInputError, match=message):
+        TolerancePolicy.from_toml(tmp_path / "tol.toml")
+
+
+def test_sequence_alignment_keeps_order_and_skips_extras():
+    a, b = list("abcde"), list("axbdye")
+    pairs = align_sequences(len(a), len(b), lambda i, j: 1.0 if a[i] == b[j] else 0.0)
+    assert [(a[i], b[j]) for i, j in pairs] == [("a", "a"), ("b", "b"), ("d", "d"), ("e", "e")]
+
+
+def test_names_normalise_loosely():
+    assert normalise("down_sample") == normalise("downsample")
+    assert normalise("layer1.0.relu#2") == "layer1.0.relu"
+
+
+def test_parameters_align_by_structure_when_names_differ():
+    torch_params = [("features.0.weight", (8, 3, 3, 3)), ("features.1.weight", (8,)),
+                    ("features.1.bias", (8,)), ("features.1.running_mean", (8,)),
+                    ("features.1.running_var", (8,)), ("fc.weight", (10, 8)),
+                    ("fc.bias", (10,))]
+    ms_params = [("body.conv.weight", (8, 3, 3, 3)), ("body.norm.moving_mean", (8,)),
+                 ("body.norm.moving_variance", (8,)), ("body.norm.gamma", (8,)),
+                 ("body.norm.beta", (8,)), ("classifier.weight", (10, 8)),
+                 ("classifier.bias", (10,))]
+    alignment = align_parameters(torch_params, ms_params)
+    assert alignment.unmatched_torch == alignment.unmatched_mindspore == ()
+    assert alignment.mindspore_to_torch["body.norm.gamma"] == "features.1.weight"
+    assert alignment.mindspore_to_torch["body.norm.moving_variance"] == "features.1.running_var"
+    assert alignment.mindspore_to_torch["classifier.bias"] == "fc.bias"
+
+
+def _forward(name: str, op: str, shape, order: int) -> RecordInfo:
+    return RecordInfo(name=name, kind="forward", shape=tuple(shape), dtype="float32",
+                      order=order, shard="", key="", op=op)
+
+
+def test_forward_alignment_by_order_op_and_shape():
+    torch_records = [_forward("conv1", "conv2d", (2, 8, 4, 4), 0),
+                     _forward("relu", "relu", (2, 8, 4, 4), 1),
+                     _forward("maxpool", "maxpool2d", (2, 8, 2, 2), 2),
+                     _forward("fc", "dense", (2, 10), 3)]
+    ms_records = [_forward("stem", "conv2d", (2, 8, 4, 4), 0),
+                  _forward("act", "relu", (2, 8, 4, 4), 1),
+                  _forward("max_pool", "maxpool2d", (2, 8, 2, 2), 2),
+                  _forward("flatten", "flatten", (2, 8), 3),
+                  _forward("classifier", "dense", (2, 10), 4)]
+    alignment = align_forward(torch_records, ms_records, param_map={})
+    assert alignment.mindspore_to_torch == {"stem": "conv1", "act": "relu",
+                                            "max_pool": "maxpool", "classifier": "fc"}
+    assert alignment.unmatched_mindspore == ("flatten",)
+    pinned = align_forward(torch_records, ms_records, param_map={},
+                           overrides={"act": "conv1"})
+    assert pinned.mindspore_to_torch["act"] == "conv1"
