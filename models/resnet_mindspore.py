@@ -64,13 +64,17 @@ class BasicBlock(nn.Cell):
         self.bn2 = batch_norm(planes)
         self.downsample = downsample
 
-    def construct(self, x):
+    def residual_sum(self, x):
+        """The block's output before its final ReLU."""
         identity = x
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
         if self.downsample is not None:
             identity = self.downsample(x)
-        return self.relu(out + identity)
+        return out + identity
+
+    def construct(self, x):
+        return self.relu(self.residual_sum(x))
 
 
 class Bottleneck(nn.Cell):
@@ -88,14 +92,18 @@ class Bottleneck(nn.Cell):
         self.relu = nn.ReLU()
         self.downsample = downsample
 
-    def construct(self, x):
+    def residual_sum(self, x):
+        """The block's output before its final ReLU."""
         identity = x
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
         if self.downsample is not None:
             identity = self.downsample(x)
-        return self.relu(out + identity)
+        return out + identity
+
+    def construct(self, x):
+        return self.relu(self.residual_sum(x))
 
 
 Block = Union[Type[BasicBlock], Type[Bottleneck]]

@@ -46,20 +46,21 @@ class RecordInfo:
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """Every statistic of one torch-vs-MindSpore tensor pair, and its verdict."""
+class TensorStats:
+    """Every statistic of one tensor pair (torch first, MindSpore second) and the verdict.
 
-    name: str
-    kind: str
-    shape: Tuple[int, ...]
+    Relative figures use the guarded magnitude max(|torch|, rms(torch)); see
+    parity/compare/metrics.py for the two verdict rules.
+    """
+
     passed: bool
     max_abs: float
     max_rel: float
     mean_abs: float
-    rms: float                # root mean square of the difference
-    ref_rms: float            # root mean square of the torch tensor (the error's scale)
+    rms: float
+    ref_rms: float
     cosine: float
-    frac_within: float        # fraction of elements within tolerance
+    frac_within: float
     worst_index: Tuple[int, ...]
     worst_torch: float
     worst_mindspore: float
@@ -67,17 +68,26 @@ class Comparison:
     nan_mindspore: int
     inf_torch: int
     inf_mindspore: int
-    needed_rtol: float        # the smallest rtol that would have passed (atol and cosine fixed)
-    fp32_noise: float         # torch's own float32 error vs its float64 rerun (relative RMS)
-    ms_error: float           # MindSpore's error vs torch's float64 rerun (relative RMS)
-    noise_ratio: float        # ms_error over torch's own error (guarded); NaN without float64
-    noise_factor: float
+    needed_rtol: float         # the smallest rtol that would have passed (atol fixed)
+    fp32_noise: float          # rms(t32 - t64) / rms(t64): torch's own float32 error
+    ms_error: float            # rms(ms - t64) / rms(t64)
+    noise_ratio: float         # ms_error over torch's own (guarded); NaN without float64
+    reason: str
+
+
+@dataclass(frozen=True)
+class Comparison(TensorStats):
+    """One torch-vs-MindSpore record pair: its statistics, tolerance and verdict."""
+
+    name: str
+    kind: str
+    shape: Tuple[int, ...]
     rtol: float
     atol: float
     min_cosine: float
+    noise_factor: float
     order: int                # position in divergence order
     mindspore_name: str = ""
-    reason: str = ""          # why it failed, empty when passed
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,10 @@ class RecordDetail:
     worst: Tuple[Tuple[Tuple[int, ...], float, float, float], ...]  # index, torch, ms, |diff|
 
 
+def _column_order(item: Tuple[str, Any]) -> int:
+    return RECORD_COLUMNS.index(item[0]) if item[0] in RECORD_COLUMNS else len(RECORD_COLUMNS)
+
+
 def _finite_or_none(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
@@ -124,7 +128,8 @@ class CheckResult:
 
     def to_dict(self) -> Dict[str, Any]:
         records = [{k: _finite_or_none(v) if not isinstance(v, tuple) else list(v)
-                    for k, v in dataclasses.asdict(c).items()} for c in self.comparisons]
+                    for k, v in sorted(dataclasses.asdict(c).items(), key=_column_order)}
+                   for c in self.comparisons]
         return {
             "format": MARKER, "format_version": JSON_FORMAT_VERSION,
             "passed": self.passed,

@@ -20,7 +20,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 from safetensors import safe_open
-from safetensors.numpy import save as save_safetensors_bytes
 
 from parity.errors import ParityInputError
 from parity.records import KINDS, RecordInfo
@@ -130,22 +129,52 @@ class RunWriter:
         if not self._pending:
             return
         name = self._shard_name(len(self._shards))
-        data = save_safetensors_bytes(self._pending)
-        self._write_bytes(self.partial / name, data)
-        self._shards.append({"file": name, "bytes": len(data), "crc32": zlib.crc32(data)})
+        size, crc = self._write_bytes(self.partial / name, *_safetensors_chunks(self._pending))
+        self._shards.append({"file": name, "bytes": size, "crc32": crc})
         self._pending, self._pending_bytes = {}, 0
 
     @staticmethod
-    def _write_bytes(path: Path, data: bytes) -> None:
+    def _write_bytes(path: Path, *chunks) -> Tuple[int, int]:
+        """Write buffers to ``path`` and fsync; returns (size, CRC-32). No extra copy."""
+        size, crc = 0, 0
         try:
             with open(path, "wb") as handle:
-                handle.write(data)
+                for chunk in chunks:
+                    handle.write(chunk)
+                    size += len(memoryview(chunk).cast("B"))
+                    crc = zlib.crc32(chunk, crc)
                 handle.flush()
                 os.fsync(handle.fileno())
         except OSError as error:
             if error.errno == errno.ENOSPC:
                 raise _no_space(path) from error
             raise
+        return size, crc
+
+
+SAFETENSORS_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64",
+                      "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
+                      "bool": "BOOL"}
+
+
+def _safetensors_chunks(tensors: Dict[str, np.ndarray]) -> List:
+    """The safetensors file layout as a list of buffers (header, then each tensor's bytes).
+
+    Writing the tensors' own buffers avoids serialising the shard into one bytes object
+    first, which cost as much time as the write itself.
+    """
+    header: Dict[str, Any] = {}
+    offset = 0
+    for key, array in tensors.items():
+        if str(array.dtype) not in SAFETENSORS_DTYPES:
+            raise ValueError(f"cannot store dtype {array.dtype} ({key})")
+        header[key] = {"dtype": SAFETENSORS_DTYPES[str(array.dtype)],
+                       "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)          # tensor data starts 8-byte aligned
+    return [len(encoded).to_bytes(8, "little"), encoded] + \
+        [array.reshape(-1).view(np.uint8) for array in tensors.values()]
 
 
 def _number_repeated_calls(records: List[RecordInfo]) -> List[RecordInfo]:

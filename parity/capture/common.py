@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -56,6 +56,25 @@ def module_attrs(module: Any) -> Dict[str, Any]:
     return attrs
 
 
+def output_recorder(name: str, module: Any, record: Callable[..., None],
+                    to_numpy: Callable[[Any], Optional[np.ndarray]]) -> Callable:
+    """A forward hook storing each tensor output of ``module`` as a forward record.
+
+    ``to_numpy`` returns a private copy (or None for a non-tensor output): the framework may
+    reuse the buffer a moment later (torchvision's ReLU(inplace=True) overwrites BN outputs).
+    """
+    op, attrs = op_type(module), module_attrs(module)
+
+    def hook(_module, _inputs, output) -> None:
+        outputs = output if isinstance(output, (tuple, list)) else (output,)
+        for index, tensor in enumerate(outputs):
+            array = to_numpy(tensor)
+            if array is not None:
+                suffix = f".out{index}" if len(outputs) > 1 else ""
+                record(name + suffix, "forward", array, op=op, attrs=attrs)
+    return hook
+
+
 def synthetic_batch(batch_size: int, image_size: int, num_classes: int,
                     seed: int) -> Tuple[np.ndarray, np.ndarray]:
     """A seeded batch both frameworks can regenerate without sharing a file."""
@@ -97,8 +116,17 @@ def framework_versions(framework: str) -> Dict[str, str]:
         versions.update(torch=torch.__version__, torchvision=torchvision.__version__)
     else:
         import mindspore
-        versions.update(mindspore=mindspore.__version__)
+        versions.update(mindspore=mindspore.__version__,
+                        device=str(mindspore.get_context("device_target")))
     return versions
+
+
+def resource_usage(started: float) -> Dict[str, float]:
+    """Seconds since ``started`` (after imports) and this process's peak resident memory."""
+    import resource
+    import time
+    return {"seconds": time.perf_counter() - started,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def batch_for(config, batch_file: Optional[Path], num_classes: int

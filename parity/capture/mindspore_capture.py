@@ -6,13 +6,15 @@ Import order matters: mindspore is imported before anything can pull in torch (a
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (framework_versions, load_batch, module_attrs, op_type,
-                                   synthetic_batch)
+from parity.capture.common import (framework_versions, load_batch, output_recorder,
+                                   resource_usage, synthetic_batch)
+from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.rundir import INITIAL_WEIGHTS, RunReader, RunWriter
@@ -20,13 +22,12 @@ from parity.weights import load_into_mindspore, load_state_dict
 
 
 def _set_pynative() -> None:
-    """Forward hooks never fire in GRAPH_MODE (0 calls, no error): always capture in PyNative."""
+    """Forward hooks never fire in GRAPH_MODE (0 calls, no error): always capture in PyNative.
+
+    The device is left as the user's MindSpore has it (CPU here, Ascend on an Ascend box).
+    """
     import mindspore as ms
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    if hasattr(ms, "set_device"):
-        ms.set_device("CPU")
-    else:
-        ms.set_context(device_target="CPU")
 
 
 def _reference_inputs(reference: Path) -> Tuple[Path, np.ndarray, np.ndarray, Dict]:
@@ -42,19 +43,10 @@ def _reference_inputs(reference: Path) -> Tuple[Path, np.ndarray, np.ndarray, Di
 
 
 def _forward_hooks(net, record: Callable[..., None]) -> List:
-    def make_hook(name: str, cell) -> Callable:
-        op, attrs = op_type(cell), module_attrs(cell)
+    def to_numpy(tensor):
+        return np.array(tensor.asnumpy(), copy=True) if hasattr(tensor, "asnumpy") else None
 
-        def hook(_cell, _inputs, output) -> None:
-            outputs = output if isinstance(output, (tuple, list)) else (output,)
-            for index, tensor in enumerate(outputs):
-                if hasattr(tensor, "asnumpy"):
-                    suffix = f".out{index}" if len(outputs) > 1 else ""
-                    record(name + suffix, "forward", np.array(tensor.asnumpy(), copy=True),
-                           op=op, attrs=attrs)
-        return hook
-
-    return [cell.register_forward_hook(make_hook(name, cell))
+    return [cell.register_forward_hook(output_recorder(name, cell, record, to_numpy))
             for name, cell in net.cells_and_names() if name]
 
 
@@ -90,10 +82,10 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
                       batch_file: Optional[Path] = None,
                       overrides: Optional[Mapping[str, str]] = None) -> Path:
     import mindspore as ms
-    from mindspore import nn
 
     from parity.models_loader import build_mindspore_model
 
+    started = time.perf_counter()
     _set_pynative()
     ms.set_seed(config.seed)
     num_classes = config.num_classes
@@ -116,48 +108,75 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         build_mindspore_model(factory, num_classes=config.num_classes)
     _name_parameters_by_path(net)
     param_map = load_into_mindspore(net, load_state_dict(weights), overrides)
-    net.set_train(True)
+    initial = {name: param.asnumpy().copy() for name, param in net.parameters_and_names()}
 
     with RunWriter(out, "mindspore") as writer:
         writer.add("input", "input", x)
         writer.add("target", "input", y)
-        hooks = _forward_hooks(net, writer.add)
-        loss_fn = nn.CrossEntropyLoss(reduction="mean", label_smoothing=config.label_smoothing)
-        optimizer = _optimizer(net, config)
-        scale = config.ms_loss_scale if config.ms_scale_loss else 1.0
-
-        def forward(inputs, labels):
-            loss = loss_fn(net(inputs), labels)
-            return loss * scale, loss
-
-        grad_fn = ms.value_and_grad(forward, None, optimizer.parameters, has_aux=True)
-        (_, loss), grads = grad_fn(ms.Tensor(x), ms.Tensor(y.astype(np.int32)))
-        for hook in hooks:
-            hook.remove()
+        hooked = Fingerprints()
+        _train_step(net, x, y, config, tee(writer.add, hooked))
         if not any(r.kind == "forward" for r in writer.records):
             raise ParityInputError("no forward hook fired in the MindSpore model (a construct "
                                    "compiled with @jit / GRAPH_MODE hides its cells); run it "
                                    "in PyNative mode")
-        writer.add("loss", "loss", np.array(loss.asnumpy(), copy=True))
-        names = [p.name for p in optimizer.parameters]
-        for name, grad in zip(names, grads):
-            # the gradient of the unscaled loss, which is what torch's .grad holds
-            writer.add(name, "grad", grad.asnumpy().astype(np.float32) / np.float32(scale))
-        before = {p.name: p.asnumpy().copy() for p in optimizer.parameters}
-        optimizer(grads)
-        for param, moment in zip(optimizer.parameters, optimizer.moments):
-            after = param.asnumpy()
-            writer.add(param.name, "update",
-                       after.astype(np.float64) - before[param.name].astype(np.float64))
-            writer.add(param.name, "weight", after.copy())
-            writer.add(f"{param.name}.momentum_buffer", "optimizer_state",
-                       moment.asnumpy().copy())
-        trainable = set(names)
-        for name, param in net.parameters_and_names():
-            if name not in trainable:
-                writer.add(name, "buffer", param.asnumpy().copy())
+
+        def rerun_without_hooks(record: Callable[..., None]) -> None:
+            _restore(net, initial)
+            _train_step(net, x, y, config, record, hooks=False)
+
+        observer = observer_check(hooked, rerun_without_hooks)
+        _restore(net, initial)       # leave a caller's network as it came
         meta = {"versions": framework_versions("mindspore"), "seed": config.seed,
                 "config": {**config.to_dict(), "num_classes": num_classes},
                 "factory": factory or type(net).__name__, "param_map": param_map,
+                "self_checks": {"observer_effect": observer},
+                "resources": resource_usage(started),
                 "notes": ["activation gradients are not captured; parameter gradients are"]}
         return writer.finish(meta)
+
+
+def _restore(net, values: Dict[str, np.ndarray]) -> None:
+    import mindspore as ms
+    for name, param in net.parameters_and_names():
+        param.set_data(ms.Tensor(values[name]))
+
+
+def _train_step(net, x: np.ndarray, y: np.ndarray, config: StepConfig,
+                record: Callable[..., None], *, hooks: bool = True) -> None:
+    """One Momentum step reproducing torch's SGD, every tensor handed to ``record``."""
+    import mindspore as ms
+    from mindspore import nn
+
+    net.set_train(True)
+    handles = _forward_hooks(net, record) if hooks else []
+    loss_fn = nn.CrossEntropyLoss(reduction="mean", label_smoothing=config.label_smoothing)
+    optimizer = _optimizer(net, config)
+    scale = config.ms_loss_scale if config.ms_scale_loss else 1.0
+
+    def forward(inputs, labels):
+        loss = loss_fn(net(inputs), labels)
+        return loss * scale, loss
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters, has_aux=True)
+    try:
+        (_, loss), grads = grad_fn(ms.Tensor(x), ms.Tensor(y.astype(np.int32)))
+    finally:
+        for handle in handles:
+            handle.remove()
+    record("loss", "loss", np.array(loss.asnumpy(), copy=True))
+    names = [p.name for p in optimizer.parameters]
+    for name, grad in zip(names, grads):
+        # the gradient of the unscaled loss, which is what torch's .grad holds
+        record(name, "grad", grad.asnumpy().astype(np.float32) / np.float32(scale))
+    before = {p.name: p.asnumpy().copy() for p in optimizer.parameters}
+    optimizer(grads)
+    for param, moment in zip(optimizer.parameters, optimizer.moments):
+        after = param.asnumpy()
+        record(param.name, "update",
+               after.astype(np.float64) - before[param.name].astype(np.float64))
+        record(param.name, "weight", after.copy())
+        record(f"{param.name}.momentum_buffer", "optimizer_state", moment.asnumpy().copy())
+    trainable = set(names)
+    for name, param in net.parameters_and_names():
+        if name not in trainable:
+            record(name, "buffer", param.asnumpy().copy())

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (batch_for, framework_versions, module_attrs, op_type)
+from parity.capture.common import (batch_for, framework_versions, output_recorder,
+                                   resource_usage)
+from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.records import FP64
@@ -45,32 +48,24 @@ def _infer_num_classes(model, x: np.ndarray) -> int:
 
 
 def _forward_hooks(model, record: Callable[..., None]) -> List:
-    def make_hook(name: str, module) -> Callable:
-        op, attrs = op_type(module), module_attrs(module)
+    import torch
 
-        def hook(_module, _inputs, output) -> None:
-            # clone at once: an inplace ReLU overwrites this tensor a moment later
-            outputs = output if isinstance(output, (tuple, list)) else (output,)
-            for index, tensor in enumerate(outputs):
-                if hasattr(tensor, "detach"):
-                    suffix = f".out{index}" if len(outputs) > 1 else ""
-                    record(name + suffix, "forward", tensor.detach().cpu().numpy().copy(),
-                           op=op, attrs=attrs)
-        return hook
+    def to_numpy(tensor):
+        return tensor.detach().cpu().numpy().copy() if isinstance(tensor, torch.Tensor) else None
 
-    return [module.register_forward_hook(make_hook(name, module))
+    return [module.register_forward_hook(output_recorder(name, module, record, to_numpy))
             for name, module in model.named_modules() if name]
 
 
 def _train_step(model, x: np.ndarray, y: np.ndarray, config: StepConfig,
-                record: Callable[..., None]) -> None:
+                record: Callable[..., None], *, hooks: bool = True) -> None:
     """One SGD step of ``model`` (in its own dtype), every tensor handed to ``record``."""
     import torch
     import torch.nn.functional as F
 
     dtype = next(model.parameters()).dtype
     model.train()
-    hooks = _forward_hooks(model, record)
+    handles = _forward_hooks(model, record) if hooks else []
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
                                 dampening=config.dampening, weight_decay=config.weight_decay,
                                 nesterov=config.nesterov)
@@ -78,8 +73,8 @@ def _train_step(model, x: np.ndarray, y: np.ndarray, config: StepConfig,
     try:
         logits = model(torch.from_numpy(x).to(dtype))
     finally:
-        for hook in hooks:
-            hook.remove()
+        for handle in handles:
+            handle.remove()
     loss = F.cross_entropy(logits, torch.from_numpy(y), label_smoothing=config.label_smoothing)
     record("loss", "loss", loss.detach().numpy().copy())
     loss.backward()
@@ -119,10 +114,10 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     import torch
     from parity.models_loader import build_torch_model
 
+    started = time.perf_counter()
     torch.manual_seed(config.seed)
     torch.use_deterministic_algorithms(True)
-    live_model = model is not None
-    if not live_model:
+    if model is None:
         model = build_torch_model(factory, num_classes=config.num_classes)
     if weights is not None:
         _load_weights(model, weights)
@@ -140,19 +135,34 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         writer.write_file(INITIAL_WEIGHTS, save_state_dict_bytes(initial))
         writer.add("input", "input", x)
         writer.add("target", "input", y)
-        _train_step(model, x, y, config, writer.add)
+        hooked = Fingerprints()
+        _train_step(model, x, y, config, tee(writer.add, hooked))
+
+        def rerun_without_hooks(record: Callable[..., None]) -> None:
+            model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
+            _train_step(model, x, y, config, record, hooks=False)
+
+        observer = observer_check(hooked, rerun_without_hooks)
         if fp64_reference:
-            reference = copy.deepcopy(model) if live_model else \
-                build_torch_model(factory, num_classes=config.num_classes)
+            reference = copy.deepcopy(model)
             reference.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
             reference.double()
 
             def record_fp64(name: str, kind: str, array: np.ndarray, **extra) -> None:
+                # Rounded to float32 (except Δw): the rounding, ~3e-8 relative, is far below
+                # the float32 noise it measures and the verdict's noise_floor (1e-6), and it
+                # halves the reference's size.
+                if kind != "update":
+                    array = array.astype(np.float32)
                 writer.add(name, kind, array, variant=FP64, **extra)
 
             _train_step(reference, x, y, config, record_fp64)
+        # leave a caller's model as it came: the rerun stepped it
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
         meta = {"versions": framework_versions("torch"), "seed": config.seed,
                 "config": {**config.to_dict(), "num_classes": num_classes},
-                "factory": factory or type(model).__name__, "param_map": {}, "fp64_reference": fp64_reference,
+                "factory": factory or type(model).__name__, "param_map": {},
+                "fp64_reference": fp64_reference, "self_checks": {"observer_effect": observer},
+                "resources": resource_usage(started),
                 "notes": ["activation gradients are not captured; parameter gradients are"]}
         return writer.finish(meta)

@@ -7,9 +7,10 @@ the update Δw, optimizer state, weight, and finally buffers (BatchNorm running 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -138,10 +139,20 @@ def _comparison(pair: Pair, order: int, torch_value: np.ndarray, ms_value: np.nd
                           fp32_noise=nan, ms_error=nan, noise_ratio=nan,
                           reason=f"shape differs: torch {torch_value.shape} vs MindSpore "
                                  f"{ms_value.shape}", **common)
-    if torch_fp64 is not None and torch_fp64.shape != torch_value.shape:
-        torch_fp64 = None
     stats = compare_tensors(torch_value, ms_value, tolerance, torch_fp64)
     return Comparison(**common, **stats.__dict__)
+
+
+def _observer_note(check: Dict[str, Any], framework: str) -> str:
+    if not check:
+        return f"{framework}: observer-effect check not run"
+    if not check["differing_count"]:
+        return (f"{framework}: hooks change nothing — loss, gradients and updated weights are "
+                f"bit-identical to a hook-free step ({check['checked']} tensors)")
+    what = "the step is not deterministic (two hook-free steps differ)" \
+        if not check["deterministic"] else "the hooks changed the numbers"
+    return (f"{framework}: {what}: {check['differing_count']} of {check['checked']} tensors "
+            f"differ from a hook-free step, e.g. {', '.join(check['differing'][:3])}")
 
 
 def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] = None,
@@ -151,14 +162,18 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
     policy = policy or TolerancePolicy()
     torch_run, ms_run = open_pair(Path(run_a), Path(run_b))
     pairs, unmatched = pair_records(torch_run, ms_run, forward_overrides)
+    started = time.perf_counter()
+    compared_bytes = 0
     fp64 = {(r.kind, r.name): r for r in torch_run.records if r.variant == FP64}
     comparisons: List[Comparison] = []
     details: Dict[str, RecordDetail] = {}
     for order, pair in enumerate(pairs):
         torch_value, ms_value = torch_run.tensor(pair.torch), ms_run.tensor(pair.mindspore)
         reference = fp64.get((pair.torch.kind, pair.torch.name))
-        comparison = _comparison(pair, order, torch_value, ms_value, policy,
-                                 None if reference is None else torch_run.tensor(reference))
+        exact = None if reference is None else torch_run.tensor(reference)
+        compared_bytes += torch_value.nbytes + ms_value.nbytes + (0 if exact is None
+                                                                  else exact.nbytes)
+        comparison = _comparison(pair, order, torch_value, ms_value, policy, exact)
         comparisons.append(comparison)
         if not comparison.passed and len(details) < MAX_DETAILED \
                 and torch_value.shape == ms_value.shape:
@@ -180,7 +195,10 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
                     and p.torch.kind == first.kind)
         diagnosis = diagnose(first, pair.torch, pair.mindspore, comparisons, torch_run, ms_run,
                              unmatched)
-    notes = list(torch_run.manifest.get("notes", []))
+    self_checks = {run.framework: run.manifest.get("self_checks", {}).get("observer_effect", {})
+                   for run in (torch_run, ms_run)}
+    notes = [_observer_note(check, framework) for framework, check in self_checks.items()]
+    notes += list(torch_run.manifest.get("notes", []))
     unused = policy.unused_overrides()
     if unused:
         notes.append(f"tolerance overrides that matched no record: {', '.join(unused)}")
@@ -195,4 +213,7 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
         tolerance=policy.to_dict(), command=command, notes=tuple(notes),
         run_dirs={"torch": str(torch_run.path), "mindspore": str(ms_run.path)})
     return CheckResult(comparisons=tuple(comparisons), first_divergence=divergence,
-                       diagnosis=diagnosis, unmatched=unmatched, details=details, meta=meta)
+                       diagnosis=diagnosis, unmatched=unmatched, details=details, meta=meta,
+                       extra={"observer_effect": self_checks,
+                              "compare_seconds": time.perf_counter() - started,
+                              "compare_bytes": compared_bytes})

@@ -30,6 +30,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from parity.records import TensorStats
+
 TINY = 1e-30
 
 
@@ -43,116 +45,156 @@ class Tolerance:
     allow_nan: bool = False
 
 
-@dataclass(frozen=True)
-class TensorStats:
-    passed: bool
-    max_abs: float
-    max_rel: float
-    mean_abs: float
-    rms: float
-    ref_rms: float
-    cosine: float
-    frac_within: float
-    worst_index: Tuple[int, ...]
-    worst_torch: float
-    worst_mindspore: float
-    nan_torch: int
-    nan_mindspore: int
-    inf_torch: int
-    inf_mindspore: int
-    needed_rtol: float
-    fp32_noise: float          # rms(t32 - t64) / rms(t64): torch's own float32 error
-    ms_error: float            # rms(ms - t64) / rms(t64)
-    noise_ratio: float         # see module docstring; NaN without a float64 reference
-    reason: str
-
-
-def _count(values: np.ndarray) -> Tuple[int, int]:
-    return int(np.isnan(values).sum()), int(np.isinf(values).sum())
+CHUNK = 1 << 18     # elements per block: the float64 temporaries of a block stay in cache
 
 
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
     """1.0 when both are zero; 0.0 when exactly one is."""
-    norm_a, norm_b = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if norm_a == 0.0 and norm_b == 0.0:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return _cosine(float(np.dot(a, b)), float(np.dot(a, a)), float(np.dot(b, b)))
+
+
+def _cosine(ab: float, aa: float, bb: float) -> float:
+    if aa == 0.0 and bb == 0.0:
         return 1.0
-    if norm_a == 0.0 or norm_b == 0.0:
+    if aa == 0.0 or bb == 0.0:
         return 0.0
-    return float(np.clip(np.dot(a, b) / (norm_a * norm_b), -1.0, 1.0))
+    return float(np.clip(ab / np.sqrt(aa * bb), -1.0, 1.0))
 
 
-def _rms(values: np.ndarray) -> float:
-    return float(np.sqrt(np.mean(values * values))) if values.size else 0.0
+def _blocks(*arrays: Optional[np.ndarray]):
+    """Aligned float64 blocks of flattened arrays (None stays None)."""
+    flat = [None if x is None else np.asarray(x).reshape(-1) for x in arrays]
+    size = flat[0].size
+    for start in range(0, size, CHUNK):
+        yield start, [None if x is None else x[start:start + CHUNK].astype(np.float64)
+                      for x in flat]
 
 
-def noise_statistics(a: np.ndarray, b: np.ndarray, exact: np.ndarray,
-                     tolerance: Tolerance) -> Tuple[float, float, float]:
-    """(fp32_noise, ms_error, noise_ratio) of finite float64 vectors torch, ms, torch-fp64."""
-    scale = _rms(exact)
-    own, theirs = _rms(a - exact), _rms(b - exact)
-    ratio = theirs / (own + tolerance.noise_floor * scale + tolerance.atol + TINY)
-    scale = max(scale, TINY)
-    return own / scale, theirs / scale, ratio
+@dataclass
+class _Sums:
+    """Running sums over blocks; every statistic is finished from these."""
+
+    aa: float = 0.0
+    bb: float = 0.0
+    ab: float = 0.0
+    diff: float = 0.0
+    diff2: float = 0.0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    worst: int = 0
+    worst_score: float = -1.0
+    needed: float = 0.0
+    within: int = 0
+    own2: float = 0.0         # sum (t32 - t64)^2
+    theirs2: float = 0.0      # sum (ms - t64)^2
+    exact2: float = 0.0       # sum t64^2
 
 
 def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: Tolerance,
                     torch_fp64: Optional[np.ndarray] = None) -> TensorStats:
+    """Two passes over cache-sized float64 blocks: the tensor's scale, then everything else."""
     if torch_value.shape != ms_value.shape:
         raise ValueError(f"shape {torch_value.shape} vs {ms_value.shape}")
-    a = np.asarray(torch_value, dtype=np.float64).ravel()
-    b = np.asarray(ms_value, dtype=np.float64).ravel()
-    nan_a, inf_a = _count(a)
-    nan_b, inf_b = _count(b)
-    finite = np.isfinite(a) & np.isfinite(b)
-    same_nonfinite = (~finite) & ((a == b) | (np.isnan(a) & np.isnan(b)))
-    a_f, b_f = np.where(finite, a, 0.0), np.where(finite, b, 0.0)
-    diff = np.abs(a_f - b_f)
-    ref_rms = _rms(a_f)
-    magnitude = np.maximum(np.abs(a_f), max(ref_rms, TINY))
-    allowed = tolerance.atol + tolerance.rtol * magnitude
-    within = (diff <= allowed) & finite
-    if tolerance.allow_nan:
-        within |= same_nonfinite
-    rel = diff / magnitude
-    worst = int(np.argmax(np.where(finite, rel, np.inf))) if a.size else 0
-    needed = np.where(finite, (diff - tolerance.atol) / magnitude, np.inf)
-    cosine = cosine_similarity(a_f, b_f)
-    frac = float(within.mean()) if a.size else 1.0
+    if torch_fp64 is not None and torch_fp64.shape != torch_value.shape:
+        torch_fp64 = None
+    size = int(np.prod(torch_value.shape))
+    counts = np.zeros(4, dtype=np.int64)          # NaN torch, NaN ms, Inf torch, Inf ms
+    sum_aa = 0.0
+    for _, (a, b) in _blocks(torch_value, ms_value):
+        if not (np.isfinite(a).all() and np.isfinite(b).all()):
+            counts += (np.isnan(a).sum(), np.isnan(b).sum(), np.isinf(a).sum(),
+                       np.isinf(b).sum())
+            a = np.where(np.isfinite(a) & np.isfinite(b), a, 0.0)
+        sum_aa += float(np.dot(a, a))
+    ref_rms = float(np.sqrt(sum_aa / size)) if size else 0.0
+    guard = max(ref_rms, TINY)
+
+    sums = _Sums(aa=sum_aa)
+    for start, (a, b, exact) in _blocks(torch_value, ms_value, torch_fp64):
+        finite = np.isfinite(a) & np.isfinite(b)
+        all_finite = bool(finite.all())
+        if not all_finite:
+            same = (a == b) | (np.isnan(a) & np.isnan(b))
+            a, b = np.where(finite, a, 0.0), np.where(finite, b, 0.0)
+        diff = np.abs(a - b)
+        magnitude = np.maximum(np.abs(a), guard)
+        rel = diff / magnitude
+        needed = (diff - tolerance.atol) / magnitude
+        ok = needed <= tolerance.rtol
+        # a non-finite element is the worst one; otherwise the largest relative error
+        score = rel if all_finite else np.where(finite, rel, np.inf)
+        if not all_finite:
+            ok &= finite
+            if tolerance.allow_nan:
+                ok |= ~finite & same
+            needed = np.where(finite, needed, np.inf)
+        k = int(np.argmax(score))
+        if score[k] > sums.worst_score:
+            sums.worst_score, sums.worst = float(score[k]), start + k
+        sums.max_rel = max(sums.max_rel, float(rel.max()))
+        sums.max_abs = max(sums.max_abs, float(diff.max()))
+        sums.needed = max(sums.needed, float(needed.max()))
+        sums.within += int(np.count_nonzero(ok))
+        sums.diff += float(diff.sum())
+        sums.diff2 += float(np.dot(diff, diff))
+        sums.bb += float(np.dot(b, b))
+        sums.ab += float(np.dot(a, b))
+        if exact is not None:
+            exact = np.where(finite & np.isfinite(exact), exact, 0.0) if not (
+                all_finite and np.isfinite(exact).all()) else exact
+            own, theirs = a - exact, b - exact
+            sums.own2 += float(np.dot(own, own))
+            sums.theirs2 += float(np.dot(theirs, theirs))
+            sums.exact2 += float(np.dot(exact, exact))
+    return _finish(torch_value, ms_value, tolerance, torch_fp64 is not None, size,
+                   counts, ref_rms, sums)
+
+
+def noise_statistics(sums: _Sums, size: int, tolerance: Tolerance) -> Tuple[float, float, float]:
+    """(fp32_noise, ms_error, noise_ratio); see the module docstring."""
+    scale = np.sqrt(sums.exact2 / size)
+    own, theirs = np.sqrt(sums.own2 / size), np.sqrt(sums.theirs2 / size)
+    ratio = theirs / (own + tolerance.noise_floor * scale + tolerance.atol + TINY)
+    scale = max(scale, TINY)
+    return float(own / scale), float(theirs / scale), float(ratio)
+
+
+def _finish(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: Tolerance,
+            calibrated: bool, size: int, counts: np.ndarray, ref_rms: float,
+            sums: _Sums) -> TensorStats:
+    nan_a, nan_b, inf_a, inf_b = (int(c) for c in counts)
+    frac = sums.within / size if size else 1.0
+    cosine = _cosine(sums.ab, sums.aa, sums.bb)
     reasons = []
     if nan_a + nan_b + inf_a + inf_b and not tolerance.allow_nan:
         reasons.append(f"non-finite values (NaN torch {nan_a} / MindSpore {nan_b}, "
                        f"Inf torch {inf_a} / MindSpore {inf_b})")
     nan = float("nan")
     fp32_noise = ms_error = noise_ratio = nan
-    if torch_fp64 is not None:
-        exact = np.asarray(torch_fp64, dtype=np.float64).ravel()
-        exact = np.where(finite & np.isfinite(exact), exact, 0.0)
-        fp32_noise, ms_error, noise_ratio = noise_statistics(a_f, b_f, exact, tolerance)
+    if calibrated and size:
+        fp32_noise, ms_error, noise_ratio = noise_statistics(sums, size, tolerance)
         if noise_ratio > tolerance.noise_factor:
             reasons.append(f"{noise_ratio:.3g}x further from float64 than torch's float32 "
                            f"(allowed {tolerance.noise_factor:g}x): relative error "
                            f"{ms_error:.2g} vs torch's own {fp32_noise:.2g}")
     else:
         if frac < 1.0:
-            reasons.append(f"{int(a.size - within.sum())} / {a.size} elements "
+            reasons.append(f"{size - sums.within} / {size} elements "
                            f"({100 * (1 - frac):.3g}%) beyond tolerance")
         if cosine < tolerance.min_cosine:
             reasons.append(f"cosine {cosine:.6f} < {tolerance.min_cosine}")
+    worst = np.unravel_index(sums.worst, torch_value.shape) if size else ()
     return TensorStats(
-        passed=not reasons,
-        max_abs=float(diff.max()) if a.size else 0.0,
-        max_rel=float(rel.max()) if a.size else 0.0,
-        mean_abs=float(diff.mean()) if a.size else 0.0,
-        rms=float(np.sqrt(np.mean(diff * diff))) if a.size else 0.0,
-        ref_rms=ref_rms,
-        cosine=cosine,
-        frac_within=frac,
-        worst_index=tuple(int(i) for i in np.unravel_index(worst, torch_value.shape))
-        if a.size else (),
-        worst_torch=float(a[worst]) if a.size else 0.0,
-        worst_mindspore=float(b[worst]) if a.size else 0.0,
+        passed=not reasons, max_abs=sums.max_abs, max_rel=sums.max_rel,
+        mean_abs=sums.diff / size if size else 0.0,
+        rms=float(np.sqrt(sums.diff2 / size)) if size else 0.0,
+        ref_rms=ref_rms, cosine=cosine, frac_within=frac,
+        worst_index=tuple(int(i) for i in worst),
+        worst_torch=float(torch_value[worst]) if size else 0.0,
+        worst_mindspore=float(ms_value[worst]) if size else 0.0,
         nan_torch=nan_a, nan_mindspore=nan_b, inf_torch=inf_a, inf_mindspore=inf_b,
-        needed_rtol=float(max(needed.max(), 0.0)) if a.size else 0.0,
+        needed_rtol=max(sums.needed, 0.0),
         fp32_noise=fp32_noise, ms_error=ms_error, noise_ratio=noise_ratio,
         reason="; ".join(reasons))
 

@@ -1,0 +1,58 @@
+"""Observer effect and determinism: does capturing change what is captured?
+
+Every capture reruns its training step from the same initial state with no hooks and compares
+the loss, gradients and updated weights bit for bit with the hooked step. Only digests are
+kept, so the check costs one more step and no memory. If they differ, a second hook-free step
+tells a nondeterministic framework (the two hook-free steps differ too) from hooks that change
+the numbers (they agree with each other).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Dict, List, Tuple
+
+import numpy as np
+
+CHECKED_KINDS = ("loss", "grad", "weight")
+
+
+class Fingerprints:
+    """A ``record`` callback that keeps a digest of each tensor that hooks must not change."""
+
+    def __init__(self) -> None:
+        self.digests: Dict[Tuple[str, str], bytes] = {}
+
+    def __call__(self, name: str, kind: str, array: np.ndarray, **_: Any) -> None:
+        if kind in CHECKED_KINDS:
+            array = np.ascontiguousarray(array)
+            digest = hashlib.blake2b(array.tobytes(), digest_size=16)
+            digest.update(f"{array.dtype}{array.shape}".encode())
+            self.digests[(kind, name)] = digest.digest()
+
+
+def tee(*records: Callable[..., None]) -> Callable[..., None]:
+    def record(*args: Any, **kwargs: Any) -> None:
+        for each in records:
+            each(*args, **kwargs)
+    return record
+
+
+def differing(a: Fingerprints, b: Fingerprints) -> List[str]:
+    keys = sorted(set(a.digests) | set(b.digests))
+    return [f"{name} · {kind}" for kind, name in keys if a.digests.get((kind, name)) !=
+            b.digests.get((kind, name))]
+
+
+def observer_check(hooked: Fingerprints, rerun: Callable[[Fingerprints], None]) -> Dict[str, Any]:
+    """Rerun the step without hooks (twice if needed); a JSON-able verdict for the manifest."""
+    first = Fingerprints()
+    rerun(first)
+    changed = differing(hooked, first)
+    result: Dict[str, Any] = {"checked": len(hooked.digests), "differing": changed[:50],
+                              "differing_count": len(changed), "deterministic": True}
+    if changed:
+        second = Fingerprints()
+        rerun(second)
+        result["deterministic"] = not differing(first, second)
+    return result
