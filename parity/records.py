@@ -30,11 +30,13 @@ class RecordInfo:
     op: str = ""              # normalised operation type of a forward record ("conv2d", ...)
     attrs: Dict[str, Any] = field(default_factory=dict)  # module settings (stride, eps, ...)
     variant: str = ""         # "" for the step itself; FP64 for torch's float64 rerun
+    crc32: int = 0            # of the tensor's bytes: a corrupted shard names the record
 
     def to_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "shape": list(self.shape),
                 "dtype": self.dtype, "order": self.order, "shard": self.shard, "key": self.key,
-                "op": self.op, "attrs": self.attrs, "variant": self.variant}
+                "op": self.op, "attrs": self.attrs, "variant": self.variant,
+                "crc32": self.crc32}
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "RecordInfo":
@@ -42,7 +44,7 @@ class RecordInfo:
                    shape=tuple(int(s) for s in data["shape"]), dtype=str(data["dtype"]),
                    order=int(data["order"]), shard=str(data["shard"]), key=str(data["key"]),
                    op=str(data.get("op", "")), attrs=dict(data.get("attrs", {})),
-                   variant=str(data.get("variant", "")))
+                   variant=str(data.get("variant", "")), crc32=int(data["crc32"]))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
-from safetensors import safe_open
 
 from parity.errors import ParityInputError
 from parity.records import KINDS, RecordInfo
@@ -100,7 +99,7 @@ class RunWriter:
         self._records.append(RecordInfo(
             name=name, kind=kind, shape=tuple(array.shape), dtype=str(array.dtype), order=order,
             shard=self._shard_name(len(self._shards)), key=key, op=op, attrs=dict(attrs or {}),
-            variant=variant))
+            variant=variant, crc32=zlib.crc32(array)))
         self._pending[key] = array
         self._pending_bytes += array.nbytes
         if self._pending_bytes >= SHARD_BYTES:
@@ -129,27 +128,31 @@ class RunWriter:
         if not self._pending:
             return
         name = self._shard_name(len(self._shards))
-        size, crc = self._write_bytes(self.partial / name, *_safetensors_chunks(self._pending))
-        self._shards.append({"file": name, "bytes": size, "crc32": crc})
+        size = self._write_bytes(self.partial / name, *_safetensors_chunks(self._pending),
+                                 sync=False)
+        self._shards.append({"file": name, "bytes": size})
         self._pending, self._pending_bytes = {}, 0
 
     @staticmethod
-    def _write_bytes(path: Path, *chunks) -> Tuple[int, int]:
-        """Write buffers to ``path`` and fsync; returns (size, CRC-32). No extra copy."""
-        size, crc = 0, 0
+    def _write_bytes(path: Path, *chunks, sync: bool = True) -> int:
+        """Write buffers to ``path`` without joining them first; returns the size.
+
+        Shards skip fsync (sync=False): a tensor torn by a crash fails its CRC when read,
+        while the manifest, which holds the CRCs, is synced before the rename.
+        """
+        size = 0
         try:
             with open(path, "wb") as handle:
                 for chunk in chunks:
-                    handle.write(chunk)
-                    size += len(memoryview(chunk).cast("B"))
-                    crc = zlib.crc32(chunk, crc)
+                    size += handle.write(chunk)
                 handle.flush()
-                os.fsync(handle.fileno())
+                if sync:
+                    os.fsync(handle.fileno())
         except OSError as error:
             if error.errno == errno.ENOSPC:
                 raise _no_space(path) from error
             raise
-        return size, crc
+        return size
 
 
 SAFETENSORS_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64",
@@ -199,7 +202,7 @@ class RunReader:
     path: Path
     manifest: Dict[str, Any]
     records: Tuple[RecordInfo, ...]
-    _handles: Dict[str, Any] = field(default_factory=dict, repr=False)
+    _index: Dict[str, Dict[str, Tuple[int, int]]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(cls, path: Path) -> "RunReader":
@@ -248,36 +251,46 @@ class RunReader:
                                    f"{shard['bytes']}); capture again")
 
     def tensor(self, record: RecordInfo) -> np.ndarray:
-        """One tensor, read through a memory map: memory is bounded by the tensor, not the run."""
-        handle = self._open_shard(record.shard)
-        try:
-            return handle.get_tensor(record.key)
-        except Exception as error:  # safetensors raises its own error types
-            raise ParityInputError(f"{self.path / record.shard} has no readable tensor for "
-                                   f"{record.name} ({error}); capture again") from None
+        """One tensor, read and checksum-verified on its own: memory is bounded by the tensor."""
+        offsets = self._shard_index(record.shard).get(record.key)
+        file = self.path / record.shard
+        if offsets is None:
+            raise ParityInputError(f"{file} has no tensor for {record.name}; capture again")
+        start, end = offsets
+        expected = int(np.prod(record.shape)) * np.dtype(record.dtype).itemsize
+        if end - start != expected:
+            raise ParityInputError(f"{file}: {record.name} has {end - start} bytes, its shape "
+                                   f"and dtype need {expected}; capture again")
+        with open(file, "rb") as handle:
+            handle.seek(start)
+            array = np.fromfile(handle, dtype=record.dtype, count=expected // np.dtype(
+                record.dtype).itemsize)
+        if array.nbytes != expected or zlib.crc32(array) != record.crc32:
+            raise ParityInputError(f"{file} is corrupted: {record.name} fails its checksum; "
+                                   "capture again")
+        return array.reshape(record.shape)
 
-    def _open_shard(self, name: str):
-        if name in self._handles:
-            return self._handles[name]
+    def _shard_index(self, name: str) -> Dict[str, Tuple[int, int]]:
+        """key -> absolute (start, end) byte offsets, from the shard's safetensors header."""
+        if name not in self._index:
+            self._index[name] = self._read_header(name)
+        return self._index[name]
+
+    def _read_header(self, name: str) -> Dict[str, Tuple[int, int]]:
         shard = next((s for s in self.manifest["shards"] if s["file"] == name), None)
         if shard is None:
             raise ParityInputError(f"{self.path / MANIFEST} names no shard {name}; capture again")
         file = self.path / name
         self._check_shard_size(shard)
-        if _file_crc32(file) != shard["crc32"]:
-            raise ParityInputError(f"{file} is corrupted (checksum mismatch); capture again")
         try:
-            handle = safe_open(str(file), framework="numpy")
-        except Exception as error:  # safetensors raises its own error types
+            with open(file, "rb") as handle:
+                length = int.from_bytes(handle.read(8), "little")
+                if not 0 < length <= shard["bytes"] - 8:
+                    raise ValueError("bad header length")
+                header = json.loads(handle.read(length))
+            return {key: (8 + length + entry["data_offsets"][0],
+                          8 + length + entry["data_offsets"][1])
+                    for key, entry in header.items() if key != "__metadata__"}
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
             raise ParityInputError(f"{file} is not a readable safetensors file ({error}); "
                                    "capture again") from None
-        self._handles[name] = handle
-        return handle
-
-
-def _file_crc32(path: Path, chunk: int = 16 * 2**20) -> int:
-    crc = 0
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            crc = zlib.crc32(block, crc)
-    return crc
