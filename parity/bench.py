@@ -70,7 +70,7 @@ def _timed(command: List[str]) -> Tuple[float, str]:
     return time.perf_counter() - started, process.stdout
 
 
-def measure(batch: int, size: int, scratch: Path) -> Dict[str, float]:
+def bare_steps(batch: int, size: int) -> Dict[str, float]:
     figures: Dict[str, float] = {}
     for framework in ("torch", "mindspore"):
         wall, out = _timed([sys.executable, "-m", "parity.bench", "--bare", framework,
@@ -79,21 +79,27 @@ def measure(batch: int, size: int, scratch: Path) -> Dict[str, float]:
         figures[f"{framework}_wall"] = wall
         figures[f"{framework}_step"] = inner["seconds"]
         figures[f"{framework}_rss"] = inner["peak_rss_mb"]
-    run_dir = scratch / f"run-{batch}-{size}"
+    return figures
+
+
+def parity_run(batch: int, size: int, scratch: Path, *options: str) -> Dict[str, float]:
+    """``parity run`` timed from outside, with its parts as each process reported them."""
+    run_dir, report_path = scratch / f"run-{batch}-{size}", scratch / f"r-{batch}-{size}.json"
     wall, _ = _timed([sys.executable, "-m", "parity", "run", "--batch-size", str(batch),
                       "--image-size", str(size), "--out", str(run_dir), "--json",
-                      str(scratch / f"r-{batch}-{size}.json"), "--quiet"])
-    report = json.loads((scratch / f"r-{batch}-{size}.json").read_text())
-    figures["parity_wall"] = wall
+                      str(report_path), "--quiet", *options])
+    report = json.loads(report_path.read_text())
+    report_path.unlink()
     manifests = {fw: json.loads((run_dir / fw / "manifest.json").read_text())
                  for fw in ("torch", "mindspore")}
-    captures = sum(m["resources"]["seconds"] for m in manifests.values())
-    compare_seconds = report["extra"].get("compare_seconds", float("nan"))
-    figures["parity_inner"] = captures + compare_seconds
-    figures["parity_rss"] = max(m["resources"]["peak_rss_mb"] for m in manifests.values())
-    figures["compare_gbps"] = report["extra"].get("compare_bytes", 0) / 1e9 / compare_seconds
-    figures["passed"] = float(report["passed"])
-    return figures
+    compare_seconds = report["extra"]["compare_seconds"]
+    return {"wall": wall, "torch": manifests["torch"]["resources"]["seconds"],
+            "mindspore": manifests["mindspore"]["resources"]["seconds"],
+            "compare": compare_seconds,
+            "inner": sum(m["resources"]["seconds"] for m in manifests.values()) + compare_seconds,
+            "rss": max(m["resources"]["peak_rss_mb"] for m in manifests.values()),
+            "gbps": report["extra"]["compare_bytes"] / 1e9 / compare_seconds,
+            "passed": report["passed"]}
 
 
 def main() -> None:
@@ -111,22 +117,28 @@ def main() -> None:
     sizes = [tuple(int(v) for v in item.split("x")) for item in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="parity-bench-") as scratch:
         for batch, size in sizes:
-            f = measure(batch, size, Path(scratch))
-            bare_inner = f["torch_step"] + f["mindspore_step"]
-            bare_wall = f["torch_wall"] + f["mindspore_wall"]
-            bare_rss = max(f["torch_rss"], f["mindspore_rss"])
+            bare = bare_steps(batch, size)
+            bare_inner = bare["torch_step"] + bare["mindspore_step"]
+            bare_wall = bare["torch_wall"] + bare["mindspore_wall"]
+            bare_rss = max(bare["torch_rss"], bare["mindspore_rss"])
             print(f"ResNet50 batch {batch} at {size}x{size}:")
-            print(f"  bare torch step       {f['torch_step']:7.2f} s  ({f['torch_wall']:.2f} s "
-                  f"with start-up), peak {f['torch_rss']:.0f} MB")
-            print(f"  bare MindSpore step   {f['mindspore_step']:7.2f} s  "
-                  f"({f['mindspore_wall']:.2f} s with start-up), peak {f['mindspore_rss']:.0f} MB")
-            print(f"  parity run            {f['parity_inner']:7.2f} s  ({f['parity_wall']:.2f} s "
-                  f"with start-up), peak {f['parity_rss']:.0f} MB, "
-                  f"{'parity' if f['passed'] else 'DIVERGENCE'}")
-            print(f"  overhead ratio        {f['parity_inner'] / bare_inner:7.2f}   without "
-                  f"start-up (target <= 1.5); {f['parity_wall'] / bare_wall:.2f} with")
-            print(f"  peak memory ratio     {f['parity_rss'] / bare_rss:7.2f}   (target <= 1.5)")
-            print(f"  compare throughput    {f['compare_gbps']:7.2f} GB/s (target >= 1)")
+            print(f"  bare torch step       {bare['torch_step']:7.2f} s  "
+                  f"({bare['torch_wall']:.2f} s with start-up), peak {bare['torch_rss']:.0f} MB")
+            print(f"  bare MindSpore step   {bare['mindspore_step']:7.2f} s  "
+                  f"({bare['mindspore_wall']:.2f} s with start-up), "
+                  f"peak {bare['mindspore_rss']:.0f} MB")
+            for label, options in (("parity run", ()),
+                                   ("  --no-fp64-reference", ("--no-fp64-reference",))):
+                f = parity_run(batch, size, Path(scratch), *options)
+                print(f"  {label:<21} {f['inner']:7.2f} s  ({f['wall']:.2f} s with start-up): "
+                      f"torch capture {f['torch']:.1f} s, MindSpore capture "
+                      f"{f['mindspore']:.1f} s, compare {f['compare']:.1f} s; "
+                      f"{'parity' if f['passed'] else 'DIVERGENCE'}")
+                print(f"    overhead ratio      {f['inner'] / bare_inner:7.2f}   without start-up "
+                      f"(target <= 1.5); {f['wall'] / bare_wall:.2f} with")
+                print(f"    peak memory ratio   {f['rss'] / bare_rss:7.2f}   ({f['rss']:.0f} MB; "
+                      "target <= 1.5)")
+                print(f"    compare throughput  {f['gbps']:7.2f} GB/s (target >= 1)")
 
 
 if __name__ == "__main__":

@@ -98,3 +98,12 @@ def test_user_pair_with_its_own_names_aligns_completely(resnet50_run, capture_mi
     assert by_name[("forward", "layer2.0.downsample")] == "stages.1.0.down_sample"
     assert by_name[("grad", "layer3.2.bn1.weight")] == "stages.2.2.norm_a.gamma"
     assert by_name[("forward", "layer1.0.relu#2")] == "stages.0.0.act#2"
+
+
+def test_fixed_tolerances_also_pass_the_correct_port(resnet50_run):
+    """Without the float64 rerun the fixed per-kind defaults must not fail a correct port."""
+    from parity.compare.engine import compare_runs
+    run = resnet50_run / "run"
+    result = compare_runs(run / "torch", run / "mindspore", use_fp64_reference=False)
+    assert result.passed, result.failure_message()
+    assert result.records.noise_ratio.isna().all()

@@ -157,14 +157,15 @@ def _observer_note(check: Dict[str, Any], framework: str) -> str:
 
 def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] = None,
                  forward_overrides: Optional[Mapping[str, str]] = None,
-                 command: str = "",
+                 command: str = "", use_fp64_reference: bool = True,
                  progress: Optional[Callable[[int, int], None]] = None) -> CheckResult:
     policy = policy or TolerancePolicy()
     torch_run, ms_run = open_pair(Path(run_a), Path(run_b))
     pairs, unmatched = pair_records(torch_run, ms_run, forward_overrides)
     started = time.perf_counter()
     compared_bytes = 0
-    fp64 = {(r.kind, r.name): r for r in torch_run.records if r.variant == FP64}
+    fp64 = {(r.kind, r.name): r for r in torch_run.records
+            if r.variant == FP64 and use_fp64_reference}
     def evaluate(order: int, pair: Pair) -> Tuple[Comparison, Optional[RecordDetail], int]:
         torch_value, ms_value = torch_run.tensor(pair.torch), ms_run.tensor(pair.mindspore)
         reference = fp64.get((pair.torch.kind, pair.torch.name))

@@ -26,21 +26,27 @@ from parity.compare.metrics import Tolerance
 from parity.errors import ParityInputError
 from parity.records import KINDS
 
-# Defaults measured on a correct port (models/resnet_mindspore.py vs torchvision), MindSpore
-# 2.8.0 CPU vs torch 2.14.1 CPU, ResNet50 training mode, seeds 0-4, batch 2 at 64² and
-# batch 8 at 112²: `python -m parity.tools.measure_noise` prints the needed rtol per kind.
-# Each bound is about 10x the worst needed_rtol measured there (the "measured" comment gives
-# it), so fp32 reordering noise passes and the catalogued bugs — all >= 1e-2 relative at the
-# record where they first show — fail.
+# Defaults from measurement: the built-in ResNet50 pair (a correct port), MindSpore 2.8.0 CPU vs
+# torch 2.14.1 CPU, training mode, at batch 2 / 64² (seeds 0 and 1), 4 / 112² and 8 / 224²:
+#   python -m parity.calibrate RUN_DIR ...   (RUN_DIR from `parity run --out RUN_DIR ...`)
+# Worst values measured over those four runs, per kind (noise ratio; needed rtol; cosine):
+#   forward  1.23; 1.9e-3; 1.0          loss   1.45; 7.1e-6; 1.0
+#   grad / update / optimizer_state  2.43; 4.85; 0.99908
+#   weight   1.32; 0.88; 0.99908        buffer 1.17; 2.8e-4; 1.0
+# noise_factor is ~3x the worst ratio; the catalogued bugs give ratios of 19 to 5e6
+# (README). The fixed tolerances (used only without the float64 rerun) are ~3x the worst
+# need: for small-batch gradients no fixed rtol separates float32 noise from bugs (torch's
+# own float32 gradient is off by 4.3x its RMS at one element), so there only the cosine
+# still has teeth — the reason the float64 rerun is the default.
 DEFAULTS: Dict[str, Tolerance] = {
-    "input": Tolerance(rtol=0.0, atol=0.0, min_cosine=0.0),        # must be bit-identical
-    "forward": Tolerance(rtol=1e-3, atol=1e-6, min_cosine=0.99999),
-    "loss": Tolerance(rtol=1e-4, atol=1e-6, min_cosine=0.0),
-    "grad": Tolerance(rtol=1e-2, atol=1e-9, min_cosine=0.9999),
-    "update": Tolerance(rtol=1e-2, atol=1e-10, min_cosine=0.9999),
-    "optimizer_state": Tolerance(rtol=1e-2, atol=1e-9, min_cosine=0.9999),
-    "weight": Tolerance(rtol=1e-4, atol=1e-7, min_cosine=0.999999),
-    "buffer": Tolerance(rtol=1e-3, atol=1e-7, min_cosine=0.99999),
+    "input": Tolerance(rtol=0.0, atol=0.0, min_cosine=0.0),         # must be bit-identical
+    "forward": Tolerance(rtol=5e-3, atol=1e-6, min_cosine=0.99999, noise_factor=4.0),
+    "loss": Tolerance(rtol=3e-5, atol=1e-6, min_cosine=0.0, noise_factor=8.0),
+    "grad": Tolerance(rtol=15.0, atol=1e-9, min_cosine=0.997, noise_factor=8.0),
+    "update": Tolerance(rtol=15.0, atol=1e-10, min_cosine=0.997, noise_factor=8.0),
+    "optimizer_state": Tolerance(rtol=15.0, atol=1e-9, min_cosine=0.997, noise_factor=8.0),
+    "weight": Tolerance(rtol=3.0, atol=1e-7, min_cosine=0.997, noise_factor=8.0),
+    "buffer": Tolerance(rtol=1e-3, atol=1e-7, min_cosine=0.99999, noise_factor=4.0),
 }
 TOLERANCE_KEYS = {f.name for f in dataclasses.fields(Tolerance)}
 
