@@ -61,6 +61,19 @@ class CheckResult:
     extra: Dict[str, Any] = field(default_factory=dict)   # report path, self-checks, ...
     drift: Optional[Any] = None          # parity.baseline.Drift when checked against a baseline
 
+    def __repr__(self) -> str:
+        first = "None" if self.first_divergence is None else \
+            f"{self.first_divergence.name} · {self.first_divergence.kind}"
+        return (f"CheckResult(passed={self.passed}, first_divergence={first}, "
+                f"records={len(self.comparisons)})")
+
+    def _repr_html_(self) -> str:
+        """Notebooks show the verdict and the first divergence, not 900 records."""
+        from html import escape
+        text = self.failure_message(count=5) if not self.passed else \
+            f"parity: all {len(self.comparisons)} records within tolerance"
+        return f"<pre>{escape(text)}</pre>"
+
     @property
     def passed(self) -> bool:
         return bool(self.comparisons) and all(c.passed for c in self.comparisons) and \

@@ -1,0 +1,37 @@
+"""The command line a user meets first: help, option names, the console script."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO, parity_cli
+
+DESIGN_OPTIONS = ("--model", "--batch-size", "--image-size", "--seed", "--out", "--json",
+                  "--csv", "--html", "--tolerance", "--torch-model", "--ms-model", "--map")
+
+
+def test_help_lists_every_subcommand():
+    process = parity_cli("--help")
+    assert process.returncode == 0
+    for command in ("run", "capture", "compare", "report", "convert-weights", "baseline"):
+        assert command in process.stdout
+
+
+def test_run_help_has_the_documented_options():
+    process = parity_cli("run", "--help")
+    assert process.returncode == 0
+    for option in DESIGN_OPTIONS:
+        assert option in process.stdout, option
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).parent / "parity"
+    process = subprocess.run([str(script), "--help"], capture_output=True, text=True, cwd=REPO)
+    assert process.returncode == 0 and "compare" in process.stdout
+
+
+def test_no_command_prints_help_and_exits_2():
+    process = parity_cli()
+    assert process.returncode == 2 and "run" in process.stdout

@@ -1,0 +1,74 @@
+"""Determinism and the observer effect: captures that can be trusted to mean what they say."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from parity.capture.selfcheck import Fingerprints, observer_check
+from parity.rundir import RunReader
+from tests.conftest import TINY, parity_cli, read_json
+from tests.tiny import torch_tiny
+
+
+def _capture(framework: str, out, *extra):
+    process = parity_cli("capture", "--framework", framework, *TINY, "--out", out, *extra)
+    assert process.returncode == 0, process.stderr
+    return RunReader.open(out)
+
+
+def test_two_captures_with_the_same_seed_are_bit_identical(tmp_path):
+    for framework in ("torch", "mindspore"):
+        extra = () if framework == "torch" else ("--reference", tmp_path / "a-torch")
+        first = _capture(framework, tmp_path / f"a-{framework}", *extra)
+        second = _capture(framework, tmp_path / f"b-{framework}", *extra)
+        assert [r.name for r in first.records] == [r.name for r in second.records]
+        for a, b in zip(first.records, second.records):
+            assert a.crc32 == b.crc32, f"{framework} {a.kind} {a.name} differs between captures"
+
+
+def test_every_capture_proves_hooks_change_nothing(tiny_run):
+    for framework in ("torch", "mindspore"):
+        check = read_json(tiny_run / framework / "manifest.json")["self_checks"]["observer_effect"]
+        assert check["checked"] > 0 and check["differing_count"] == 0
+    report = read_json(tiny_run.parent / "report.json")
+    assert any("mindspore: hooks change nothing" in note for note in report["meta"]["notes"])
+
+
+def test_observer_check_names_what_hooks_changed():
+    hooked = Fingerprints()
+    hooked("fc.weight", "grad", np.ones(3, np.float32))
+    hooked("loss", "loss", np.array(1.0, np.float32))
+
+    def rerun(record):
+        record("fc.weight", "grad", np.array([1, 1, 1.0000001], np.float32))
+        record("loss", "loss", np.array(1.0, np.float32))
+
+    check = observer_check(hooked, rerun)
+    assert check["differing"] == ["fc.weight · grad"] and check["deterministic"] is True
+
+
+def test_observer_check_tells_nondeterminism_apart():
+    hooked = Fingerprints()
+    hooked("loss", "loss", np.array(1.0, np.float32))
+    values = iter([2.0, 3.0])
+
+    def rerun(record):
+        record("loss", "loss", np.array(next(values), np.float32))
+
+    check = observer_check(hooked, rerun)
+    assert check["differing_count"] == 1 and check["deterministic"] is False
+
+
+def test_nan_in_the_weights_is_reported_not_a_crash(tmp_path):
+    torch.manual_seed(0)
+    state = torch_tiny().state_dict()
+    state["0.weight"][0, 0, 0, 0] = float("nan")
+    torch.save(state, tmp_path / "w.pth")
+    process = parity_cli("run", *TINY, "--torch-weights", tmp_path / "w.pth", "--out",
+                         tmp_path / "run", "--json", tmp_path / "r.json", "--quiet")
+    assert process.returncode == 1, process.stderr
+    report = read_json(tmp_path / "r.json")
+    assert report["first_divergence"]["name"] == "0"
+    assert report["first_divergence"]["kind"] == "forward"
+    assert report["diagnosis"]["cause"] == "non-finite values"
