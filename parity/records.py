@@ -7,7 +7,7 @@ Every record is named by the PyTorch module/parameter path (``layer1.0.conv2``,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 # The order in which a divergence is looked for: where a bug is, not where it shows.
 KINDS: Tuple[str, ...] = ("input", "forward", "loss", "grad", "update", "optimizer_state",

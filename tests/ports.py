@@ -6,7 +6,6 @@ Each factory is zero-argument, as ``--ms-model pkg.mod:factory`` expects.
 from __future__ import annotations
 
 import mindspore.nn as nn
-import mindspore.ops as ops
 
 from models import resnet_mindspore as port
 
