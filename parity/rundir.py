@@ -181,7 +181,10 @@ def _safetensors_chunks(tensors: Dict[str, np.ndarray]) -> List:
 
 
 def _number_repeated_calls(records: List[RecordInfo]) -> List[RecordInfo]:
-    """A module called n > 1 times gives records ``name#0`` ... ``name#{n-1}``."""
+    """A module called n > 1 times gives records ``name#0`` ... ``name#{n-1}``.
+
+    Output gradients arrive in backward order, the reverse of the calls: they count down.
+    """
     counts = Counter((r.variant, r.kind, r.name) for r in records)
     seen: Counter = Counter()
     numbered = []
@@ -189,6 +192,8 @@ def _number_repeated_calls(records: List[RecordInfo]) -> List[RecordInfo]:
         identity = (record.variant, record.kind, record.name)
         if counts[identity] > 1:
             index = seen[identity]
+            if record.attrs.get("activation"):
+                index = counts[identity] - 1 - index
             seen[identity] += 1
             record = RecordInfo(**{**record.__dict__, "name": f"{record.name}#{index}"})
         numbered.append(record)

@@ -25,18 +25,25 @@ def test_builtin_pair_passes_with_the_documented_json(resnet50_run):
     assert ("buffer", "layer1.0.bn1.running_var") in names
     assert ("optimizer_state", "fc.weight.momentum_buffer") in names
     assert {("forward", f"layer1.0.relu#{k}") for k in range(3)} <= names
+    # gradients w.r.t. module outputs, one per call, next to the parameter gradients
+    assert {("grad", "layer1.0.conv2"), ("grad", "layer1.0.relu#2"), ("grad", "fc")} <= names
     assert report["meta"]["seed"] == 0
     assert report["meta"]["versions"]["mindspore"]["mindspore"]
     assert report["meta"]["config"]["torch"]["batch_size"] == 2
     assert (resnet50_run / "records.csv").read_text().startswith("name,kind,shape,passed,")
 
 
-def test_forward_records_are_in_execution_order(resnet50_run):
+def test_records_are_in_divergence_order(resnet50_run):
     report = read_json(resnet50_run / "report.json")
     forward = [r["name"] for r in report["records"] if r["kind"] == "forward"]
     assert forward[:5] == ["conv1", "bn1", "relu", "maxpool", "layer1.0.conv1"]
     assert forward.index("layer1.0.conv3") < forward.index("layer1.0.downsample.0")
     assert forward[-2:] == ["avgpool", "fc"]
+    grads = [r["name"] for r in report["records"] if r["kind"] == "grad"]
+    assert grads[:3] == ["fc", "fc.weight", "fc.bias"]            # backward order
+    assert grads.index("layer4.2.conv3") < grads.index("layer4.2.conv3.weight") \
+        < grads.index("layer4.2.conv2")
+    assert grads[-1] == "conv1.weight"
 
 
 def _compare(resnet50_run, ms_run, tmp_path):
@@ -98,6 +105,7 @@ def test_user_pair_with_its_own_names_aligns_completely(resnet50_run, capture_mi
     assert by_name[("forward", "layer2.0.downsample")] == "stages.1.0.down_sample"
     assert by_name[("grad", "layer3.2.bn1.weight")] == "stages.2.2.norm_a.gamma"
     assert by_name[("forward", "layer1.0.relu#2")] == "stages.0.0.act#2"
+    assert by_name[("grad", "layer1.0.relu#2")] == "stages.0.0.act#2"
 
 
 def test_fixed_tolerances_also_pass_the_correct_port(resnet50_run):

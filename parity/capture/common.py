@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -56,22 +56,36 @@ def module_attrs(module: Any) -> Dict[str, Any]:
     return attrs
 
 
+# attrs of a "grad" record that is the gradient w.r.t. a module's output, not a parameter's
+ACTIVATION = {"activation": True}
+
+
+def output_names(name: str, outputs: Any) -> List[Tuple[str, Any]]:
+    """(record name, value) per output: ``name`` alone, or ``name.out0``... for tuples."""
+    values = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    if len(values) == 1:
+        return [(name, values[0])]
+    return [(f"{name}.out{index}", value) for index, value in enumerate(values)]
+
+
 def output_recorder(name: str, module: Any, record: Callable[..., None],
-                    to_numpy: Callable[[Any], Optional[np.ndarray]]) -> Callable:
+                    to_numpy: Callable[[Any], Optional[np.ndarray]],
+                    watch: Optional[Callable[[str, Any], None]] = None) -> Callable:
     """A forward hook storing each tensor output of ``module`` as a forward record.
 
     ``to_numpy`` returns a private copy (or None for a non-tensor output): the framework may
     reuse the buffer a moment later (torchvision's ReLU(inplace=True) overwrites BN outputs).
+    ``watch(record_name, tensor)``, when given, sees each output (to hook its gradient).
     """
     op, attrs = op_type(module), module_attrs(module)
 
     def hook(_module, _inputs, output) -> None:
-        outputs = output if isinstance(output, (tuple, list)) else (output,)
-        for index, tensor in enumerate(outputs):
+        for record_name, tensor in output_names(name, output):
             array = to_numpy(tensor)
             if array is not None:
-                suffix = f".out{index}" if len(outputs) > 1 else ""
-                record(name + suffix, "forward", array, op=op, attrs=attrs)
+                record(record_name, "forward", array, op=op, attrs=attrs)
+                if watch is not None:
+                    watch(record_name, tensor)
     return hook
 
 

@@ -12,8 +12,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (framework_versions, load_batch, output_recorder,
-                                   resource_usage, synthetic_batch)
+from parity.capture.common import (ACTIVATION, framework_versions, load_batch,
+                                   output_names, output_recorder, resource_usage,
+                                   synthetic_batch)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -42,12 +43,31 @@ def _reference_inputs(reference: Path) -> Tuple[Path, np.ndarray, np.ndarray, Di
             run.tensor(by_name["target"]), run.manifest.get("config", {}))
 
 
-def _forward_hooks(net, record: Callable[..., None]) -> List:
+def _hooks(net, record: Callable[..., None], loss_scale: float) -> List:
+    """Forward hooks on every cell, and backward hooks recording each output's gradient.
+
+    MindSpore's backward hook has torch's meaning: grad_output is the gradient w.r.t. the
+    cell's output, here of the scaled loss, so it is divided by the loss scale.
+    """
     def to_numpy(tensor):
         return np.array(tensor.asnumpy(), copy=True) if hasattr(tensor, "asnumpy") else None
 
-    return [cell.register_forward_hook(output_recorder(name, cell, record, to_numpy))
-            for name, cell in net.cells_and_names() if name]
+    def backward_recorder(name: str) -> Callable:
+        def hook(_cell, _grad_input, grad_output) -> None:
+            for record_name, grad in output_names(name, grad_output):
+                array = to_numpy(grad)
+                if array is not None:
+                    record(record_name, "grad", array / np.float32(loss_scale),
+                           attrs=ACTIVATION)
+        return hook
+
+    handles = []
+    for name, cell in net.cells_and_names():
+        if name:
+            handles.append(cell.register_forward_hook(output_recorder(name, cell, record,
+                                                                      to_numpy)))
+            handles.append(cell.register_backward_hook(backward_recorder(name)))
+    return handles
 
 
 def _name_parameters_by_path(net) -> None:
@@ -131,7 +151,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
                 "factory": factory or type(net).__name__, "param_map": param_map,
                 "self_checks": {"observer_effect": observer},
                 "resources": resource_usage(started),
-                "notes": ["activation gradients are not captured; parameter gradients are"]}
+                "notes": []}
         return writer.finish(meta)
 
 
@@ -148,10 +168,10 @@ def _train_step(net, x: np.ndarray, y: np.ndarray, config: StepConfig,
     from mindspore import nn
 
     net.set_train(True)
-    handles = _forward_hooks(net, record) if hooks else []
+    scale = config.ms_loss_scale if config.ms_scale_loss else 1.0
+    handles = _hooks(net, record, scale) if hooks else []
     loss_fn = nn.CrossEntropyLoss(reduction="mean", label_smoothing=config.label_smoothing)
     optimizer = _optimizer(net, config)
-    scale = config.ms_loss_scale if config.ms_scale_loss else 1.0
 
     def forward(inputs, labels):
         loss = loss_fn(net(inputs), labels)

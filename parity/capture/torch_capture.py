@@ -9,8 +9,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (batch_for, framework_versions, output_recorder,
-                                   resource_usage)
+from parity.capture.common import (ACTIVATION, batch_for, framework_versions,
+                                   output_recorder, resource_usage)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -48,12 +48,22 @@ def _infer_num_classes(model, x: np.ndarray) -> int:
 
 
 def _forward_hooks(model, record: Callable[..., None]) -> List:
+    """Forward hooks on every module; each output's gradient is recorded by a tensor hook.
+
+    A tensor hook registered before an in-place op (torchvision's ReLU(inplace=True)) receives
+    the gradient w.r.t. the value it was registered on, so a BN's record is its own output's.
+    """
     import torch
 
     def to_numpy(tensor):
         return tensor.detach().cpu().numpy().copy() if isinstance(tensor, torch.Tensor) else None
 
-    return [module.register_forward_hook(output_recorder(name, module, record, to_numpy))
+    def watch(name: str, tensor) -> None:
+        if tensor.requires_grad:
+            tensor.register_hook(lambda grad: record(name, "grad", to_numpy(grad),
+                                                     attrs=ACTIVATION))
+
+    return [module.register_forward_hook(output_recorder(name, module, record, to_numpy, watch))
             for name, module in model.named_modules() if name]
 
 
@@ -164,5 +174,5 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
                 "factory": factory or type(model).__name__, "param_map": {},
                 "fp64_reference": fp64_reference, "self_checks": {"observer_effect": observer},
                 "resources": resource_usage(started),
-                "notes": ["activation gradients are not captured; parameter gradients are"]}
+                "notes": []}
         return writer.finish(meta)
