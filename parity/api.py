@@ -101,10 +101,13 @@ def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
         raise KeyboardInterrupt
     lines = [line for line in process.stderr.strip().splitlines() if line.strip()]
     message = next((line for line in reversed(lines) if line.startswith("parity: error:")), None)
-    if process.returncode == 2 and message:
+    if message:
         raise ParityInputError(f"{framework} capture: {message.removeprefix('parity: error: ')}")
-    tail = "\n".join(lines[-15:])
-    raise RuntimeError(f"the {framework} capture failed (exit {process.returncode}):\n{tail}")
+    if debug:
+        print("\n".join(lines), file=sys.stderr)
+    last = lines[-1] if lines else "no output"
+    raise ParityInputError(f"the {framework} capture failed (exit {process.returncode}): {last}; "
+                           "rerun with --debug for its full output")
 
 
 def run(config: StepConfig, out: Path, options: CaptureOptions, *,

@@ -367,3 +367,9 @@ def _main(argv: List[str], debug: bool) -> int:
     except KeyboardInterrupt:
         print("parity: interrupted; no partial output was left behind", file=sys.stderr)
         return EXIT_INTERRUPT
+    except Exception as error:  # the user's model code, or a bug of ours: one line either way
+        if debug:
+            raise
+        print(f"parity: error: unexpected {type(error).__name__}: {error} "
+              "(rerun with --debug for the traceback)", file=sys.stderr)
+        return EXIT_INPUT

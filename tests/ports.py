@@ -102,3 +102,8 @@ class RenamedResNet50(nn.Cell):
 
 def renamed_resnet50():
     return RenamedResNet50()
+
+
+def broken_factory():
+    """A user factory whose model code fails."""
+    raise TypeError("MyNet.__init__() missing 1 required positional argument: 'depth'")

@@ -166,3 +166,16 @@ def test_ctrl_c_during_capture_exits_130_and_leaves_nothing(tmp_path):
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_failing_user_model_code_is_one_line(tmp_path):
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny", "--ms-model",
+                         "tests.ports:broken_factory", "--image-size", "16",
+                         "--out", tmp_path / "run")
+    assert_one_line_error(process, "mindspore capture", "TypeError", "'depth'")
+
+
+def test_bad_map_file(tmp_path):
+    (tmp_path / "map.toml").write_text("fc = 3\n")
+    process = parity_cli("run", *TINY, "--map", tmp_path / "map.toml", "--out", tmp_path / "r")
+    assert_one_line_error(process, "must map MindSpore names to PyTorch names")

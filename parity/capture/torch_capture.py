@@ -19,7 +19,6 @@ from parity.rundir import INITIAL_WEIGHTS, RunWriter
 from parity.weights import is_ignored, load_state_dict, save_state_dict_bytes
 
 
-
 def _load_weights(model, path: Path) -> None:
     import torch
     state_dict = {k: torch.from_numpy(v) for k, v in load_state_dict(path).items()}
