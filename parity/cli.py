@@ -218,8 +218,8 @@ def _finish(result, args: argparse.Namespace, written: List[Path]) -> int:
 
 
 def _policy(args: argparse.Namespace):
-    from parity.compare.tolerance import TolerancePolicy
-    return TolerancePolicy.from_toml(args.tolerance) if args.tolerance else TolerancePolicy()
+    from parity.api import as_policy
+    return as_policy(args.tolerance)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
