@@ -28,6 +28,11 @@ PAIRS = {
 }
 
 
+def is_builtin_factory(spec: str) -> bool:
+    """Built-in builders take ``num_classes``; users' factories take no arguments."""
+    return any(spec in (pair.torch_factory, pair.mindspore_factory) for pair in PAIRS.values())
+
+
 def get_pair(name: str) -> ModelPair:
     """The built-in pair called ``name``; KeyError lists the known names."""
     try:

@@ -66,11 +66,14 @@ def load_name_map(path: Optional[Path]) -> Dict[str, str]:
     return dict(data)
 
 
-def _prepare_run_dir(out: Path) -> None:
+def _prepare_run_dir(out: Path, config: StepConfig, command: str) -> None:
+    """Create (or reuse) the directory holding torch/ and mindspore/, marked as parity's."""
     if out.exists() and any(out.iterdir()) and not (out / RUN_INDEX).exists():
         raise ParityInputError(f"--out {out} exists and is not a parity run directory; "
                                "choose another or remove it")
     out.mkdir(parents=True, exist_ok=True)
+    (out / RUN_INDEX).write_text(json.dumps({"format": "parity-run-pair", "command": command,
+                                             "config": config.to_dict()}, indent=1))
 
 
 def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
@@ -116,9 +119,7 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
         debug: bool = False) -> CheckResult:
     """Capture torch then MindSpore (each in its own process) into ``out``, then compare."""
     out = Path(out)
-    _prepare_run_dir(out)
-    (out / RUN_INDEX).write_text(json.dumps({"format": "parity-run-pair", "command": command,
-                                             "config": config.to_dict()}, indent=1))
+    _prepare_run_dir(out, config, command)
     report = progress or (lambda stage, state: None)
     torch_dir, ms_dir = out / "torch", out / "mindspore"
     report("torch capture", "start")
@@ -164,15 +165,24 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
         inputs = (np.asarray(inputs[0], dtype=np.float32), np.asarray(inputs[1], dtype=np.int64))
     with tempfile.TemporaryDirectory(prefix="parity-") as scratch:
         root = Path(out) if out is not None else Path(scratch)
-        _prepare_run_dir(root)
-        (root / RUN_INDEX).write_text(json.dumps({"format": "parity-run-pair",
-                                                  "config": config.to_dict()}))
+        _prepare_run_dir(root, config, "parity.check(...)")
         torch_dir = capture_torch(config, root / "torch", model=torch_model, inputs=inputs,
                                   fp64_reference=fp64_reference)
         ms_dir = capture_mindspore(config, root / "mindspore", model=ms_model,
                                    reference=torch_dir, overrides=name_map)
         return compare_runs(torch_dir, ms_dir, policy=policy, forward_overrides=name_map,
                             command="parity.check(...)")
+
+
+def load_result(source: Path, policy: Optional[TolerancePolicy] = None) -> CheckResult:
+    """A CheckResult from a JSON report, or by comparing the captures in a run directory."""
+    source = Path(source)
+    if source.is_file():
+        return CheckResult.from_json(source)
+    if (source / "torch").is_dir() and (source / "mindspore").is_dir():
+        return compare_runs(source / "torch", source / "mindspore", policy=policy)
+    raise ParityInputError(f"{source} is neither a JSON report nor a run directory holding "
+                           "torch/ and mindspore/")
 
 
 def as_policy(tolerance: Union[None, TolerancePolicy, str, Path, Mapping[str, Any]]

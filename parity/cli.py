@@ -176,16 +176,20 @@ def step_config(args: argparse.Namespace) -> StepConfig:
         raise ParityInputError(str(error)) from None
 
 
-def factories(args: argparse.Namespace) -> tuple:
+def builtin_pair(name: str):
     from models import get_pair
+    try:
+        return get_pair(name)
+    except KeyError as error:
+        raise ParityInputError(str(error.args[0])) from None
+
+
+def factories(args: argparse.Namespace) -> tuple:
     if bool(args.torch_model) != bool(args.ms_model):
         raise ParityInputError("--torch-model and --ms-model go together: pass both")
     if args.torch_model:
         return args.torch_model, args.ms_model
-    try:
-        pair = get_pair(args.model)
-    except KeyError as error:
-        raise ParityInputError(str(error.args[0])) from None
+    pair = builtin_pair(args.model)
     return pair.torch_factory, pair.mindspore_factory
 
 
@@ -217,6 +221,11 @@ def _finish(result, args: argparse.Namespace, written: List[Path]) -> int:
     return EXIT_PASS if result.passed else EXIT_FAIL
 
 
+def _command_line() -> str:
+    """The command as typed, for the report's "reproduce" line."""
+    return "parity " + shlex.join(sys.argv[1:])
+
+
 def _policy(args: argparse.Namespace):
     from parity.api import as_policy
     return as_policy(args.tolerance)
@@ -240,7 +249,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = api.CaptureOptions(torch_factory=torch_factory, mindspore_factory=ms_factory,
                                  torch_weights=args.torch_weights, batch_file=args.input,
                                  name_map=name_map, fp64_reference=not args.no_fp64_reference)
-    command = "parity " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = _command_line()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=_console(stderr=True), transient=True,
                   disable=args.quiet) as progress:
@@ -277,29 +286,17 @@ def cmd_capture(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from parity import api
     from parity.compare.engine import compare_runs
-    command = "parity " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = _command_line()
     result = compare_runs(args.run_a, args.run_b, policy=_policy(args),
                           forward_overrides=api.load_name_map(args.map), command=command)
     return _finish(result, args, _write_reports(result, args))
 
 
-def load_result(source: Path, policy=None):
-    """A CheckResult from a JSON report, or by comparing the captures in a run directory."""
-    from parity.compare.engine import compare_runs
-    from parity.result import CheckResult
-    source = Path(source)
-    if source.is_file():
-        return CheckResult.from_json(source)
-    if (source / "torch").is_dir() and (source / "mindspore").is_dir():
-        return compare_runs(source / "torch", source / "mindspore", policy=policy)
-    raise ParityInputError(f"{source} is neither a JSON report nor a run directory holding "
-                           "torch/ and mindspore/")
-
-
 def cmd_report(args: argparse.Namespace) -> int:
+    from parity import api
     if not any((args.json, args.csv, args.html)):
         raise ParityInputError("say what to write: --html PATH, --json PATH and/or --csv PATH")
-    result = load_result(args.source, _policy(args) if args.tolerance else None)
+    result = api.load_result(args.source, _policy(args) if args.tolerance else None)
     return _finish(result, args, _write_reports(result, args))
 
 
@@ -308,14 +305,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     from parity import api
     from parity.weights import convert_weights
-    if args.ms_model:
-        factory = args.ms_model
-    else:
-        from models import get_pair
-        try:
-            factory = get_pair(args.model).mindspore_factory
-        except KeyError as error:
-            raise ParityInputError(str(error.args[0])) from None
+    factory = args.ms_model or builtin_pair(args.model).mindspore_factory
     plan = convert_weights(factory, args.torch_weights, args.out, num_classes=args.num_classes,
                            overrides=api.load_name_map(args.map))
     print(f"wrote {args.out}: {len(plan)} MindSpore parameters from {args.torch_weights}")
@@ -323,13 +313,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from parity import baseline
+    from parity import api, baseline
     if args.baseline_command == "save":
-        path = baseline.save(load_result(args.run), args.out)
+        path = baseline.save(api.load_result(args.run), args.out)
         print(f"wrote {path}")
         return EXIT_PASS
     if args.baseline_command == "check":
-        drift = baseline.check(load_result(args.run), args.baseline, factor=args.factor)
+        drift = baseline.check(api.load_result(args.run), args.baseline, factor=args.factor)
         print(drift.message())
         return EXIT_PASS if drift.passed else EXIT_FAIL
     raise ParityInputError("baseline needs an action: save or check")

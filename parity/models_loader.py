@@ -28,9 +28,9 @@ def load_factory(spec: str) -> Callable[..., Any]:
 
 
 def _build(spec: str, num_classes: Optional[int]) -> Any:
+    from models import is_builtin_factory
     factory = load_factory(spec)
-    builtin = spec.startswith(("torchvision.models:", "models.resnet_mindspore:"))
-    if builtin and num_classes is not None:
+    if is_builtin_factory(spec) and num_classes is not None:
         return factory(num_classes=num_classes)
     return factory()
 

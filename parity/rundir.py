@@ -2,8 +2,8 @@
 
 A capture streams tensors into a hidden ``<out>.partial-<pid>`` directory and renames it into
 place only after the manifest is written, so an interrupted or failed capture never leaves a
-directory that looks complete. Each shard's size and CRC-32 are in the manifest: a truncated or
-corrupted file is refused when read instead of producing numbers.
+directory that looks complete. Each shard's size and each tensor's CRC-32 are in the manifest:
+a truncated or corrupted file is refused when read instead of producing numbers.
 """
 
 from __future__ import annotations
@@ -42,13 +42,18 @@ def _no_space(path: Path) -> ParityInputError:
                             "free some space or choose --out on another disk")
 
 
+def refuse_foreign(out: Path) -> None:
+    """Only an earlier parity run may be replaced: never a user's own directory."""
+    if out.exists() and not is_run_dir(out):
+        raise ParityInputError(f"{out} exists and is not a parity run directory; "
+                               "choose another --out or remove it")
+
+
 def atomic_replace_dir(partial: Path, out: Path) -> None:
-    """Move a finished directory into place; replaces only an earlier parity run."""
+    """Move a finished directory into place, replacing an earlier parity run."""
+    refuse_foreign(out)
     old = None
     if out.exists():
-        if not is_run_dir(out):
-            raise ParityInputError(f"{out} exists and is not a parity run directory; "
-                                   "choose another --out or remove it")
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         out.rename(old)
     partial.rename(out)
@@ -65,9 +70,7 @@ class RunWriter:
 
     def __init__(self, out: Path, framework: str) -> None:
         self.out = Path(out)
-        if self.out.exists() and not is_run_dir(self.out):
-            raise ParityInputError(f"{self.out} exists and is not a parity run directory; "
-                                   "choose another --out or remove it")
+        refuse_foreign(self.out)            # before any work, not only at the final rename
         self.framework = framework
         self.partial = self.out.with_name(f".{self.out.name}.partial-{os.getpid()}")
         shutil.rmtree(self.partial, ignore_errors=True)
@@ -268,8 +271,7 @@ class RunReader:
                                    f"and dtype need {expected}; capture again")
         with open(file, "rb") as handle:
             handle.seek(start)
-            array = np.fromfile(handle, dtype=record.dtype, count=expected // np.dtype(
-                record.dtype).itemsize)
+            array = np.fromfile(handle, dtype=record.dtype, count=int(np.prod(record.shape)))
         if array.nbytes != expected or zlib.crc32(array) != record.crc32:
             raise ParityInputError(f"{file} is corrupted: {record.name} fails its checksum; "
                                    "capture again")
@@ -286,7 +288,6 @@ class RunReader:
         if shard is None:
             raise ParityInputError(f"{self.path / MANIFEST} names no shard {name}; capture again")
         file = self.path / name
-        self._check_shard_size(shard)
         try:
             with open(file, "rb") as handle:
                 length = int.from_bytes(handle.read(8), "little")

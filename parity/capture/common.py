@@ -117,13 +117,9 @@ def load_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
     return x.astype(np.float32, copy=False), y.astype(np.int64, copy=False)
 
 
-def base_versions() -> Dict[str, str]:
-    return {"python": platform.python_version(), "numpy": np.__version__,
-            "platform": platform.platform()}
-
-
 def framework_versions(framework: str) -> Dict[str, str]:
-    versions = base_versions()
+    versions = {"python": platform.python_version(), "numpy": np.__version__,
+                "platform": platform.platform()}
     if framework == "torch":
         import torch
         import torchvision
@@ -141,6 +137,16 @@ def resource_usage(started: float) -> Dict[str, float]:
     import time
     return {"seconds": time.perf_counter() - started,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def manifest_meta(framework: str, config, num_classes: Optional[int], factory: str,
+                  param_map: Dict[str, str], observer: Dict[str, Any], started: float,
+                  **extra: Any) -> Dict[str, Any]:
+    """What a capture's manifest says about the run besides its records."""
+    return {"versions": framework_versions(framework), "seed": config.seed,
+            "config": {**config.to_dict(), "num_classes": num_classes}, "factory": factory,
+            "param_map": param_map, "self_checks": {"observer_effect": observer},
+            "resources": resource_usage(started), **extra}
 
 
 def batch_for(config, batch_file: Optional[Path], num_classes: int

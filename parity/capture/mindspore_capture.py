@@ -12,9 +12,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (ACTIVATION, framework_versions, load_batch,
-                                   output_names, output_recorder, resource_usage,
-                                   synthetic_batch)
+from parity.capture.common import (ACTIVATION, batch_for, manifest_meta, output_names,
+                                   output_recorder)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -117,13 +116,11 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         raise ParityInputError("the MindSpore capture needs the torch weights: pass --reference "
                                "TORCH_RUN_DIR (from 'parity capture --framework torch') or "
                                "--weights FILE")
-    if batch_file is not None:
-        x, y = load_batch(batch_file)
-    elif reference is None:
-        if num_classes is None:
-            raise ParityInputError("without --reference, pass --num-classes (or --input FILE.npz)"
-                                   " so both sides draw the same labels")
-        x, y = synthetic_batch(config.batch_size, config.image_size, num_classes, config.seed)
+    if batch_file is None and reference is None and num_classes is None:
+        raise ParityInputError("without --reference, pass --num-classes (or --input FILE.npz) "
+                               "so both sides draw the same labels")
+    if batch_file is not None or reference is None:
+        x, y = batch_for(config, batch_file, num_classes)
     net = model if model is not None else \
         build_mindspore_model(factory, num_classes=config.num_classes)
     _name_parameters_by_path(net)
@@ -146,13 +143,9 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
 
         observer = observer_check(hooked, rerun_without_hooks)
         _restore(net, initial)       # leave a caller's network as it came
-        meta = {"versions": framework_versions("mindspore"), "seed": config.seed,
-                "config": {**config.to_dict(), "num_classes": num_classes},
-                "factory": factory or type(net).__name__, "param_map": param_map,
-                "self_checks": {"observer_effect": observer},
-                "resources": resource_usage(started),
-                "notes": []}
-        return writer.finish(meta)
+        return writer.finish(manifest_meta(
+            "mindspore", config, num_classes, factory or type(net).__name__, param_map,
+            observer, started))
 
 
 def _restore(net, values: Dict[str, np.ndarray]) -> None:

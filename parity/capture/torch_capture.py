@@ -9,8 +9,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (ACTIVATION, batch_for, framework_versions,
-                                   output_recorder, resource_usage)
+from parity.capture.common import ACTIVATION, batch_for, manifest_meta, output_recorder
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -33,6 +32,11 @@ def _load_weights(model, path: Path) -> None:
                 ([f"wrong shapes: {'; '.join(shapes)}"] if shapes else [])
         raise ParityInputError(f"{path} does not fit the torch model: {' | '.join(parts)}")
     model.load_state_dict(state_dict, strict=True)
+
+
+def _restore(model, state: Dict[str, np.ndarray]) -> None:
+    import torch
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
 
 
 def _infer_num_classes(model, x: np.ndarray) -> int:
@@ -148,13 +152,13 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         _train_step(model, x, y, config, tee(writer.add, hooked))
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
-            model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
+            _restore(model, initial)
             _train_step(model, x, y, config, record, hooks=False)
 
         observer = observer_check(hooked, rerun_without_hooks)
         if fp64_reference:
             reference = copy.deepcopy(model)
-            reference.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
+            _restore(reference, initial)
             reference.double()
 
             def record_fp64(name: str, kind: str, array: np.ndarray, **extra) -> None:
@@ -166,12 +170,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
                 writer.add(name, kind, array, variant=FP64, **extra)
 
             _train_step(reference, x, y, config, record_fp64)
-        # leave a caller's model as it came: the rerun stepped it
-        model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
-        meta = {"versions": framework_versions("torch"), "seed": config.seed,
-                "config": {**config.to_dict(), "num_classes": num_classes},
-                "factory": factory or type(model).__name__, "param_map": {},
-                "fp64_reference": fp64_reference, "self_checks": {"observer_effect": observer},
-                "resources": resource_usage(started),
-                "notes": []}
-        return writer.finish(meta)
+        _restore(model, initial)        # leave a caller's model as it came: the rerun stepped it
+        return writer.finish(manifest_meta(
+            "torch", config, num_classes, factory or type(model).__name__, {}, observer,
+            started, fp64_reference=fp64_reference))

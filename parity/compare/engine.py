@@ -223,7 +223,6 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
     self_checks = {run.framework: run.manifest.get("self_checks", {}).get("observer_effect", {})
                    for run in (torch_run, ms_run)}
     notes = [_observer_note(check, framework) for framework, check in self_checks.items()]
-    notes += list(torch_run.manifest.get("notes", []))
     unused = policy.unused_overrides()
     if unused:
         notes.append(f"tolerance overrides that matched no record: {', '.join(unused)}")
