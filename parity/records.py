@@ -7,13 +7,12 @@ Every record is named by the PyTorch module/parameter path (``layer1.0.conv2``,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 # The order in which a divergence is looked for: where a bug is, not where it shows.
 KINDS: Tuple[str, ...] = ("input", "forward", "loss", "grad", "update", "optimizer_state",
                           "weight", "buffer")
 KIND_RANK = {kind: rank for rank, kind in enumerate(KINDS)}
-FP64 = "fp64"   # variant of the records from torch's float64 rerun of the same step
 
 
 @dataclass(frozen=True)
@@ -29,14 +28,16 @@ class RecordInfo:
     key: str                  # key of the tensor inside the shard
     op: str = ""              # normalised operation type of a forward record ("conv2d", ...)
     attrs: Dict[str, Any] = field(default_factory=dict)  # module settings (stride, eps, ...)
-    variant: str = ""         # "" for the step itself; FP64 for torch's float64 rerun
     crc32: int = 0            # of the tensor's bytes: a corrupted shard names the record
+    # torch only, from the float64 rerun of the step: rms(t32 - t64) and rms(t64)
+    fp32_noise_rms: Optional[float] = None
+    exact_rms: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "shape": list(self.shape),
                 "dtype": self.dtype, "order": self.order, "shard": self.shard, "key": self.key,
-                "op": self.op, "attrs": self.attrs, "variant": self.variant,
-                "crc32": self.crc32}
+                "op": self.op, "attrs": self.attrs, "crc32": self.crc32,
+                "fp32_noise_rms": self.fp32_noise_rms, "exact_rms": self.exact_rms}
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "RecordInfo":
@@ -44,7 +45,13 @@ class RecordInfo:
                    shape=tuple(int(s) for s in data["shape"]), dtype=str(data["dtype"]),
                    order=int(data["order"]), shard=str(data["shard"]), key=str(data["key"]),
                    op=str(data.get("op", "")), attrs=dict(data.get("attrs", {})),
-                   variant=str(data.get("variant", "")), crc32=int(data["crc32"]))
+                   crc32=int(data["crc32"]),
+                   fp32_noise_rms=_optional_float(data.get("fp32_noise_rms")),
+                   exact_rms=_optional_float(data.get("exact_rms")))
+
+
+def _optional_float(value: Any) -> Optional[float]:
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,7 @@ class TensorStats:
     inf_mindspore: int
     needed_rtol: float         # the smallest rtol that would have passed (atol fixed)
     fp32_noise: float          # rms(t32 - t64) / rms(t64): torch's own float32 error
-    ms_error: float            # rms(ms - t64) / rms(t64)
+    ms_error: float            # rms(ms - t32) / rms(t64): MindSpore's distance from torch
     noise_ratio: float         # ms_error over torch's own (guarded); NaN without float64
     reason: str
 

@@ -4,12 +4,18 @@ A capture streams tensors into a hidden ``<out>.partial-<pid>`` directory and re
 place only after the manifest is written, so an interrupted or failed capture never leaves a
 directory that looks complete. Each shard's size and each tensor's CRC-32 are in the manifest:
 a truncated or corrupted file is refused when read instead of producing numbers.
+
+A tensor whose bytes equal an earlier record's is stored once: both records name the same
+shard and key. A container's output is its last child's (``layer1`` is ``layer1.2``, a
+Bottleneck's is its last ReLU's), about a fifth of a ResNet capture.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
+import mmap
 import os
 import shutil
 import zlib
@@ -24,10 +30,10 @@ from parity.errors import ParityInputError
 from parity.records import KINDS, RecordInfo
 
 FORMAT = "parity-run"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2     # 2: torch's float64 rerun kept as per-record noise, not tensors
 MANIFEST = "manifest.json"
 INITIAL_WEIGHTS = "initial_weights.safetensors"   # torch state dict before the step
-SHARD_BYTES = 256 * 2**20
+SHARD_BYTES = 64 * 2**20      # buffered before a shard is written: bounds capture memory
 
 
 def is_run_dir(path: Path) -> bool:
@@ -79,6 +85,8 @@ class RunWriter:
         self._pending_bytes = 0
         self._shards: List[Dict[str, Any]] = []
         self._records: List[RecordInfo] = []
+        self._stored: Dict[Tuple[int, Tuple[int, ...], str], List[RecordInfo]] = {}
+        self._offsets: Dict[str, Tuple[int, int]] = {}   # key -> bytes in its flushed shard
 
     def __enter__(self) -> "RunWriter":
         return self
@@ -92,21 +100,43 @@ class RunWriter:
         return tuple(self._records)
 
     def add(self, name: str, kind: str, array: np.ndarray, *, op: str = "",
-            attrs: Optional[Dict[str, Any]] = None, variant: str = "") -> None:
-        """Store a tensor; the caller passes a private copy (hooks see buffers that change)."""
+            attrs: Optional[Dict[str, Any]] = None) -> RecordInfo:
+        """Store a copy of ``array`` (hooks hand over buffers that change a moment later),
+        or, when an earlier record holds the same bytes, a reference to that record's."""
         if kind not in KINDS:
             raise ValueError(f"unknown record kind {kind!r}")
         array = np.ascontiguousarray(array)
         order = len(self._records)
-        key = f"r{order:06d}"
-        self._records.append(RecordInfo(
-            name=name, kind=kind, shape=tuple(array.shape), dtype=str(array.dtype), order=order,
-            shard=self._shard_name(len(self._shards)), key=key, op=op, attrs=dict(attrs or {}),
-            variant=variant, crc32=zlib.crc32(array)))
-        self._pending[key] = array
-        self._pending_bytes += array.nbytes
-        if self._pending_bytes >= SHARD_BYTES:
-            self._flush()
+        content = (zlib.crc32(array), tuple(array.shape), str(array.dtype))
+        same = next((r for r in self._stored.get(content, ())
+                     if _same_bytes(self.array(r), array)), None)
+        shard, key = (same.shard, same.key) if same is not None else \
+            (self._shard_name(len(self._shards)), f"r{order:06d}")
+        record = RecordInfo(name=name, kind=kind, shape=content[1], dtype=content[2], order=order,
+                            shard=shard, key=key, op=op, attrs=dict(attrs or {}),
+                            crc32=content[0])
+        self._records.append(record)
+        if same is None:
+            self._stored.setdefault(content, []).append(record)
+            self._pending[key] = array = array.copy()
+            self._pending_bytes += array.nbytes
+            if self._pending_bytes >= SHARD_BYTES:
+                self._flush()
+        return record
+
+    def array(self, record: RecordInfo) -> np.ndarray:
+        """A tensor already added, from memory or read back from its shard."""
+        if record.key in self._pending:
+            return self._pending[record.key]
+        start, end = self._offsets[record.key]
+        with open(self.partial / record.shard, "rb") as handle:
+            handle.seek(start)
+            data = handle.read(end - start)
+        return np.frombuffer(data, dtype=record.dtype).reshape(record.shape)
+
+    def annotate(self, record: RecordInfo, **fields: Any) -> None:
+        """Replace fields of a record already added (e.g. its float64 noise)."""
+        self._records[record.order] = dataclasses.replace(record, **fields)
 
     def write_file(self, name: str, data: bytes) -> Path:
         """A side file of the run (e.g. the initial weights), inside the atomic directory."""
@@ -131,8 +161,9 @@ class RunWriter:
         if not self._pending:
             return
         name = self._shard_name(len(self._shards))
-        size = self._write_bytes(self.partial / name, *_safetensors_chunks(self._pending),
-                                 sync=False)
+        chunks, offsets = _safetensors_chunks(self._pending)
+        size = self._write_bytes(self.partial / name, *chunks, sync=False)
+        self._offsets.update(offsets)
         self._shards.append({"file": name, "bytes": size})
         self._pending, self._pending_bytes = {}, 0
 
@@ -163,8 +194,10 @@ SAFETENSORS_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int
                       "bool": "BOOL"}
 
 
-def _safetensors_chunks(tensors: Dict[str, np.ndarray]) -> List:
-    """The safetensors file layout as a list of buffers (header, then each tensor's bytes).
+def _safetensors_chunks(tensors: Dict[str, np.ndarray]
+                        ) -> Tuple[List, Dict[str, Tuple[int, int]]]:
+    """The safetensors layout as buffers (header, then each tensor's bytes), and each tensor's
+    absolute (start, end) byte offsets in the file.
 
     Writing the tensors' own buffers avoids serialising the shard into one bytes object
     first, which cost as much time as the write itself.
@@ -179,8 +212,16 @@ def _safetensors_chunks(tensors: Dict[str, np.ndarray]) -> List:
         offset += array.nbytes
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)          # tensor data starts 8-byte aligned
+    start = 8 + len(encoded)
+    offsets = {key: (start + entry["data_offsets"][0], start + entry["data_offsets"][1])
+               for key, entry in header.items()}
     return [len(encoded).to_bytes(8, "little"), encoded] + \
-        [array.reshape(-1).view(np.uint8) for array in tensors.values()]
+        [array.reshape(-1).view(np.uint8) for array in tensors.values()], offsets
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit-identical (unlike ==, which calls -0.0 and 0.0 equal and NaN unequal)."""
+    return np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
 
 
 def _number_repeated_calls(records: List[RecordInfo]) -> List[RecordInfo]:
@@ -188,17 +229,17 @@ def _number_repeated_calls(records: List[RecordInfo]) -> List[RecordInfo]:
 
     Output gradients arrive in backward order, the reverse of the calls: they count down.
     """
-    counts = Counter((r.variant, r.kind, r.name) for r in records)
+    counts = Counter((r.kind, r.name) for r in records)
     seen: Counter = Counter()
     numbered = []
     for record in records:
-        identity = (record.variant, record.kind, record.name)
+        identity = (record.kind, record.name)
         if counts[identity] > 1:
             index = seen[identity]
             if record.attrs.get("activation"):
                 index = counts[identity] - 1 - index
             seen[identity] += 1
-            record = RecordInfo(**{**record.__dict__, "name": f"{record.name}#{index}"})
+            record = dataclasses.replace(record, name=f"{record.name}#{index}")
         numbered.append(record)
     return numbered
 
@@ -259,20 +300,34 @@ class RunReader:
                                    f"{shard['bytes']}); capture again")
 
     def tensor(self, record: RecordInfo) -> np.ndarray:
-        """One tensor, read and checksum-verified on its own: memory is bounded by the tensor."""
+        """One tensor, checksum-verified on its own, as a read-only view of the shard file.
+
+        Memory-mapped, not read: no copy (measured 3.4 vs 1.2 GB/s for mapping plus CRC against
+        reading plus CRC), and the mapping is released with the array, so memory stays bounded
+        by the tensors in use, not the run.
+        """
         offsets = self._shard_index(record.shard).get(record.key)
         file = self.path / record.shard
         if offsets is None:
             raise ParityInputError(f"{file} has no tensor for {record.name}; capture again")
         start, end = offsets
-        expected = int(np.prod(record.shape)) * np.dtype(record.dtype).itemsize
-        if end - start != expected:
+        count = int(np.prod(record.shape))
+        if end - start != count * np.dtype(record.dtype).itemsize:
             raise ParityInputError(f"{file}: {record.name} has {end - start} bytes, its shape "
-                                   f"and dtype need {expected}; capture again")
-        with open(file, "rb") as handle:
-            handle.seek(start)
-            array = np.fromfile(handle, dtype=record.dtype, count=int(np.prod(record.shape)))
-        if array.nbytes != expected or zlib.crc32(array) != record.crc32:
+                                   f"and dtype need {count * np.dtype(record.dtype).itemsize}; "
+                                   "capture again")
+        if count == 0:
+            return np.empty(record.shape, dtype=record.dtype)
+        page = start - start % mmap.ALLOCATIONGRANULARITY
+        try:
+            with open(file, "rb") as handle:
+                mapped = mmap.mmap(handle.fileno(), end - page, access=mmap.ACCESS_READ,
+                                   offset=page)
+        except (OSError, ValueError) as error:
+            raise ParityInputError(f"{file} is truncated or corrupted at {record.name} "
+                                   f"({error}); capture again") from None
+        array = np.frombuffer(mapped, dtype=record.dtype, count=count, offset=start - page)
+        if zlib.crc32(array) != record.crc32:
             raise ParityInputError(f"{file} is corrupted: {record.name} fails its checksum; "
                                    "capture again")
         return array.reshape(record.shape)

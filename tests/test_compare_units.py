@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from parity.align import align_forward, align_parameters, align_sequences, normalise
-from parity.compare.metrics import Tolerance, compare_tensors, cosine_similarity
+from parity.capture.torch_capture import float64_noise
+from parity.compare.metrics import Float64Noise, Tolerance, compare_tensors, cosine_similarity
 from parity.compare.tolerance import DEFAULTS, TolerancePolicy
 from parity.errors import ParityInputError
 from parity.records import RecordInfo
@@ -55,12 +56,17 @@ def test_noise_calibrated_verdict_uses_torchs_own_float32_error():
     torch32 = exact + rng.standard_normal(10_000) * 1e-3      # a very noisy "float32"
     near = exact + rng.standard_normal(10_000) * 2e-3          # twice as noisy: passes
     far = exact + rng.standard_normal(10_000) * 1e-2           # ten times: fails
+    noise = Float64Noise(*float64_noise(torch32, exact))
+    assert noise.fp32_noise_rms == pytest.approx(1e-3, rel=0.05)
+    assert noise.exact_rms == pytest.approx(1.0, rel=0.05)
     tolerance = DEFAULTS["forward"]
-    good = compare_tensors(torch32, near, tolerance, torch_fp64=exact)
-    bad = compare_tensors(torch32, far, tolerance, torch_fp64=exact)
-    assert good.passed and good.noise_ratio == pytest.approx(2, rel=0.05)
-    assert not bad.passed and bad.noise_ratio == pytest.approx(10, rel=0.05)
+    good = compare_tensors(torch32, near, tolerance, noise)
+    bad = compare_tensors(torch32, far, tolerance, noise)
+    # independent errors add in quadrature: rms(near - torch32) = sqrt(1 + 2²) x 1e-3
+    assert good.passed and good.noise_ratio == pytest.approx(math.sqrt(5), rel=0.05)
+    assert not bad.passed and bad.noise_ratio == pytest.approx(math.sqrt(101), rel=0.05)
     assert good.fp32_noise == pytest.approx(1e-3, rel=0.05)
+    assert good.ms_error == pytest.approx(math.sqrt(5) * 1e-3, rel=0.05)
 
 
 def test_cosine_edge_cases():

@@ -73,8 +73,9 @@ def output_recorder(name: str, module: Any, record: Callable[..., None],
                     watch: Optional[Callable[[str, Any], None]] = None) -> Callable:
     """A forward hook storing each tensor output of ``module`` as a forward record.
 
-    ``to_numpy`` returns a private copy (or None for a non-tensor output): the framework may
-    reuse the buffer a moment later (torchvision's ReLU(inplace=True) overwrites BN outputs).
+    ``to_numpy`` returns a view (or None for a non-tensor output) and ``record`` copies it
+    before the hook returns: the framework may overwrite the buffer a moment later
+    (torchvision's ReLU(inplace=True) overwrites BN outputs).
     ``watch(record_name, tensor)``, when given, sees each output (to hook its gradient).
     """
     op, attrs = op_type(module), module_attrs(module)
@@ -87,6 +88,21 @@ def output_recorder(name: str, module: Any, record: Callable[..., None],
                 if watch is not None:
                     watch(record_name, tensor)
     return hook
+
+
+def weight_update(after: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """Δw = after - before, exactly: comparing w1 alone hides small update bugs.
+
+    Float32 when every difference is a float32 number (w and w1 within a factor of 2 of each
+    other makes it exact, by Sterbenz's lemma: nearly always), float64 otherwise; half the
+    bytes of always storing float64.
+    """
+    delta = after.astype(np.float64) - before.astype(np.float64)
+    if after.dtype == np.float32:
+        narrow = delta.astype(np.float32)
+        if np.array_equal(narrow, delta):
+            return narrow
+    return delta
 
 
 def synthetic_batch(batch_size: int, image_size: int, num_classes: int,

@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from parity.capture.common import (ACTIVATION, batch_for, manifest_meta, output_names,
-                                   output_recorder)
+                                   output_recorder, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -49,7 +49,7 @@ def _hooks(net, record: Callable[..., None], loss_scale: float) -> List:
     cell's output, here of the scaled loss, so it is divided by the loss scale.
     """
     def to_numpy(tensor):
-        return np.array(tensor.asnumpy(), copy=True) if hasattr(tensor, "asnumpy") else None
+        return tensor.asnumpy() if hasattr(tensor, "asnumpy") else None
 
     def backward_recorder(name: str) -> Callable:
         def hook(_cell, _grad_input, grad_output) -> None:
@@ -156,7 +156,8 @@ def _restore(net, values: Dict[str, np.ndarray]) -> None:
 
 def _train_step(net, x: np.ndarray, y: np.ndarray, config: StepConfig,
                 record: Callable[..., None], *, hooks: bool = True) -> None:
-    """One Momentum step reproducing torch's SGD, every tensor handed to ``record``."""
+    """One Momentum step reproducing torch's SGD, every tensor handed to ``record`` (as views
+    valid during the call: it copies what it keeps)."""
     import mindspore as ms
     from mindspore import nn
 
@@ -176,7 +177,7 @@ def _train_step(net, x: np.ndarray, y: np.ndarray, config: StepConfig,
     finally:
         for handle in handles:
             handle.remove()
-    record("loss", "loss", np.array(loss.asnumpy(), copy=True))
+    record("loss", "loss", loss.asnumpy())
     names = [p.name for p in optimizer.parameters]
     for name, grad in zip(names, grads):
         # the gradient of the unscaled loss, which is what torch's .grad holds
@@ -185,11 +186,10 @@ def _train_step(net, x: np.ndarray, y: np.ndarray, config: StepConfig,
     optimizer(grads)
     for param, moment in zip(optimizer.parameters, optimizer.moments):
         after = param.asnumpy()
-        record(param.name, "update",
-               after.astype(np.float64) - before[param.name].astype(np.float64))
-        record(param.name, "weight", after.copy())
-        record(f"{param.name}.momentum_buffer", "optimizer_state", moment.asnumpy().copy())
+        record(param.name, "update", weight_update(after, before[param.name]))
+        record(param.name, "weight", after)
+        record(f"{param.name}.momentum_buffer", "optimizer_state", moment.asnumpy())
     trainable = set(names)
     for name, param in net.parameters_and_names():
         if name not in trainable:
-            record(name, "buffer", param.asnumpy().copy())
+            record(name, "buffer", param.asnumpy())

@@ -2,15 +2,17 @@
 
 Differences are computed in float64. Two verdicts, by what the torch capture provides:
 
-* **Noise-calibrated** (default: torch also ran the step in float64). Float32 error is not a
-  constant: small-batch BatchNorm amplifies it, so at batch 2 torch's *own* float32 gradients
-  differ from float64 by several times their RMS in layer4 (measured, README). MindSpore is
-  judged against the same yardstick:
+* **Noise-calibrated** (default: torch also ran the step in float64 and stored, per record,
+  rms(t32 - t64) and rms(t64)). Float32 error is not a constant: small-batch BatchNorm
+  amplifies it, so at batch 2 torch's *own* float32 gradients differ from float64 by several
+  times their RMS in layer4 (measured, README). MindSpore is judged against that yardstick:
 
-      noise_ratio = rms(ms - t64) / (rms(t32 - t64) + noise_floor * rms(t64) + atol)
+      noise_ratio = rms(ms - t32) / (rms(t32 - t64) + noise_floor * rms(t64) + atol)
 
-  and the record passes when ``noise_ratio <= noise_factor``: MindSpore may be a few times
-  further from the exact result than torch's float32 is, not more.
+  and the record passes when ``noise_ratio <= noise_factor``: MindSpore may differ from torch
+  by a few times torch's own float32 error, not more. (Measured against the float64 result
+  itself instead, the ratio moves by at most 1, by the triangle inequality; keeping only two
+  numbers per record halves what the torch capture writes and the compare reads.)
 
 * **Fixed tolerance** (no float64 reference). An element is within tolerance when
 
@@ -46,7 +48,7 @@ class Tolerance:
     allow_nan: bool = False
 
 
-CHUNK = 1 << 18     # elements per block: the float64 temporaries of a block stay in cache
+CHUNK = 1 << 16     # elements per block; measured fastest of 2^14 ... 2^18 (buffers stay in cache)
 
 
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
@@ -63,14 +65,32 @@ def _cosine(ab: float, aa: float, bb: float) -> float:
     return float(np.clip(ab / np.sqrt(aa * bb), -1.0, 1.0))
 
 
-def _blocks(*arrays: Optional[np.ndarray], as_float64: bool = True):
-    """Aligned blocks of flattened arrays, as float64 by default (None stays None)."""
-    flat = [None if x is None else np.asarray(x).reshape(-1) for x in arrays]
+def _blocks(*arrays: np.ndarray, into: Optional[Tuple[np.ndarray, ...]] = None):
+    """Aligned blocks of the flattened arrays: views in the stored precision, or copies into
+    the float64 buffers ``into`` (reused from block to block)."""
+    flat = [np.asarray(x).reshape(-1) for x in arrays]
     size = flat[0].size
     for start in range(0, size, CHUNK):
-        yield start, [None if x is None else
-                      (x[start:start + CHUNK].astype(np.float64) if as_float64
-                       else x[start:start + CHUNK]) for x in flat]
+        blocks = [x[start:start + CHUNK] for x in flat]
+        if into is not None:
+            blocks = [_copy_into(buffer, block) for buffer, block in zip(into, blocks)]
+        yield start, blocks
+
+
+def _copy_into(buffer: np.ndarray, block: np.ndarray) -> np.ndarray:
+    view = buffer[:block.size]
+    np.copyto(view, block)
+    return view
+
+
+class _Workspace:
+    """Preallocated float64 block buffers, reused: fresh temporaries per block made the kernel
+    30 % slower (1.05 vs 1.5 GB/s on ResNet50's conv1 output at batch 8, 224²)."""
+
+    def __init__(self, size: int) -> None:
+        self.a, self.b, self.diff, self.magnitude, self.rel, self.needed = \
+            (np.empty(size) for _ in range(6))
+        self.ok = np.empty(size, dtype=bool)
 
 
 @dataclass
@@ -88,38 +108,42 @@ class _Sums:
     worst_score: float = -1.0
     needed: float = 0.0
     within: int = 0
-    own2: float = 0.0         # sum (t32 - t64)^2
-    theirs2: float = 0.0      # sum (ms - t64)^2
-    exact2: float = 0.0       # sum t64^2
+
+
+@dataclass(frozen=True)
+class Float64Noise:
+    """What torch's float64 rerun says about one record: rms(t32 - t64) and rms(t64)."""
+
+    fp32_noise_rms: float
+    exact_rms: float
 
 
 def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: Tolerance,
-                    torch_fp64: Optional[np.ndarray] = None) -> TensorStats:
+                    noise: Optional[Float64Noise] = None) -> TensorStats:
     """Two passes over cache-sized blocks: the tensor's scale, then everything else.
 
-    With a float64 reference the verdict is noise-calibrated, and the per-element tolerance
-    test (frac_within, needed_rtol) is skipped: it decides nothing there, and it is a third of
-    the work. Those two fields are then NaN.
+    With ``noise`` the verdict is noise-calibrated, and the per-element tolerance test
+    (frac_within, needed_rtol) is skipped: it decides nothing there, and it is a third of the
+    work. Those two fields are then NaN.
     """
     if torch_value.shape != ms_value.shape:
         raise ValueError(f"shape {torch_value.shape} vs {ms_value.shape}")
-    if torch_fp64 is not None and torch_fp64.shape != torch_value.shape:
-        torch_fp64 = None
-    calibrated = torch_fp64 is not None
+    calibrated = noise is not None
     size = int(np.prod(torch_value.shape))
     # Pass 1, in the stored precision: the guard magnitude only needs a few digits, and a
     # non-finite sum of squares flags a block holding NaN or Inf.
     sum_aa, all_finite = 0.0, True
-    for _, (a, b) in _blocks(torch_value, ms_value, as_float64=False):
+    for _, (a, b) in _blocks(torch_value, ms_value):
         block_aa, block_bb = float(np.dot(a, a)), float(np.dot(b, b))
         if math.isfinite(block_aa) and math.isfinite(block_bb):
             sum_aa += block_aa
         else:
             all_finite = False
+    work = _Workspace(min(size, CHUNK))
     counts = np.zeros(4, dtype=np.int64)          # NaN torch, NaN ms, Inf torch, Inf ms
     if not all_finite:
         sum_aa = 0.0
-        for _, (a, b) in _blocks(torch_value, ms_value):
+        for _, (a, b) in _blocks(torch_value, ms_value, into=(work.a, work.b)):
             counts += (np.isnan(a).sum(), np.isnan(b).sum(), np.isinf(a).sum(),
                        np.isinf(b).sum())
             a = np.where(np.isfinite(a) & np.isfinite(b), a, 0.0)
@@ -128,15 +152,17 @@ def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: To
     guard = max(ref_rms, TINY)
 
     sums = _Sums()
-    for start, (a, b, exact) in _blocks(torch_value, ms_value, torch_fp64):
+    for start, (a, b) in _blocks(torch_value, ms_value, into=(work.a, work.b)):
+        n = a.size
         finite = None
         if not all_finite:
             finite = np.isfinite(a) & np.isfinite(b)
             same = (a == b) | (np.isnan(a) & np.isnan(b))
             a, b = np.where(finite, a, 0.0), np.where(finite, b, 0.0)
-        diff = np.abs(a - b)
-        magnitude = np.maximum(np.abs(a), guard)
-        rel = diff / magnitude
+        diff = np.abs(np.subtract(a, b, out=work.diff[:n]), out=work.diff[:n])
+        magnitude = np.maximum(np.abs(a, out=work.magnitude[:n]), guard,
+                               out=work.magnitude[:n])
+        rel = np.divide(diff, magnitude, out=work.rel[:n])
         # a non-finite element is the worst one; otherwise the largest relative error
         score = rel if finite is None else np.where(finite, rel, np.inf)
         k = int(np.argmax(score))
@@ -146,8 +172,9 @@ def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: To
                            else float(rel[k]))
         sums.max_abs = max(sums.max_abs, float(diff.max()))
         if not calibrated:
-            needed = (diff - tolerance.atol) / magnitude
-            ok = needed <= tolerance.rtol
+            needed = np.divide(np.subtract(diff, tolerance.atol, out=work.needed[:n]),
+                               magnitude, out=work.needed[:n])
+            ok = np.less_equal(needed, tolerance.rtol, out=work.ok[:n])
             if finite is not None:
                 ok &= finite
                 if tolerance.allow_nan:
@@ -160,29 +187,22 @@ def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: To
         sums.aa += float(np.dot(a, a))
         sums.bb += float(np.dot(b, b))
         sums.ab += float(np.dot(a, b))
-        if exact is not None:
-            if finite is not None or not math.isfinite(float(np.dot(exact, exact))):
-                keep = np.isfinite(exact) if finite is None else finite & np.isfinite(exact)
-                exact = np.where(keep, exact, 0.0)
-            own, theirs = a - exact, b - exact
-            sums.own2 += float(np.dot(own, own))
-            sums.theirs2 += float(np.dot(theirs, theirs))
-            sums.exact2 += float(np.dot(exact, exact))
-    return _finish(torch_value, ms_value, tolerance, calibrated, size, counts, ref_rms, sums)
+    return _finish(torch_value, ms_value, tolerance, noise, size, counts, ref_rms, sums)
 
 
-def noise_statistics(sums: _Sums, size: int, tolerance: Tolerance) -> Tuple[float, float, float]:
+def noise_statistics(rms_difference: float, noise: Float64Noise,
+                     tolerance: Tolerance) -> Tuple[float, float, float]:
     """(fp32_noise, ms_error, noise_ratio); see the module docstring."""
-    scale = np.sqrt(sums.exact2 / size)
-    own, theirs = np.sqrt(sums.own2 / size), np.sqrt(sums.theirs2 / size)
-    ratio = theirs / (own + tolerance.noise_floor * scale + tolerance.atol + TINY)
-    scale = max(scale, TINY)
-    return float(own / scale), float(theirs / scale), float(ratio)
+    ratio = rms_difference / (noise.fp32_noise_rms + tolerance.noise_floor * noise.exact_rms
+                              + tolerance.atol + TINY)
+    scale = max(noise.exact_rms, TINY)
+    return noise.fp32_noise_rms / scale, rms_difference / scale, float(ratio)
 
 
 def _finish(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: Tolerance,
-            calibrated: bool, size: int, counts: np.ndarray, ref_rms: float,
+            noise: Optional[Float64Noise], size: int, counts: np.ndarray, ref_rms: float,
             sums: _Sums) -> TensorStats:
+    calibrated = noise is not None
     nan_a, nan_b, inf_a, inf_b = (int(c) for c in counts)
     frac = float("nan") if calibrated else (sums.within / size if size else 1.0)
     cosine = _cosine(sums.ab, sums.aa, sums.bb)
@@ -192,12 +212,13 @@ def _finish(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: Tolerance,
                        f"Inf torch {inf_a} / MindSpore {inf_b})")
     nan = float("nan")
     fp32_noise = ms_error = noise_ratio = nan
-    if calibrated and size:
-        fp32_noise, ms_error, noise_ratio = noise_statistics(sums, size, tolerance)
+    rms = float(np.sqrt(sums.diff2 / size)) if size else 0.0
+    if noise is not None and size:
+        fp32_noise, ms_error, noise_ratio = noise_statistics(rms, noise, tolerance)
         if noise_ratio > tolerance.noise_factor:
-            reasons.append(f"{noise_ratio:.3g}x further from float64 than torch's float32 "
-                           f"(allowed {tolerance.noise_factor:g}x): relative error "
-                           f"{ms_error:.2g} vs torch's own {fp32_noise:.2g}")
+            reasons.append(f"differs from torch by {noise_ratio:.3g}x torch's own float32 error "
+                           f"(allowed {tolerance.noise_factor:g}x): relative RMS difference "
+                           f"{ms_error:.2g} vs float32 error {fp32_noise:.2g}")
     else:
         if frac < 1.0:
             reasons.append(f"{size - sums.within} / {size} elements "
@@ -208,7 +229,7 @@ def _finish(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: Tolerance,
     return TensorStats(
         passed=not reasons, max_abs=sums.max_abs, max_rel=sums.max_rel,
         mean_abs=sums.diff / size if size else 0.0,
-        rms=float(np.sqrt(sums.diff2 / size)) if size else 0.0,
+        rms=rms,
         ref_rms=ref_rms, cosine=cosine, frac_within=frac,
         worst_index=tuple(int(i) for i in worst),
         worst_torch=float(torch_value[worst]) if size else 0.0,

@@ -1,0 +1,57 @@
+"""The run directory writer and reader, without any framework."""
+
+from __future__ import annotations
+
+import numpy as np
+from safetensors.numpy import load_file
+
+from parity import rundir
+from parity.rundir import RunReader, RunWriter
+
+
+def _write(path, arrays, monkeypatch, shard_bytes=rundir.SHARD_BYTES):
+    monkeypatch.setattr(rundir, "SHARD_BYTES", shard_bytes)
+    with RunWriter(path, "torch") as writer:
+        for name, array in arrays:
+            writer.add(name, "forward", array)
+        written = [writer.array(record) for record in writer.records]
+        writer.finish({})
+    return RunReader.open(path), written
+
+
+def test_a_tensor_with_the_bytes_of_an_earlier_one_is_stored_once(tmp_path, monkeypatch):
+    block = np.arange(1000, dtype=np.float32)
+    arrays = [("layer1.0.relu", block), ("other", block + 1), ("layer1.0", block.copy()),
+              ("zero", np.zeros(4, np.float32)), ("negative zero", np.zeros(4, np.float32) * -1)]
+    # a 2 KB shard size: the first tensor is already on disk when its duplicate arrives
+    run, written = _write(tmp_path / "run", arrays, monkeypatch, shard_bytes=2048)
+    by_name = {r.name: r for r in run.records}
+    assert (by_name["layer1.0"].shard, by_name["layer1.0"].key) == \
+        (by_name["layer1.0.relu"].shard, by_name["layer1.0.relu"].key)
+    # -0.0 and 0.0 compare equal but are different bytes: stored apart
+    assert by_name["zero"].key != by_name["negative zero"].key
+    assert np.signbit(run.tensor(by_name["negative zero"])).all()
+    for (name, array), readback in zip(arrays, written):
+        np.testing.assert_array_equal(run.tensor(by_name[name]), array)
+        np.testing.assert_array_equal(readback, array)
+    stored = sum(len(load_file(str(path))) for path in (tmp_path / "run").glob("*.safetensors"))
+    assert stored == 4
+
+
+def test_the_writer_keeps_its_own_copy(tmp_path, monkeypatch):
+    buffer = np.ones(10, np.float32)
+    with RunWriter(tmp_path / "run", "torch") as writer:
+        writer.add("bn", "forward", buffer)
+        buffer[:] = 0                       # what an in-place ReLU does a moment later
+        writer.finish({})
+    run = RunReader.open(tmp_path / "run")
+    np.testing.assert_array_equal(run.tensor(run.records[0]), np.ones(10, np.float32))
+
+
+def test_annotations_reach_the_manifest(tmp_path):
+    with RunWriter(tmp_path / "run", "torch") as writer:
+        record = writer.add("conv1", "forward", np.ones(3, np.float32))
+        writer.annotate(record, fp32_noise_rms=1e-7, exact_rms=1.0)
+        writer.finish({})
+    (saved,) = RunReader.open(tmp_path / "run").records
+    assert (saved.fp32_noise_rms, saved.exact_rms) == (1e-7, 1.0)
