@@ -55,3 +55,12 @@ def test_annotations_reach_the_manifest(tmp_path):
         writer.finish({})
     (saved,) = RunReader.open(tmp_path / "run").records
     assert (saved.fp32_noise_rms, saved.exact_rms) == (1e-7, 1.0)
+
+
+def test_a_checksum_collision_is_not_taken_for_equal_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(rundir.zlib, "crc32", lambda data: 0)     # every tensor collides
+    arrays = [("a", np.zeros(3, np.float32)), ("b", np.ones(3, np.float32))]
+    run, _ = _write(tmp_path / "run", arrays, monkeypatch)
+    a, b = run.records
+    assert a.key != b.key
+    np.testing.assert_array_equal(run.tensor(b), np.ones(3, np.float32))

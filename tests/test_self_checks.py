@@ -72,3 +72,12 @@ def test_nan_in_the_weights_is_reported_not_a_crash(tmp_path):
     assert report["first_divergence"]["name"] == "0"
     assert report["first_divergence"]["kind"] == "forward"
     assert report["diagnosis"]["cause"] == "non-finite values"
+
+
+def test_every_torch_record_carries_its_float64_noise(tiny_run):
+    run = RunReader.open(tiny_run / "torch")
+    missing = [f"{r.kind} {r.name}" for r in run.records
+               if r.kind != "input" and (r.fp32_noise_rms is None or r.exact_rms is None)]
+    assert not missing
+    loss = next(r for r in run.records if r.kind == "loss")
+    assert loss.exact_rms > 0
