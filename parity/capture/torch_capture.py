@@ -74,9 +74,10 @@ def _forward_hooks(model, record: Callable[..., None]) -> List:
             for name, module in model.named_modules() if name]
 
 
-def _train_step(model, x: np.ndarray, y: np.ndarray, config: StepConfig,
-                record: Callable[..., None], *, hooks: bool = True) -> None:
-    """One SGD step of ``model`` (in its own dtype), every tensor handed to ``record``.
+def _train_step(model, initial: Dict[str, np.ndarray], x: np.ndarray, y: np.ndarray,
+                config: StepConfig, record: Callable[..., None], *, hooks: bool = True) -> None:
+    """One SGD step of ``model`` (in its own dtype) from the state ``initial``, every tensor
+    handed to ``record``. Δw is taken against ``initial``: no copy of the weights is made.
 
     ``record`` receives views valid only during the call: it copies what it keeps.
     """
@@ -105,11 +106,10 @@ def _train_step(model, x: np.ndarray, y: np.ndarray, config: StepConfig,
                                "unused parameters cannot be compared; remove them")
     for name, param in params:
         record(name, "grad", param.grad.numpy())
-    before: Dict[str, np.ndarray] = {n: p.detach().numpy().copy() for n, p in params}
     optimizer.step()
     for name, param in params:
         after = param.detach().numpy()
-        record(name, "update", weight_update(after, before[name]))
+        record(name, "update", weight_update(after, initial[name]))
         record(name, "weight", after)
         state = optimizer.state.get(param, {})
         if state.get("momentum_buffer") is not None:
@@ -196,18 +196,18 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         writer.add("input", "input", x)
         writer.add("target", "input", y)
         hooked = Fingerprints()
-        _train_step(model, x, y, config, tee(writer.add, hooked))
+        _train_step(model, initial, x, y, config, tee(writer.add, hooked))
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
             _restore(model, initial)
-            _train_step(model, x, y, config, record, hooks=False)
+            _train_step(model, initial, x, y, config, record, hooks=False)
 
         observer = observer_check(hooked, rerun_without_hooks)
         if fp64_reference:
             # the model itself, not a copy: one set of parameters in memory, not two
             model.zero_grad(set_to_none=True)
             _restore(model, initial)
-            _train_step(model.double(), x, y, config, _noise_recorder(writer))
+            _train_step(model.double(), initial, x, y, config, _noise_recorder(writer))
             model.float()
         _restore(model, initial)        # leave a caller's model as it came: the rerun stepped it
         return writer.finish(manifest_meta(
