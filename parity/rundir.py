@@ -129,10 +129,7 @@ class RunWriter:
         if record.key in self._pending:
             return self._pending[record.key]
         start, end = self._offsets[record.key]
-        with open(self.partial / record.shard, "rb") as handle:
-            handle.seek(start)
-            data = handle.read(end - start)
-        return np.frombuffer(data, dtype=record.dtype).reshape(record.shape)
+        return _mapped(self.partial / record.shard, start, end, record.dtype).reshape(record.shape)
 
     def annotate(self, record: RecordInfo, **fields: Any) -> None:
         """Replace fields of a record already added (e.g. its float64 noise)."""
@@ -217,6 +214,18 @@ def _safetensors_chunks(tensors: Dict[str, np.ndarray]
                for key, entry in header.items()}
     return [len(encoded).to_bytes(8, "little"), encoded] + \
         [array.reshape(-1).view(np.uint8) for array in tensors.values()], offsets
+
+
+def _mapped(file: Path, start: int, end: int, dtype: str) -> np.ndarray:
+    """Bytes [start, end) of ``file`` as a read-only array backed by a memory map that lives
+    as long as the array."""
+    if end == start:
+        return np.empty(0, dtype=dtype)           # a zero-length map is an error
+    page = start - start % mmap.ALLOCATIONGRANULARITY
+    with open(file, "rb") as handle:
+        mapped = mmap.mmap(handle.fileno(), end - page, access=mmap.ACCESS_READ, offset=page)
+    return np.frombuffer(mapped, dtype=dtype, count=(end - start) // np.dtype(dtype).itemsize,
+                         offset=start - page)
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
@@ -316,17 +325,11 @@ class RunReader:
             raise ParityInputError(f"{file}: {record.name} has {end - start} bytes, its shape "
                                    f"and dtype need {count * np.dtype(record.dtype).itemsize}; "
                                    "capture again")
-        if count == 0:
-            return np.empty(record.shape, dtype=record.dtype)
-        page = start - start % mmap.ALLOCATIONGRANULARITY
         try:
-            with open(file, "rb") as handle:
-                mapped = mmap.mmap(handle.fileno(), end - page, access=mmap.ACCESS_READ,
-                                   offset=page)
+            array = _mapped(file, start, end, record.dtype)
         except (OSError, ValueError) as error:
             raise ParityInputError(f"{file} is truncated or corrupted at {record.name} "
                                    f"({error}); capture again") from None
-        array = np.frombuffer(mapped, dtype=record.dtype, count=count, offset=start - page)
         if zlib.crc32(array) != record.crc32:
             raise ParityInputError(f"{file} is corrupted: {record.name} fails its checksum; "
                                    "capture again")

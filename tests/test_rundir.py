@@ -22,7 +22,8 @@ def _write(path, arrays, monkeypatch, shard_bytes=rundir.SHARD_BYTES):
 def test_a_tensor_with_the_bytes_of_an_earlier_one_is_stored_once(tmp_path, monkeypatch):
     block = np.arange(1000, dtype=np.float32)
     arrays = [("layer1.0.relu", block), ("other", block + 1), ("layer1.0", block.copy()),
-              ("zero", np.zeros(4, np.float32)), ("negative zero", np.zeros(4, np.float32) * -1)]
+              ("zero", np.zeros(4, np.float32)), ("negative zero", np.zeros(4, np.float32) * -1),
+              ("empty", np.zeros((0, 3), np.float32))]
     # a 2 KB shard size: the first tensor is already on disk when its duplicate arrives
     run, written = _write(tmp_path / "run", arrays, monkeypatch, shard_bytes=2048)
     by_name = {r.name: r for r in run.records}
@@ -35,7 +36,7 @@ def test_a_tensor_with_the_bytes_of_an_earlier_one_is_stored_once(tmp_path, monk
         np.testing.assert_array_equal(run.tensor(by_name[name]), array)
         np.testing.assert_array_equal(readback, array)
     stored = sum(len(load_file(str(path))) for path in (tmp_path / "run").glob("*.safetensors"))
-    assert stored == 4
+    assert stored == 5
 
 
 def test_the_writer_keeps_its_own_copy(tmp_path, monkeypatch):
