@@ -19,10 +19,11 @@ import mmap
 import os
 import shutil
 import zlib
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -34,6 +35,7 @@ FORMAT_VERSION = 2     # 2: torch's float64 rerun kept as per-record noise, not 
 MANIFEST = "manifest.json"
 INITIAL_WEIGHTS = "initial_weights.safetensors"   # torch state dict before the step
 SHARD_BYTES = 64 * 2**20      # buffered before a shard is written: bounds capture memory
+SHARDS_IN_FLIGHT = 2          # written in the background at once
 
 
 def is_run_dir(path: Path) -> bool:
@@ -87,12 +89,19 @@ class RunWriter:
         self._records: List[RecordInfo] = []
         self._stored: Dict[Tuple[int, Tuple[int, ...], str], List[RecordInfo]] = {}
         self._offsets: Dict[str, Tuple[int, int]] = {}   # key -> bytes in its flushed shard
+        # Shards are written by a background thread: when the disk throttles the writes, the
+        # step keeps computing (the write releases the GIL).
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parity-writer")
+        self._in_flight: Deque[Future] = deque()
 
     def __enter__(self) -> "RunWriter":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
+            for write in self._in_flight:
+                write.exception()                 # wait, but the first error is the one
+            self._io.shutdown()
             shutil.rmtree(self.partial, ignore_errors=True)
 
     @property
@@ -128,6 +137,7 @@ class RunWriter:
         """A tensor already added, from memory or read back from its shard."""
         if record.key in self._pending:
             return self._pending[record.key]
+        self._drain()
         start, end = self._offsets[record.key]
         return _mapped(self.partial / record.shard, start, end, record.dtype).reshape(record.shape)
 
@@ -143,6 +153,8 @@ class RunWriter:
 
     def finish(self, meta: Dict[str, Any]) -> Path:
         self._flush()
+        self._drain()
+        self._io.shutdown()
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
                     "framework": self.framework, **meta, "shards": self._shards,
                     "records": [r.to_dict() for r in _number_repeated_calls(self._records)]}
@@ -159,10 +171,18 @@ class RunWriter:
             return
         name = self._shard_name(len(self._shards))
         chunks, offsets = _safetensors_chunks(self._pending)
-        size = self._write_bytes(self.partial / name, *chunks, sync=False)
+        self._in_flight.append(self._io.submit(self._write_bytes, self.partial / name, *chunks,
+                                               sync=False))
         self._offsets.update(offsets)
-        self._shards.append({"file": name, "bytes": size})
+        self._shards.append({"file": name, "bytes": sum(memoryview(c).nbytes for c in chunks)})
         self._pending, self._pending_bytes = {}, 0
+        while len(self._in_flight) > SHARDS_IN_FLIGHT:      # bounds memory
+            self._in_flight.popleft().result()
+
+    def _drain(self) -> None:
+        """Wait for every shard write; a failed one raises here."""
+        while self._in_flight:
+            self._in_flight.popleft().result()
 
     @staticmethod
     def _write_bytes(path: Path, *chunks, sync: bool = True) -> int:
