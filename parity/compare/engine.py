@@ -244,10 +244,10 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
             None if stats.passed else (torch_value, ms_value)
 
     already: Dict[Tuple, TensorStats] = {}
-    # Two pairs are read and compared at once (numpy and the CRC release the GIL), with
-    # numpy's BLAS on one thread: its idle threads spin and starve the workers (measured at
-    # batch 8, 224²: 4.6 s with, 11 s without, 5.9 s with one worker). Memory holds at most
-    # four pairs.
+    # Two pairs are read and compared at once (numpy and the CRC release the GIL): at batch 8,
+    # 224², 2.8 s against 3.6 s with one worker. numpy's BLAS is held to one thread: its idle
+    # threads spin and starved the workers (11 s instead of 4.6 s, measured before the float32
+    # kernel). Memory holds at most four pairs.
     with ThreadPoolExecutor(max_workers=WORKERS) as pool, \
             threadpool_limits(limits=1, user_api="blas"):
         measured = _in_order(pool, (partial(measure, p, t, n) for p, t, n, _, new in plan if new),

