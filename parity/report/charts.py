@@ -41,7 +41,7 @@ def error_chart(comparisons: Sequence[Comparison], title: str, xlabel: str) -> s
     calibrated = any(math.isfinite(c.noise_ratio) for c in comparisons)
     if calibrated:
         axis.plot(x, _positive([c.ms_error for c in comparisons]), color="#d62728", lw=1.2,
-                  label="MindSpore error vs torch float64")
+                  label="MindSpore vs torch float32")
         axis.plot(x, _positive([c.fp32_noise for c in comparisons]), color="#1f77b4", lw=1.2,
                   label="torch float32 error vs float64")
         axis.plot(x, _positive([c.noise_factor * c.fp32_noise for c in comparisons]),
