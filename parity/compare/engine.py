@@ -14,14 +14,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import (Any, Callable, Deque, Dict, Iterator, List, Mapping, NamedTuple, Optional,
+                    Tuple)
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from parity.align import align_forward
 from parity.compare.diagnosis import diagnose
-from parity.compare.metrics import (Float64Noise, compare_tensors, error_histogram,
+from parity.compare.metrics import (Float64Noise, Tolerance, compare_tensors, error_histogram,
                                     worst_elements)
 from parity.compare.tolerance import TolerancePolicy
 from parity.errors import ParityInputError
@@ -149,13 +150,24 @@ def _backward_positions(grads: List[RecordInfo]) -> Dict[str, float]:
     return positions
 
 
+class _Planned(NamedTuple):
+    """A pair to compare; ``first`` when no earlier pair has the same bytes, noise, tolerance."""
+
+    pair: Pair
+    tolerance: Tolerance
+    noise: Optional[Float64Noise]
+    identity: Tuple
+    first: bool
+
+
 def _float64_noise(record: RecordInfo) -> Optional[Float64Noise]:
     if record.fp32_noise_rms is None or record.exact_rms is None:
         return None
     return Float64Noise(record.fp32_noise_rms, record.exact_rms)
 
 
-def _comparison(pair: Pair, order: int, stats: TensorStats, tolerance) -> Comparison:
+def _comparison(pair: Pair, order: int, stats: TensorStats,
+                tolerance: Tolerance) -> Comparison:
     return Comparison(**stats.__dict__, name=pair.torch.name, kind=pair.torch.kind,
                       shape=tuple(pair.torch.shape), rtol=tolerance.rtol, atol=tolerance.atol,
                       min_cosine=tolerance.min_cosine, noise_factor=tolerance.noise_factor,
@@ -222,19 +234,21 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
     details: Dict[str, RecordDetail] = {}
     # A record stored once for several names (a container's output is its last child's) is
     # compared once: same bytes on both sides, same noise and tolerance, same statistics.
-    plan, planned = [], set()
+    plan: List[_Planned] = []
+    planned = set()
     for pair in pairs:
         tolerance = policy.resolve(pair.torch.name, pair.torch.kind)
         noise = _float64_noise(pair.torch) if use_fp64_reference else None
         identity = ((pair.torch.shard, pair.torch.key), (pair.mindspore.shard, pair.mindspore.key),
                     noise, tolerance)
-        plan.append((pair, tolerance, noise, identity, identity not in planned))
+        plan.append(_Planned(pair, tolerance, noise, identity, identity not in planned))
         planned.add(identity)
 
     def read(pair: Pair) -> Tuple[np.ndarray, np.ndarray]:
         return torch_run.tensor(pair.torch), ms_run.tensor(pair.mindspore)
 
-    def measure(pair: Pair, tolerance, noise) -> Tuple[TensorStats, int, Optional[Tuple]]:
+    def measure(pair: Pair, tolerance: Tolerance, noise: Optional[Float64Noise]
+                ) -> Tuple[TensorStats, int, Optional[Tuple]]:
         """Statistics, bytes read, and the values when they failed (for the details)."""
         torch_value, ms_value = read(pair)
         stats = compare_tensors(torch_value, ms_value, tolerance, noise) \
@@ -250,14 +264,15 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
     # kernel). Memory holds at most four pairs.
     with ThreadPoolExecutor(max_workers=WORKERS) as pool, \
             threadpool_limits(limits=1, user_api="blas"):
-        measured = _in_order(pool, (partial(measure, p, t, n) for p, t, n, _, new in plan if new),
-                             ahead=WORKERS + 1)
-        for order, (pair, tolerance, noise, identity, new) in enumerate(plan):
-            values = None
-            if new:
-                already[identity], size, values = next(measured)
+        measured = _in_order(pool, (partial(measure, p.pair, p.tolerance, p.noise)
+                                    for p in plan if p.first), ahead=WORKERS + 1)
+        for order, planned_pair in enumerate(plan):
+            pair, values = planned_pair.pair, None
+            if planned_pair.first:
+                already[planned_pair.identity], size, values = next(measured)
                 compared_bytes += size
-            comparison = _comparison(pair, order, already[identity], tolerance)
+            comparison = _comparison(pair, order, already[planned_pair.identity],
+                                     planned_pair.tolerance)
             comparisons.append(comparison)
             if not comparison.passed and len(details) < MAX_DETAILED \
                     and pair.torch.shape == pair.mindspore.shape:
