@@ -100,7 +100,7 @@ class RunWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             for write in self._in_flight:
-                write.exception()                 # wait, but the first error is the one
+                write.exception()      # wait for it; the error already raised is the one told
             self._io.shutdown()
             shutil.rmtree(self.partial, ignore_errors=True)
 
