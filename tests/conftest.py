@@ -10,10 +10,11 @@ import mindspore  # noqa: F401  (first, before anything imports torch)
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Tuple
 
 import pytest
 
@@ -57,20 +58,32 @@ def resnet50_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def capture_mindspore(resnet50_run, tmp_path_factory):
-    """MindSpore captures against the shared torch capture, one per argument list (cached)."""
-    cache: Dict[tuple, Path] = {}
+def compare_mindspore(resnet50_run, tmp_path_factory):
+    """``compare(*ARGS)``: a MindSpore capture with ARGS against the shared torch capture, then
+    ``parity compare``; returns the compare process and the folder holding its report.json and
+    report.html. Cached per argument list.
 
-    def capture(*args: str) -> Path:
+    The capture (~0.4 GB) is deleted once compared: the suite's disk use stays at one ResNet50
+    run plus one capture, where keeping them all once filled a CI machine's disk.
+    """
+    cache: Dict[tuple, Tuple[subprocess.CompletedProcess, Path]] = {}
+
+    def compare(*args: str) -> Tuple[subprocess.CompletedProcess, Path]:
         if args not in cache:
-            out = tmp_path_factory.mktemp("ms") / "mindspore"
-            process = parity_cli("capture", "--framework", "mindspore", "--reference",
-                                 resnet50_run / "run" / "torch", "--out", out, *args)
-            assert process.returncode == 0, process.stdout + process.stderr
-            cache[args] = out
+            out = tmp_path_factory.mktemp("ms")
+            capture = out / "mindspore"
+            try:
+                process = parity_cli("capture", "--framework", "mindspore", "--reference",
+                                     resnet50_run / "run" / "torch", "--out", capture, *args)
+                assert process.returncode == 0, process.stdout + process.stderr
+                cache[args] = (parity_cli("compare", resnet50_run / "run" / "torch", capture,
+                                          "--json", out / "report.json",
+                                          "--html", out / "report.html", "--quiet"), out)
+            finally:
+                shutil.rmtree(capture, ignore_errors=True)
         return cache[args]
 
-    return capture
+    return compare
 
 
 @pytest.fixture(scope="session")

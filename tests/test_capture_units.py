@@ -19,17 +19,20 @@ def test_float64_noise_skips_non_finite_elements():
     assert exact_rms == pytest.approx(math.sqrt(5 / 4))
 
 
-def test_weight_update_is_exact_and_float32_when_it_can_be():
+def test_weight_update_is_exact_in_float32_when_w_changes_by_less_than_2x():
     before = np.array([1.0, 1e-3, -2.0], np.float32)
-    after = np.array([1.1, -1e-3, -2.5], np.float32)
+    after = np.array([1.1, 0.9e-3, -2.5], np.float32)
     update = weight_update(after, before)
     assert update.dtype == np.float32
     np.testing.assert_array_equal(update.astype(np.float64),
                                   after.astype(np.float64) - before.astype(np.float64))
 
 
-def test_weight_update_falls_back_to_float64_when_float32_would_round():
-    before, after = np.array([1e-8], np.float32), np.array([1.0], np.float32)
+def test_weight_update_rounds_once_where_float32_cannot_hold_the_difference():
+    before, after = np.array([1e-8, 2.0], np.float32), np.array([1.0, 2.5], np.float32)
     update = weight_update(after, before)
-    assert update.dtype == np.float64
-    assert update[0] == np.float64(after[0]) - np.float64(before[0])
+    exact = after.astype(np.float64) - before.astype(np.float64)
+    assert update.dtype == np.float32
+    assert update[0] != exact[0]                       # 1 - 1e-8 is not a float32 number
+    assert update[0] == np.float32(exact[0])           # ... and is rounded to nearest, once
+    assert update[1] == exact[1]

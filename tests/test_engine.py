@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import parity_cli, read_json
+from tests.conftest import read_json
 
 RECORD_KEYS = {"name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine"}
 KINDS = {"input", "forward", "loss", "grad", "update", "weight", "buffer", "optimizer_state"}
@@ -46,10 +46,9 @@ def test_records_are_in_divergence_order(resnet50_run):
     assert grads[-1] == "conv1.weight"
 
 
-def _compare(resnet50_run, ms_run, tmp_path):
-    process = parity_cli("compare", resnet50_run / "run" / "torch", ms_run,
-                         "--json", tmp_path / "r.json", "--quiet")
-    return process, read_json(tmp_path / "r.json")
+def _compare(compare_mindspore, *args):
+    process, out = compare_mindspore(*args)
+    return process, read_json(out / "report.json")
 
 
 @pytest.mark.parametrize("factory, name, kind, cause", [
@@ -58,11 +57,9 @@ def _compare(resnet50_run, ms_run, tmp_path):
     ("missing_relu_bug", "layer3.1", "forward", "missing activation"),
     ("bn_momentum_bug", "layer1.0.bn1.running_mean", "buffer", "BatchNorm momentum convention"),
 ])
-def test_injected_port_bug_is_found_where_it_is(resnet50_run, capture_mindspore, tmp_path,
-                                                factory, name, kind, cause):
-    ms_run = capture_mindspore("--ms-model", f"tests.ports:{factory}",
+def test_injected_port_bug_is_found_where_it_is(compare_mindspore, factory, name, kind, cause):
+    process, report = _compare(compare_mindspore, "--ms-model", f"tests.ports:{factory}",
                                "--torch-model", "torchvision.models:resnet50")
-    process, report = _compare(resnet50_run, ms_run, tmp_path)
     assert process.returncode == 1, process.stderr
     assert report["passed"] is False
     assert report["first_divergence"]["name"] == name
@@ -77,26 +74,22 @@ def test_injected_port_bug_is_found_where_it_is(resnet50_run, capture_mindspore,
     (("--ms-weight-decay-scope", "no-gamma-beta"), "update", "weight decay skipped"),
     (("--ms-loss-scale", "1024", "--ms-no-scale-loss"), "update", "loss scale"),
 ])
-def test_optimizer_convention_is_found_in_the_update(resnet50_run, capture_mindspore, tmp_path,
-                                                     options, kind, cause):
-    process, report = _compare(resnet50_run, capture_mindspore(*options), tmp_path)
+def test_optimizer_convention_is_found_in_the_update(compare_mindspore, options, kind, cause):
+    process, report = _compare(compare_mindspore, *options)
     assert process.returncode == 1
     assert report["first_divergence"]["kind"] == kind
     assert cause in report["diagnosis"]["cause"]
     assert all(r["passed"] for r in report["records"] if r["kind"] in ("forward", "grad"))
 
 
-def test_correct_loss_scaling_keeps_parity(resnet50_run, capture_mindspore, tmp_path):
-    process, report = _compare(resnet50_run, capture_mindspore("--ms-loss-scale", "1024"),
-                               tmp_path)
+def test_correct_loss_scaling_keeps_parity(compare_mindspore):
+    process, report = _compare(compare_mindspore, "--ms-loss-scale", "1024")
     assert process.returncode == 0, report["first_divergence"]
 
 
-def test_user_pair_with_its_own_names_aligns_completely(resnet50_run, capture_mindspore,
-                                                        tmp_path):
-    ms_run = capture_mindspore("--ms-model", "tests.ports:renamed_resnet50",
+def test_user_pair_with_its_own_names_aligns_completely(compare_mindspore):
+    process, report = _compare(compare_mindspore, "--ms-model", "tests.ports:renamed_resnet50",
                                "--torch-model", "torchvision.models:resnet50")
-    process, report = _compare(resnet50_run, ms_run, tmp_path)
     assert report["unmatched"] == {}
     assert process.returncode == 0, report["first_divergence"]
     by_name = {(r["kind"], r["name"]): r["mindspore_name"] for r in report["records"]}

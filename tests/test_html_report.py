@@ -18,13 +18,9 @@ SCREENSHOTS = REPO / "reports" / "screenshots"
 
 
 @pytest.fixture(scope="module")
-def failing_report(resnet50_run, capture_mindspore, tmp_path_factory) -> Path:
-    ms_run = capture_mindspore("--ms-model", "tests.ports:same_padding_bug",
-                               "--torch-model", "torchvision.models:resnet50")
-    out = tmp_path_factory.mktemp("html")
-    process = parity_cli("compare", resnet50_run / "run" / "torch", ms_run,
-                         "--html", out / "report.html", "--json", out / "report.json",
-                         "--quiet")
+def failing_report(compare_mindspore) -> Path:
+    process, out = compare_mindspore("--ms-model", "tests.ports:same_padding_bug",
+                                     "--torch-model", "torchvision.models:resnet50")
     assert process.returncode == 1, process.stderr
     return out
 

@@ -91,18 +91,17 @@ def output_recorder(name: str, module: Any, record: Callable[..., None],
 
 
 def weight_update(after: np.ndarray, before: np.ndarray) -> np.ndarray:
-    """Δw = after - before, exactly: comparing w1 alone hides small update bugs.
+    """Δw = after - before, stored in float32: comparing w1 alone hides small update bugs.
 
-    Float32 when every difference is a float32 number (w and w1 within a factor of 2 of each
-    other makes it exact, by Sterbenz's lemma: nearly always), float64 otherwise; half the
-    bytes of always storing float64.
+    Exact wherever w and w1 are within a factor of 2 of each other (Sterbenz's lemma: nearly
+    every element); elsewhere the float64 difference is rounded once, a relative error of at
+    most 2**-24 — under a tenth of the noise floor (1e-6 · rms) the verdict adds anyway.
+    Storing float64 whenever one element needed it made Δw of every large conv float64: 40 % of
+    a ResNet50 run directory.
     """
-    delta = after.astype(np.float64) - before.astype(np.float64)
-    if after.dtype == np.float32:
-        narrow = delta.astype(np.float32)
-        if np.array_equal(narrow, delta):
-            return narrow
-    return delta
+    if after.dtype != np.float32:
+        return after - before
+    return (after.astype(np.float64) - before.astype(np.float64)).astype(np.float32)
 
 
 def synthetic_batch(batch_size: int, image_size: int, num_classes: int,
