@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from parity.errors import ParityInputError
 from parity.io import write_text
@@ -71,11 +71,12 @@ def save(result: CheckResult, out: Path) -> Path:
                                "a baseline must come from a known-good run")
     data = {"format": FORMAT, "format_version": FORMAT_VERSION,
             "versions": result.meta.versions, "seed": result.meta.seed,
-            "errors": _errors(result)}
+            "fingerprint": result.meta.fingerprint, "errors": _errors(result)}
     return write_text(Path(out), json.dumps(data, indent=1, sort_keys=False))
 
 
-def load(path: Path) -> Dict[str, float]:
+def load(path: Path) -> Dict[str, Any]:
+    """The baseline's fields, checked; ``errors`` as floats."""
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -88,14 +89,22 @@ def load(path: Path) -> Dict[str, float]:
     if data.get("format_version") != FORMAT_VERSION:
         raise ParityInputError(f"{path} has baseline format {data.get('format_version')!r}; "
                                f"this parity reads {FORMAT_VERSION}: save it again")
-    return {str(k): float(v) for k, v in data["errors"].items()}
+    return {**data, "errors": {str(k): float(v) for k, v in data["errors"].items()}}
 
 
 def check(result: CheckResult, baseline: Path, factor: Optional[float] = None) -> Drift:
     factor = DEFAULT_FACTOR if factor is None else float(factor)
     if factor < 1:
         raise ParityInputError(f"--factor must be at least 1, got {factor:g}")
-    before, now = load(baseline), _errors(result)
+    golden = load(baseline)
+    saved_from, checked = golden.get("fingerprint", ""), result.meta.fingerprint
+    if saved_from and checked and saved_from != checked:
+        raise ParityInputError(
+            f"baseline {baseline} was saved from other initial weights or another batch "
+            f"(fingerprint {saved_from}, this run {checked}), so its errors say nothing about "
+            "drift: build the models after torch.manual_seed(...) or load fixed weights, then "
+            "re-save the baseline")
+    before, now = golden["errors"], _errors(result)
     grown: List[Tuple[str, str, float, float]] = []
     for key, error in now.items():
         if key in before and not error <= factor * max(before[key], FLOOR):

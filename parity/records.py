@@ -135,3 +135,4 @@ class Meta:
     command: str = ""
     notes: Tuple[str, ...] = ()
     run_dirs: Dict[str, str] = field(default_factory=dict)
+    fingerprint: str = ""       # of the initial weights and batch (torch capture); "" if unknown

@@ -74,6 +74,25 @@ def test_cli_save_and_check(tiny_run, tmp_path):
     assert "baseline drift" in drifted.stdout
 
 
+def test_baseline_from_other_weights_or_batch_is_refused(good, tmp_path):
+    """Errors of a run that started elsewhere say nothing about drift (an unseeded model)."""
+    assert len(good.meta.fingerprint) == 8
+    path = baseline.save(good, tmp_path / "golden.json")
+    other = dataclasses.replace(good, meta=dataclasses.replace(good.meta, fingerprint="0badf00d"))
+    with pytest.raises(ParityInputError, match="other initial weights or another batch"):
+        baseline.check(other, path)
+
+
+def test_cli_refuses_a_baseline_of_another_batch(tiny_run, tmp_path):
+    golden = tmp_path / "golden.json"
+    assert parity_cli("baseline", "save", tiny_run.parent / "report.json",
+                      "--out", golden).returncode == 0
+    data = json.loads(golden.read_text())
+    golden.write_text(json.dumps({**data, "fingerprint": "0badf00d"}))
+    assert_one_line_error(parity_cli("baseline", "check", tiny_run, golden),
+                          "torch.manual_seed", "re-save the baseline")
+
+
 def test_cli_missing_baseline_file(tiny_run, tmp_path):
     process = parity_cli("baseline", "check", tiny_run, tmp_path / "nope.json")
     assert_one_line_error(process, "does not exist")

@@ -53,9 +53,11 @@ def test_baseline_written_then_checked(user_suite, tmp_path):
     baseline = tmp_path / "golden.json"
     user_suite.makepyfile(test_baseline=f"""
 import mindspore
+import torch
 from tests.tiny import torch_tiny, ms_tiny
 
 def test_against_baseline(parity_check):
+    torch.manual_seed(0)        # a baseline needs the same initial weights on every run
     parity_check(torch_tiny(), ms_tiny(), batch_size=2, image_size=16,
                  baseline={str(baseline)!r}).assert_passed()
 """)
@@ -71,3 +73,11 @@ def test_against_baseline(parity_check):
     drifted = user_suite.runpytest_subprocess("test_baseline.py")
     drifted.assert_outcomes(failed=1)
     drifted.stdout.fnmatch_lines(["*baseline drift:*grew beyond 4x*"])
+
+    # the user's pitfall that once made this test flaky: models built without a seed start
+    # from other weights on every run, so their errors cannot be held to a baseline
+    test_file = user_suite.path / "test_baseline.py"
+    test_file.write_text(test_file.read_text().replace("torch.manual_seed(0)", "pass"))
+    unseeded = user_suite.runpytest_subprocess("test_baseline.py")
+    unseeded.assert_outcomes(failed=1)
+    unseeded.stdout.fnmatch_lines(["*saved from other initial weights or another batch*"])

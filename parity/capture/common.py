@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -102,6 +103,16 @@ def weight_update(after: np.ndarray, before: np.ndarray) -> np.ndarray:
     if after.dtype != np.float32:
         return after - before
     return (after.astype(np.float64) - before.astype(np.float64)).astype(np.float32)
+
+
+def fingerprint(*blobs: Any) -> str:
+    """CRC-32 of what a run starts from (initial-weight bytes, batch arrays): two runs with
+    equal fingerprints checked the same numbers, so their errors may be compared (baselines)."""
+    crc = 0
+    for blob in blobs:
+        crc = zlib.crc32(np.ascontiguousarray(blob).view(np.uint8).reshape(-1)
+                         if isinstance(blob, np.ndarray) else blob, crc)
+    return f"{crc:08x}"
 
 
 def synthetic_batch(batch_size: int, image_size: int, num_classes: int,

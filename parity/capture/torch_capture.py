@@ -10,8 +10,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (ACTIVATION, batch_for, manifest_meta, output_recorder,
-                                   weight_update)
+from parity.capture.common import (ACTIVATION, batch_for, fingerprint, manifest_meta,
+                                   output_recorder, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -192,8 +192,9 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         x, y = batch_for(config, batch_file, num_classes)
     initial = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
 
+    weights_file = save_state_dict_bytes(initial)
     with RunWriter(out, "torch") as writer:
-        writer.write_file(INITIAL_WEIGHTS, save_state_dict_bytes(initial))
+        writer.write_file(INITIAL_WEIGHTS, weights_file)
         writer.add("input", "input", x)
         writer.add("target", "input", y)
         hooked = Fingerprints()
@@ -213,4 +214,4 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         _restore(model, initial)        # leave a caller's model as it came: the rerun stepped it
         return writer.finish(manifest_meta(
             "torch", config, num_classes, factory or type(model).__name__, {}, observer,
-            started, fp64_reference=fp64_reference))
+            started, fp64_reference=fp64_reference, fingerprint=fingerprint(weights_file, x, y)))

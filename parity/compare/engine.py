@@ -305,7 +305,8 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
                 "torch_factory": torch_run.manifest.get("factory", ""),
                 "mindspore_factory": ms_run.manifest.get("factory", "")},
         tolerance=policy.to_dict(), command=command, notes=tuple(notes),
-        run_dirs={"torch": str(torch_run.path), "mindspore": str(ms_run.path)})
+        run_dirs={"torch": str(torch_run.path), "mindspore": str(ms_run.path)},
+        fingerprint=str(torch_run.manifest.get("fingerprint", "")))
     return CheckResult(comparisons=tuple(comparisons), first_divergence=divergence,
                        diagnosis=diagnosis, unmatched=unmatched, details=details, meta=meta,
                        extra={"observer_effect": self_checks,
