@@ -161,6 +161,19 @@ def _noise_recorder(writer: RunWriter) -> Callable[..., None]:
     return record
 
 
+def _write_starting_point(writer: RunWriter, initial: Dict[str, np.ndarray], x: np.ndarray,
+                          y: np.ndarray) -> str:
+    """The initial weights (for the MindSpore capture) and the batch; returns their fingerprint.
+
+    A function so the file's bytes (100 MB for ResNet50) are freed before the steps run.
+    """
+    weights_file = save_state_dict_bytes(initial)
+    writer.write_file(INITIAL_WEIGHTS, weights_file)
+    writer.add("input", "input", x)
+    writer.add("target", "input", y)
+    return fingerprint(weights_file, x, y)
+
+
 def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=None,
                   weights: Optional[Path] = None, batch_file: Optional[Path] = None,
                   inputs: Optional[Tuple[np.ndarray, np.ndarray]] = None,
@@ -192,11 +205,8 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         x, y = batch_for(config, batch_file, num_classes)
     initial = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
 
-    weights_file = save_state_dict_bytes(initial)
     with RunWriter(out, "torch") as writer:
-        writer.write_file(INITIAL_WEIGHTS, weights_file)
-        writer.add("input", "input", x)
-        writer.add("target", "input", y)
+        starts_from = _write_starting_point(writer, initial, x, y)
         hooked = Fingerprints()
         _train_step(model, initial, x, y, config, tee(writer.add, hooked))
 
@@ -214,4 +224,4 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         _restore(model, initial)        # leave a caller's model as it came: the rerun stepped it
         return writer.finish(manifest_meta(
             "torch", config, num_classes, factory or type(model).__name__, {}, observer,
-            started, fp64_reference=fp64_reference, fingerprint=fingerprint(weights_file, x, y)))
+            started, fp64_reference=fp64_reference, fingerprint=starts_from))
