@@ -56,8 +56,7 @@ def _hooks(net, record: Callable[..., None], loss_scale: float) -> List:
             for record_name, grad in output_names(name, grad_output):
                 array = to_numpy(grad)
                 if array is not None:
-                    record(record_name, "grad", array / np.float32(loss_scale),
-                           attrs=ACTIVATION)
+                    record(record_name, "grad", _unscaled(array, loss_scale), attrs=ACTIVATION)
         return hook
 
     handles = []
@@ -67,6 +66,13 @@ def _hooks(net, record: Callable[..., None], loss_scale: float) -> List:
                                                                       to_numpy)))
             handles.append(cell.register_backward_hook(backward_recorder(name)))
     return handles
+
+
+def _unscaled(gradient: np.ndarray, loss_scale: float) -> np.ndarray:
+    """A gradient of the scaled loss as one of the loss itself, in float32; without a loss
+    scale the array itself (the writer copies it once; dividing by 1 was a second copy)."""
+    gradient = gradient.astype(np.float32, copy=False)
+    return gradient if loss_scale == 1 else gradient / np.float32(loss_scale)
 
 
 def _name_parameters_by_path(net) -> None:
@@ -189,7 +195,7 @@ def _train_step(net, optimizer, initial: Dict[str, np.ndarray], x: np.ndarray, y
     names = [p.name for p in optimizer.parameters]
     for name, grad in zip(names, grads):
         # the gradient of the unscaled loss, which is what torch's .grad holds
-        record(name, "grad", grad.asnumpy().astype(np.float32) / np.float32(scale))
+        record(name, "grad", _unscaled(grad.asnumpy(), scale))
     optimizer(grads)
     for param, moment in zip(optimizer.parameters, optimizer.moments):
         after = param.asnumpy()
