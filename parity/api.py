@@ -27,12 +27,6 @@ from parity.result import CheckResult
 RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
 # What a capture subprocess needs in its environment: quiet MindSpore logging.
 CHILD_ENV = {"GLOG_v": "3"}
-# The torch capture runs three steps, and glibc's dynamic mmap threshold keeps each step's freed
-# activations in the heap (RSS 2.08 GB after the first step at batch 8, 224², against 1.09 GB
-# with a fixed threshold): its peak drops from 2.9 to 2.45 GB, for 3-5 s more page faults, which
-# transparent huge pages (hugetlb=1) keep down. MindSpore has its own pool: there it saved 75 MB
-# for 3.4 s, so it is left alone.
-TORCH_CHILD_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=131072"}
 
 Progress = Callable[[str, str], None]       # (stage, state) with state "start" or "done"
 
@@ -102,8 +96,6 @@ def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
     if debug:
         command.append("--debug")
     env = {**os.environ, **CHILD_ENV}
-    if framework == "torch" and "GLIBC_TUNABLES" not in os.environ:
-        env.update(TORCH_CHILD_ENV)
     process = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     if process.returncode == 0:
