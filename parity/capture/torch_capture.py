@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -189,6 +189,30 @@ def _float64_step_memory() -> Iterator[None]:
         libc.malloc_trim(0)
 
 
+class _StateOnDisk(Mapping):
+    """A state dict read from its safetensors file at each use, not held in memory: 100 MB
+    (ResNet50) less at the float64 step's peak, for ~0.1 s of reads from the page cache."""
+
+    def __init__(self, path: Path, keys: List[str]) -> None:
+        self.path, self.keys_in_order = path, keys
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        from safetensors import safe_open
+        with safe_open(str(self.path), framework="numpy") as handle:
+            return handle.get_tensor(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys_in_order)
+
+    def __len__(self) -> int:
+        return len(self.keys_in_order)
+
+    def items(self):
+        from safetensors import safe_open
+        with safe_open(str(self.path), framework="numpy") as handle:
+            return [(key, handle.get_tensor(key)) for key in self.keys_in_order]
+
+
 def _write_starting_point(writer: RunWriter, initial: Dict[str, np.ndarray], x: np.ndarray,
                           y: np.ndarray) -> str:
     """The initial weights (for the MindSpore capture) and the batch; returns their fingerprint.
@@ -235,6 +259,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
 
     with RunWriter(out, "torch") as writer:
         starts_from = _write_starting_point(writer, initial, x, y)
+        initial = _StateOnDisk(writer.partial / INITIAL_WEIGHTS, list(initial))
         hooked = Fingerprints()
         _train_step(model, initial, x, y, config, tee(writer.add, hooked))
 
