@@ -42,7 +42,7 @@ def _load_weights(model, path: Path) -> None:
     model.load_state_dict(state_dict, strict=True)
 
 
-def _restore(model, state: Dict[str, np.ndarray]) -> None:
+def _restore(model, state: Mapping[str, np.ndarray]) -> None:
     import torch
     model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
 
@@ -78,7 +78,7 @@ def _forward_hooks(model, record: Callable[..., None]) -> List:
             for name, module in model.named_modules() if name]
 
 
-def _train_step(model, initial: Dict[str, np.ndarray], x: np.ndarray, y: np.ndarray,
+def _train_step(model, initial: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray,
                 config: StepConfig, record: Callable[..., None], *, hooks: bool = True) -> None:
     """One SGD step of ``model`` (in its own dtype) from the state ``initial``, every tensor
     handed to ``record``. Δw is taken against ``initial``: no copy of the weights is made.
@@ -171,10 +171,10 @@ def _float64_step_memory() -> Iterator[None]:
 
     After the float32 steps glibc's dynamic mmap threshold has grown, so the float64 step's
     activations would come from a heap that keeps whatever backward frees. Measured at batch
-    8, 224² (torch capture): peak 2.80 GB and 21.4 s as is; 2.54 GB and 25.4 s with the freed
-    heap trimmed and a fixed 128 KiB threshold for this step only; 2.49 GB and 30.6 s with
-    that threshold for the whole process (GLIBC_TUNABLES). Afterwards the threshold is left at
-    32 MiB, the most the dynamic one reaches.
+    8, 224² (torch capture): peak 2.80 GB and 21.4 s as is; 2.54 GB and 21.7 to 25.4 s with
+    the freed heap trimmed and a fixed 128 KiB threshold for this step only; 2.49 GB and
+    30.6 s with that threshold for the whole process (GLIBC_TUNABLES). Afterwards the
+    threshold is left at 32 MiB, the most the dynamic one reaches.
     """
     libc = ctypes.CDLL(None) if platform.libc_ver()[0] == "glibc" else None
     if libc is None:
@@ -207,7 +207,7 @@ class _StateOnDisk(Mapping):
     def __len__(self) -> int:
         return len(self.keys_in_order)
 
-    def items(self):
+    def items(self) -> List[Tuple[str, np.ndarray]]:        # one open for the whole dict
         from safetensors import safe_open
         with safe_open(str(self.path), framework="numpy") as handle:
             return [(key, handle.get_tensor(key)) for key in self.keys_in_order]
