@@ -207,10 +207,8 @@ class _StateOnDisk(Mapping):
     def __len__(self) -> int:
         return len(self.keys_in_order)
 
-    def items(self) -> List[Tuple[str, np.ndarray]]:        # one open for the whole dict
-        from safetensors import safe_open
-        with safe_open(str(self.path), framework="numpy") as handle:
-            return [(key, handle.get_tensor(key)) for key in self.keys_in_order]
+    def items(self):                                # one read of the whole file
+        return load_state_dict(self.path).items()
 
 
 def _write_starting_point(writer: RunWriter, initial: Dict[str, np.ndarray], x: np.ndarray,
