@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from safetensors.numpy import load_file
 
@@ -39,6 +41,27 @@ def test_a_tensor_with_the_bytes_of_an_earlier_one_is_stored_once(tmp_path, monk
     assert stored == 5
 
 
+def test_a_shard_buffer_is_reused_only_once_its_shard_is_written(tmp_path, monkeypatch):
+    """Copies go into shard buffers that are reused: slow writes keep as many shards in
+    flight as allowed, so a buffer reused too early would change bytes still being written."""
+    write = RunWriter._write_bytes
+
+    def slow_write(path, *chunks, sync=True):
+        time.sleep(0.02)
+        return write(path, *chunks, sync=sync)
+
+    monkeypatch.setattr(RunWriter, "_write_bytes", staticmethod(slow_write))
+    rng = np.random.default_rng(0)
+    # 200 float32 are 800 bytes, more than a 512-byte shard buffer: copied on their own
+    arrays = [(f"t{index}", rng.standard_normal(size, dtype=np.float32))
+              for index, size in enumerate([10, 70, 3, 64, 200, 1, 33] * 6)]
+    run, written = _write(tmp_path / "run", arrays, monkeypatch, shard_bytes=512)
+    assert len(run.manifest["shards"]) > rundir.SHARDS_IN_FLIGHT + 1
+    for record, (_, array), readback in zip(run.records, arrays, written):
+        np.testing.assert_array_equal(run.tensor(record), array)
+        np.testing.assert_array_equal(readback, array)
+
+
 def test_the_writer_keeps_its_own_copy(tmp_path, monkeypatch):
     buffer = np.ones(10, np.float32)
     with RunWriter(tmp_path / "run", "torch") as writer:
@@ -59,7 +82,7 @@ def test_annotations_reach_the_manifest(tmp_path):
 
 
 def test_a_checksum_collision_is_not_taken_for_equal_bytes(tmp_path, monkeypatch):
-    monkeypatch.setattr(rundir.zlib, "crc32", lambda data: 0)     # every tensor collides
+    monkeypatch.setattr(rundir, "crc32", lambda data: 0)     # every tensor collides
     arrays = [("a", np.zeros(3, np.float32)), ("b", np.ones(3, np.float32))]
     run, _ = _write(tmp_path / "run", arrays, monkeypatch)
     a, b = run.records

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import platform
-import zlib
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
+from isal.isal_zlib import crc32
 
 from parity.errors import ParityInputError
 
@@ -108,7 +108,7 @@ def fingerprint(*blobs: Any) -> str:
     equal fingerprints checked the same numbers, so their errors may be compared (baselines)."""
     crc = 0
     for blob in blobs:
-        crc = zlib.crc32(np.ascontiguousarray(blob) if isinstance(blob, np.ndarray) else blob,
+        crc = crc32(np.ascontiguousarray(blob) if isinstance(blob, np.ndarray) else blob,
                          crc)
     return f"{crc:08x}"
 
