@@ -35,3 +35,21 @@ def test_console_script_is_installed():
 def test_no_command_prints_help_and_exits_2():
     process = parity_cli()
     assert process.returncode == 2 and "run" in process.stdout
+
+
+def test_console_summary_says_which_column_decides(tiny_run):
+    """A passing run's gradients show max_rel of several: the summary says what decides."""
+    from rich.console import Console
+
+    from parity.compare.engine import compare_runs
+    from parity.report.console import summary
+
+    def printed(result) -> str:
+        console = Console(record=True, width=120)
+        console.print(summary(result))
+        return console.export_text()
+
+    calibrated = compare_runs(tiny_run / "torch", tiny_run / "mindspore")
+    fixed = compare_runs(tiny_run / "torch", tiny_run / "mindspore", use_fp64_reference=False)
+    assert "noise ratio:" in printed(calibrated)
+    assert "noise ratio:" not in printed(fixed)

@@ -108,8 +108,7 @@ def fingerprint(*blobs: Any) -> str:
     equal fingerprints checked the same numbers, so their errors may be compared (baselines)."""
     crc = 0
     for blob in blobs:
-        crc = crc32(np.ascontiguousarray(blob) if isinstance(blob, np.ndarray) else blob,
-                         crc)
+        crc = crc32(np.ascontiguousarray(blob) if isinstance(blob, np.ndarray) else blob, crc)
     return f"{crc:08x}"
 
 
