@@ -147,7 +147,7 @@ class RunWriter:
         """A copy of ``array`` in the shard buffer being filled, which is flushed first when
         the copy does not fit; a copy of its own when larger than a buffer."""
         size = array.nbytes
-        if size == 0 or size > SHARD_BYTES:
+        if size > SHARD_BYTES:
             return array.copy()
         if self._buffer is not None and self._buffer_used + size > SHARD_BYTES:
             self._flush()

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
-from isal.isal_zlib import crc32
 
 from parity.errors import ParityInputError
+from parity.rundir import crc32
 
 # Operation types that mean the same thing in both frameworks, keyed by class name.
 OPS = {
