@@ -97,6 +97,8 @@ class Comparison(TensorStats):
     noise_factor: float
     order: int                # position in divergence order
     mindspore_name: str = ""
+    # relative error allowed for ReLU units flipped by float32 noise before it (compare/kinks)
+    flip_allowance: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,25 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import read_json
+from tests.conftest import parity_cli, read_json
 
 RECORD_KEYS = {"name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine"}
 KINDS = {"input", "forward", "loss", "grad", "update", "weight", "buffer", "optimizer_state"}
+
+
+def test_relu_units_flipped_by_float32_noise_do_not_fail_the_correct_port(tmp_path):
+    """With seed 2 five ReLU units in layer3-4 change sign between torch and MindSpore 2.8.0
+    here; judged by float32 noise alone, 761 gradient-side records behind them failed (noise
+    ratio up to 4300), and 6 of seeds 0-15 failed so (README)."""
+    process = parity_cli("run", "--seed", "2", "--out", tmp_path / "run",
+                         "--json", tmp_path / "report.json", "--quiet")
+    assert process.returncode == 0, process.stdout + process.stderr
+    report = read_json(tmp_path / "report.json")
+    allowed = [r for r in report["records"] if r["flip_allowance"]]
+    assert allowed and all(r["kind"] in ("grad", "update", "optimizer_state", "weight")
+                           for r in allowed)
+    assert any("ReLU units changed sign within float32 noise" in note
+               for note in report["meta"]["notes"])
 
 
 def test_builtin_pair_passes_with_the_documented_json(resnet50_run):
