@@ -68,7 +68,8 @@ def load_name_map(path: Optional[Path]) -> Dict[str, str]:
 
 def _prepare_run_dir(out: Path, config: StepConfig, command: str) -> None:
     """Create (or reuse) the directory holding torch/ and mindspore/, marked as parity's."""
-    if out.exists() and any(out.iterdir()) and not (out / RUN_INDEX).exists():
+    if out.exists() and (not out.is_dir() or any(out.iterdir())
+                         and not (out / RUN_INDEX).exists()):
         raise ParityInputError(f"--out {out} exists and is not a parity run directory; "
                                "choose another or remove it")
     out.mkdir(parents=True, exist_ok=True)

@@ -31,9 +31,36 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0:                     # NaN too
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _non_negative(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
     return value
 
 
@@ -59,17 +86,17 @@ def _add_step_options(parser: argparse.ArgumentParser) -> None:
                        help="class count for synthetic labels (default: the model's own)")
     group.add_argument("--input", type=Path, metavar="FILE.npz",
                        help="your batch: arrays x (N×C×H×W float32) and y (class indices)")
-    group.add_argument("--lr", type=float, default=0.1)
-    group.add_argument("--momentum", type=float, default=0.9)
-    group.add_argument("--weight-decay", type=float, default=1e-4)
+    group.add_argument("--lr", type=_non_negative, default=0.1)
+    group.add_argument("--momentum", type=_non_negative, default=0.9)
+    group.add_argument("--weight-decay", type=_non_negative, default=1e-4)
     group.add_argument("--nesterov", action="store_true")
-    group.add_argument("--dampening", type=float, default=0.0,
+    group.add_argument("--dampening", type=_fraction, default=0.0,
                        help="torch SGD dampening (no effect on the first step's buffer)")
-    group.add_argument("--label-smoothing", type=float, default=0.0)
+    group.add_argument("--label-smoothing", type=_fraction, default=0.0)
     group.add_argument("--ms-weight-decay-scope", choices=WEIGHT_DECAY_SCOPES, default="all",
                        help="which MindSpore parameters get weight decay; torch decays all. "
                             "MindSpore's own default skips gamma/beta")
-    group.add_argument("--ms-loss-scale", type=float, default=1.0,
+    group.add_argument("--ms-loss-scale", type=_positive, default=1.0,
                        help="MindSpore optimizer loss_scale")
     group.add_argument("--ms-no-scale-loss", action="store_true",
                        help="do not multiply the MindSpore loss by --ms-loss-scale "

@@ -151,3 +151,41 @@ def test_forward_alignment_by_order_op_and_shape():
     pinned = align_forward(torch_records, ms_records, param_map={},
                            overrides={"act": "conv1"})
     assert pinned.mindspore_to_torch["act"] == "conv1"
+
+
+class _Run:
+    """The little of a RunReader that diagnose reads: records and their tensors."""
+
+    def __init__(self, tensors, records, config=None):
+        self.records, self._tensors = records, tensors
+        self.manifest = {"config": config or {}}
+
+    def tensor(self, record):
+        return self._tensors[record.name]
+
+
+def test_a_divergence_where_float32_is_ill_conditioned_is_named_so():
+    from parity.compare.diagnosis import diagnose
+    from parity.records import Comparison
+
+    rng = np.random.default_rng(0)
+    torch_value = rng.standard_normal((2, 8, 1, 1)).astype(np.float32)
+    ms_value = torch_value * np.float32(1.08)                    # 8 % apart, same signs
+    bn = RecordInfo(name="layer4.0.bn2", kind="forward", shape=(2, 8, 1, 1), dtype="float32",
+                    order=0, shard="", key="", op="batchnorm2d", attrs={"training": True})
+    run = _Run({bn.name: torch_value}, [bn])
+    tolerance = DEFAULTS["forward"]
+
+    def first(fp32_noise_rms):
+        noise = Float64Noise(fp32_noise_rms=fp32_noise_rms, exact_rms=1.0)
+        stats = compare_tensors(torch_value, ms_value, tolerance, noise)
+        return Comparison(**stats.__dict__, name=bn.name, kind="forward", shape=bn.shape,
+                          rtol=tolerance.rtol, atol=tolerance.atol,
+                          min_cosine=tolerance.min_cosine, noise_factor=tolerance.noise_factor,
+                          order=0)
+
+    noisy = diagnose(first(7e-3), bn, bn, [], run, run, {})
+    assert noisy.cause == "float32 ill-conditioned here"
+    assert "layer4.0.bn2 normalises 2 values per channel" in noisy.detail
+    well_conditioned = diagnose(first(1e-6), bn, bn, [], run, run, {})
+    assert well_conditioned.cause == "batchnorm2d computes something different"

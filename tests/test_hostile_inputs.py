@@ -106,6 +106,25 @@ def test_output_directory_that_is_not_a_parity_run(tmp_path):
     assert (tmp_path / "mine" / "thesis.tex").read_text() == "precious"
 
 
+def test_output_path_that_is_a_user_file(tmp_path):
+    (tmp_path / "results").write_text("precious")
+    process = parity_cli("run", *TINY, "--out", tmp_path / "results")
+    assert_one_line_error(process, "not a parity run directory")
+    assert (tmp_path / "results").read_text() == "precious"
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--lr", "-1", "must be a number >= 0"),
+    ("--momentum", "nan", "must be a number >= 0"),
+    ("--weight-decay", "abc", "must be a number >= 0"),
+    ("--batch-size", "two", "must be a positive integer"),
+    ("--label-smoothing", "1.5", "must be between 0 and 1"),
+    ("--ms-loss-scale", "0", "must be a number > 0"),
+])
+def test_step_settings_out_of_range(option, value, message):
+    assert_one_line_error(parity_cli("run", option, value), f"argument {option}: {message}")
+
+
 def test_report_path_holding_a_user_file(tiny_run, tmp_path):
     (tmp_path / "notes.json").write_text("my notes")
     process = parity_cli("compare", tiny_run / "torch", tiny_run / "mindspore",
