@@ -97,7 +97,7 @@ def test_a_relu_flipped_by_noise_does_not_fail_the_gradients_before_it(tmp_path)
     by_key = {(c.kind, c.name): c for c in result.comparisons}
     assert by_key[("grad", "pre")].flip_allowance == pytest.approx(kinks.FLIP_GAIN * share)
     assert by_key[("grad", "act")].flip_allowance == 0.0     # after the ReLU: untouched
-    assert any(note.startswith("1 ReLU units changed sign") and "act (1)" in note
+    assert any(note.startswith("1 ReLU unit changed sign") and "act (1)" in note
                for note in result.meta.notes)
 
 

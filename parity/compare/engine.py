@@ -274,10 +274,11 @@ def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> st
     where = ", ".join(f"{s.name} ({s.units})" for s in sites[:4]) + \
         (f" and {len(sites) - 4} more" if len(sites) > 4 else "")
     widest = max(c.flip_allowance for c in comparisons)
-    return (f"{units} ReLU units changed sign within float32 noise: {where}. The gradient they "
-            f"pass on one side and block on the other is allowed for in the gradients before "
-            f"them (up to {widest:.2g} relative): a backward-only bug smaller than that is not "
-            f"seen in this run; another --seed checks it again")
+    return (f"{units} ReLU unit{'s' if units > 1 else ''} changed sign within float32 noise: "
+            f"{where}. The gradient passed on one side and blocked on the other is allowed for "
+            f"in the gradients before them (up to {100 * widest:.2g} % relative error): a "
+            "backward-only bug smaller than that is not seen in this run; another --seed "
+            "checks it again")
 
 
 def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] = None,
@@ -353,6 +354,7 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
     sites = _flip_sites(plan, kink_ops, flipped, torch_run)
     if sites:
         comparisons = _allow_for_flips(plan, comparisons, sites)
+        # a failing record's details are kept only while it still fails
         details = {key: detail for key, detail in details.items()
                    if key in {f"{c.kind}:{c.name}" for c in comparisons if not c.passed}}
     first = next((c for c in comparisons if not c.passed), None)
