@@ -131,9 +131,10 @@ def _ratio_cause(ratio: float, config: Dict, what: str) -> Optional[Diagnosis]:
 
 
 # torch's own float32 error (relative RMS, from its float64 rerun) beyond which a record is
-# ill-conditioned: about three digits left. Measured: at batch 2, 32² (ResNet50's layer4
-# normalises 2 values per channel) the correct port failed 2 of 3 seeds at records with
-# 0.2 % to 4 % float32 error; at batch 2, 64² the failures it names are far below (1e-6).
+# ill-conditioned: about three digits left. Measured on the correct ResNet50 port: at batch 2,
+# 32² (layer4 normalises 2 values per channel) it failed 2 of 3 seeds at records with 0.2 to
+# 4 % float32 error; at batch 2, 64² the worst record of a run has 0.5 to 8 % (12 seeds, in
+# layer4), at batch 2, 64² in ResNet18 0.004 to 0.6 % (6 seeds).
 ILL_CONDITIONED = 1e-3
 # Diagnoses that only say where to look: an ill-conditioned record explains the divergence
 # better than they do.
