@@ -167,7 +167,8 @@ class RunWriter:
             return self._pending[record.key]
         self._drain()
         start, end = self._offsets[record.key]
-        return _mapped(self.partial / record.shard, start, end, record.dtype).reshape(record.shape)
+        array = mapped_array(self.partial / record.shard, start, end, record.dtype)
+        return array.reshape(record.shape)
 
     def annotate(self, record: RecordInfo, **fields: Any) -> None:
         """Replace fields of a record already added (e.g. its float64 noise)."""
@@ -273,7 +274,24 @@ def _safetensors_chunks(tensors: Dict[str, np.ndarray]
         [array.reshape(-1).view(np.uint8) for array in tensors.values()], offsets
 
 
-def _mapped(file: Path, start: int, end: int, dtype: str) -> np.ndarray:
+NUMPY_DTYPES = {code: name for name, code in SAFETENSORS_DTYPES.items()}
+
+
+def safetensors_entries(file: Path, file_bytes: int
+                        ) -> Dict[str, Tuple[int, int, str, Tuple[int, ...]]]:
+    """key -> (absolute start, end, numpy dtype, shape) from a safetensors file's header;
+    OSError, ValueError, KeyError... on a malformed one."""
+    with open(file, "rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        if not 0 < length <= file_bytes - 8:
+            raise ValueError("bad header length")
+        header = json.loads(handle.read(length))
+    return {key: (8 + length + entry["data_offsets"][0], 8 + length + entry["data_offsets"][1],
+                  NUMPY_DTYPES.get(entry["dtype"], entry["dtype"]), tuple(entry["shape"]))
+            for key, entry in header.items() if key != "__metadata__"}
+
+
+def mapped_array(file: Path, start: int, end: int, dtype: str) -> np.ndarray:
     """Bytes [start, end) of ``file`` as a read-only array backed by a memory map that lives
     as long as the array. MAP_POPULATE maps every page in one call instead of a fault per page
     (reading a 1.1 GB run plus CRC: 0.66 s against 0.81 s)."""
@@ -390,7 +408,7 @@ class RunReader:
                                    f"and dtype need {count * np.dtype(record.dtype).itemsize}; "
                                    "capture again")
         try:
-            array = _mapped(file, start, end, record.dtype)
+            array = mapped_array(file, start, end, record.dtype)
         except (OSError, ValueError) as error:
             raise ParityInputError(f"{file} is truncated or corrupted at {record.name} "
                                    f"({error}); capture again") from None
@@ -411,14 +429,9 @@ class RunReader:
             raise ParityInputError(f"{self.path / MANIFEST} names no shard {name}; capture again")
         file = self.path / name
         try:
-            with open(file, "rb") as handle:
-                length = int.from_bytes(handle.read(8), "little")
-                if not 0 < length <= shard["bytes"] - 8:
-                    raise ValueError("bad header length")
-                header = json.loads(handle.read(length))
-            return {key: (8 + length + entry["data_offsets"][0],
-                          8 + length + entry["data_offsets"][1])
-                    for key, entry in header.items() if key != "__metadata__"}
+            return {key: (start, end) for key, (start, end, _, _)
+                    in safetensors_entries(file, shard["bytes"]).items()}
         except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
             raise ParityInputError(f"{file} is not a readable safetensors file ({error}); "
                                    "capture again") from None
+
