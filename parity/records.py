@@ -32,12 +32,16 @@ class RecordInfo:
     # torch only, from the float64 rerun of the step: rms(t32 - t64) and rms(t64)
     fp32_noise_rms: Optional[float] = None
     exact_rms: Optional[float] = None
+    # torch only, a ReLU's forward record: the gradient share its own float32 rerun redirected
+    # by units active in float32 but not float64 or back (parity/kinks.py); 0 when none
+    fp32_flip_share: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "shape": list(self.shape),
                 "dtype": self.dtype, "order": self.order, "shard": self.shard, "key": self.key,
                 "op": self.op, "attrs": self.attrs, "crc32": self.crc32,
-                "fp32_noise_rms": self.fp32_noise_rms, "exact_rms": self.exact_rms}
+                "fp32_noise_rms": self.fp32_noise_rms, "exact_rms": self.exact_rms,
+                "fp32_flip_share": self.fp32_flip_share}
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "RecordInfo":
@@ -47,7 +51,8 @@ class RecordInfo:
                    op=str(data.get("op", "")), attrs=dict(data.get("attrs", {})),
                    crc32=int(data["crc32"]),
                    fp32_noise_rms=_optional_float(data.get("fp32_noise_rms")),
-                   exact_rms=_optional_float(data.get("exact_rms")))
+                   exact_rms=_optional_float(data.get("exact_rms")),
+                   fp32_flip_share=_optional_float(data.get("fp32_flip_share")))
 
 
 def _optional_float(value: Any) -> Optional[float]:
@@ -97,7 +102,7 @@ class Comparison(TensorStats):
     noise_factor: float
     order: int                # position in divergence order
     mindspore_name: str = ""
-    # relative error allowed for ReLU units flipped by float32 noise before it (compare/kinks)
+    # relative error allowed for ReLU units flipped by float32 noise before it (parity/kinks.py)
     flip_allowance: float = 0.0
 
 

@@ -19,7 +19,7 @@ the torch capture provides:
   numbers per record halves what the torch capture writes and the compare reads.) Behind ReLU
   units that changed sign within float32 noise, gradients may also differ by the gradient
   those units redirect: an allowance times rms(t64) joins the denominator there
-  (compare/kinks.py).
+  (parity/kinks.py).
 
 * **Fixed tolerance** (no float64 reference). An element is within tolerance when
 
@@ -223,7 +223,7 @@ def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: To
 def noise_statistics(rms_difference: float, noise: Float64Noise, tolerance: Tolerance,
                      allowance: float = 0.0) -> Tuple[float, float, float]:
     """(fp32_noise, ms_error, noise_ratio); see the module docstring. ``allowance`` is a
-    relative error added to torch's own (ReLU units flipped by float32 noise: compare/kinks)."""
+    relative error added to torch's own (ReLU units flipped by float32 noise: parity/kinks.py)."""
     ratio = rms_difference / (noise.fp32_noise_rms
                               + (tolerance.noise_floor + allowance) * noise.exact_rms
                               + tolerance.atol + TINY)
