@@ -13,11 +13,11 @@ the gradient they redirect is measured against torch's gradient ``g`` w.r.t. tha
 
     share = ||g[flipped]|| / ||g[active in torch]||
 
-— the relative error the flips inject into the gradient at the ReLU's input. Torch's float64
-rerun measures the same for its own float32 step (units active in float32 but not float64):
-those flips are already in torch's float32 error, the yardstick. Shares add in quadrature; a
-gradient-side record behind MindSpore's sites (total s²) and torch's own (total o²) has
-``FLIP_GAIN * sqrt(max(s² - o², 0))`` added to torch's relative float32 error (see metrics).
+— the relative error the flips inject into the gradient at the ReLU's input. Units that
+torch's own float32 step also flipped against its float64 rerun are left out: their effect is
+already in torch's float32 error, the yardstick. Shares of independent sites add in
+quadrature; a gradient-side record behind sites with total share ``s`` has ``FLIP_GAIN * s``
+added to torch's relative float32 error (see metrics).
 """
 
 from __future__ import annotations
@@ -68,11 +68,7 @@ def redirected_share(op: str, torch_out: np.ndarray, torch_grad: np.ndarray,
         max(math.sqrt(float(np.dot(kept, kept))), 1e-30)
 
 
-def allowance(sites: Iterable[FlipSite], own: Iterable[FlipSite], position: float) -> float:
+def allowance(sites: Iterable[FlipSite], position: float) -> float:
     """The relative error a gradient-side record at ``position`` (backward order) may carry
-    from the flips after it in forward order (before it in backward order): MindSpore's
-    against torch (``sites``) beyond torch's own float32 against float64 (``own``), which its
-    float32 error already holds."""
-    excess = sum(s.share ** 2 for s in sites if s.position < position) - \
-        sum(s.share ** 2 for s in own if s.position < position)
-    return FLIP_GAIN * math.sqrt(max(excess, 0.0))
+    from the flips after it in forward order (before it in backward order)."""
+    return FLIP_GAIN * math.sqrt(sum(s.share ** 2 for s in sites if s.position < position))

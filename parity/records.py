@@ -32,16 +32,16 @@ class RecordInfo:
     # torch only, from the float64 rerun of the step: rms(t32 - t64) and rms(t64)
     fp32_noise_rms: Optional[float] = None
     exact_rms: Optional[float] = None
-    # torch only, a ReLU's forward record: the gradient share its own float32 rerun redirected
-    # by units active in float32 but not float64 or back (parity/kinks.py); 0 when none
-    fp32_flip_share: Optional[float] = None
+    # torch only, a ReLU's forward record: the units (flat indices) active in float32 but not
+    # in float64 or back (parity/kinks.py)
+    fp32_flipped: Optional[Tuple[int, ...]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "shape": list(self.shape),
                 "dtype": self.dtype, "order": self.order, "shard": self.shard, "key": self.key,
                 "op": self.op, "attrs": self.attrs, "crc32": self.crc32,
                 "fp32_noise_rms": self.fp32_noise_rms, "exact_rms": self.exact_rms,
-                "fp32_flip_share": self.fp32_flip_share}
+                "fp32_flipped": None if self.fp32_flipped is None else list(self.fp32_flipped)}
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "RecordInfo":
@@ -52,7 +52,8 @@ class RecordInfo:
                    crc32=int(data["crc32"]),
                    fp32_noise_rms=_optional_float(data.get("fp32_noise_rms")),
                    exact_rms=_optional_float(data.get("exact_rms")),
-                   fp32_flip_share=_optional_float(data.get("fp32_flip_share")))
+                   fp32_flipped=None if data.get("fp32_flipped") is None else
+                   tuple(int(i) for i in data["fp32_flipped"]))
 
 
 def _optional_float(value: Any) -> Optional[float]:

@@ -34,16 +34,9 @@ def test_redirected_share_is_the_flipped_gradient_over_the_kept_one():
 def test_allowance_adds_the_sites_behind_a_record_in_quadrature():
     sites = [kinks.FlipSite("late", 1, 0.03, position=2.0),
              kinks.FlipSite("early", 2, 0.04, position=10.0)]
-    assert kinks.allowance(sites, [], 1.0) == 0.0         # before both in backward order
-    assert kinks.allowance(sites, [], 5.0) == pytest.approx(kinks.FLIP_GAIN * 0.03)
-    assert kinks.allowance(sites, [], 11.0) == pytest.approx(kinks.FLIP_GAIN * 0.05)
-
-
-def test_allowance_is_only_what_torch_s_own_float32_flips_do_not_cover():
-    sites = [kinks.FlipSite("relu", 2, 0.05, position=2.0)]
-    own = [kinks.FlipSite("relu", 0, 0.03, position=2.0)]
-    assert kinks.allowance(sites, own, 5.0) == pytest.approx(kinks.FLIP_GAIN * 0.04)
-    assert kinks.allowance(sites, [*own, kinks.FlipSite("other", 0, 0.06, 1.0)], 5.0) == 0.0
+    assert kinks.allowance(sites, 1.0) == 0.0             # before both in backward order
+    assert kinks.allowance(sites, 5.0) == pytest.approx(kinks.FLIP_GAIN * 0.03)
+    assert kinks.allowance(sites, 11.0) == pytest.approx(kinks.FLIP_GAIN * 0.05)
 
 
 def test_an_allowance_clears_the_noise_reason_but_not_a_nan():
@@ -60,10 +53,10 @@ def test_an_allowance_clears_the_noise_reason_but_not_a_nan():
     assert not still.passed and still.reason.startswith("non-finite values")
 
 
-def _capture(path, framework, pre, act, grad_act, grad_pre, own_share=0.0):
+def _capture(path, framework, pre, act, grad_act, grad_pre, own_flipped=()):
     """A two-module run: ``pre`` (a conv) feeding ``act`` (a ReLU), forward and output
     gradients; torch's carries a float32 noise of 1e-7 relative on every record, and
-    ``own_share`` as the gradient share its own float32 step's ReLU flips redirect."""
+    ``own_flipped`` as the ReLU units its own float32 step flipped against float64."""
     with RunWriter(path, framework) as writer:
         writer.add("input", "input", np.ones(4, np.float32))
         records = [writer.add("pre", "forward", pre, op="conv2d"),
@@ -74,12 +67,12 @@ def _capture(path, framework, pre, act, grad_act, grad_pre, own_share=0.0):
             for record, value in zip(records, (pre, act, grad_act, grad_pre)):
                 rms = float(np.sqrt(np.mean(np.square(value, dtype=np.float64))))
                 writer.annotate(record, fp32_noise_rms=1e-7 * rms, exact_rms=rms)
-            writer.annotate(writer.records[records[1].order], fp32_flip_share=own_share)
+            writer.annotate(writer.records[records[1].order], fp32_flipped=own_flipped)
         writer.finish({})
 
 
 def _pair(tmp_path, *, forward_flip: bool, backward_flip: bool, backward_bug: float = 0.0,
-          own_share: float = 0.0):
+          own_flipped=()):
     """Unit 0's pre-activation is within float32 noise of zero. MindSpore's forward rounds it
     below zero (``forward_flip``) and/or its backward blocks its gradient (``backward_flip``);
     ``backward_bug`` scales MindSpore's gradient before the ReLU."""
@@ -95,7 +88,7 @@ def _pair(tmp_path, *, forward_flip: bool, backward_flip: bool, backward_bug: fl
     ms_grad_pre = torch_grad_pre * np.float32(1 + backward_bug)
     if backward_flip:
         ms_grad_pre[0] = 0
-    _capture(tmp_path / "torch", "torch", pre, torch_act, grad_act, torch_grad_pre, own_share)
+    _capture(tmp_path / "torch", "torch", pre, torch_act, grad_act, torch_grad_pre, own_flipped)
     _capture(tmp_path / "mindspore", "mindspore", ms_pre, ms_act, grad_act, ms_grad_pre)
     share = abs(grad_act[0]) / np.linalg.norm(torch_grad_pre.astype(np.float64))
     return compare_runs(tmp_path / "torch", tmp_path / "mindspore"), share
@@ -125,11 +118,11 @@ def test_a_backward_bug_beyond_the_allowance_still_fails(tmp_path):
     assert (result.first_divergence.kind, result.first_divergence.name) == ("grad", "pre")
 
 
-def test_flips_torch_s_own_float32_step_also_made_are_not_allowed_twice(tmp_path):
-    # torch's float64 rerun found its float32 step redirecting as much at this ReLU: its
-    # float32 error (the yardstick) already holds that, so nothing more is allowed
-    result, _ = _pair(tmp_path, forward_flip=True, backward_flip=True, own_share=1.0)
+def test_units_torch_s_own_float32_step_also_flipped_are_not_allowed_twice(tmp_path):
+    # torch's float64 rerun found its float32 step flipping unit 0 too: its float32 error
+    # (the yardstick) already holds that, so nothing more is allowed
+    result, _ = _pair(tmp_path, forward_flip=True, backward_flip=True, own_flipped=(0,))
     by_key = {(c.kind, c.name): c for c in result.comparisons}
     assert by_key[("grad", "pre")].flip_allowance == 0.0
-    assert any("torch's own float32 step redirects as much" in note
+    assert any("torch's own float32 step flipped the same units" in note
                for note in result.meta.notes)

@@ -149,35 +149,27 @@ def _noise_recorder(writer: RunWriter) -> Callable[..., None]:
     """A ``record`` for the float64 step: annotates the matching float32 record with its noise.
 
     The k-th float64 record named (kind, name) matches the k-th float32 one: same model, same
-    hooks, same order (output gradients in reverse call order). Only numbers are kept, never
-    the float64 tensors: per record rms(t32 - t64) and rms(t64), and per ReLU record the
-    gradient share its units active in float32 but not in float64 (or back) redirect.
+    hooks, same order. Only numbers are kept, never the float64 tensors: per record
+    rms(t32 - t64) and rms(t64), and per ReLU record the units active in float32 but not in
+    float64 or back (their effect is in torch's float32 error; parity/kinks.py).
     """
     step32: Dict[Tuple[str, str], List[RecordInfo]] = {}
     for record in writer.records:
         step32.setdefault((record.kind, record.name), []).append(record)
     seen: Counter = Counter()
-    flipped: Dict[int, np.ndarray] = {}      # ReLU forward record (order) -> flipped units
 
     def record(name: str, kind: str, array: np.ndarray, **_: object) -> None:
         index = seen[(kind, name)]
         seen[(kind, name)] += 1
         matches = step32.get((kind, name), [])
         # sizes, not shapes: the writer stores a 0-d loss as shape (1,)
-        if index >= len(matches) or int(np.prod(matches[index].shape)) != array.size:
-            return
-        match, t32 = matches[index], writer.array(matches[index])
-        noise_rms, exact_rms = float64_noise(t32, array)
-        writer.annotate(match, fp32_noise_rms=noise_rms, exact_rms=exact_rms)
-        if kind == "forward" and match.op in kinks.ACTIVE:
-            flipped[match.order] = kinks.flipped_units(match.op, t32, array.reshape(t32.shape))
-        calls = step32.get(("forward", name), [])
-        if kind == "grad" and len(calls) > index:
-            relu = calls[len(calls) - 1 - index]
-            if relu.order in flipped:
-                share = kinks.redirected_share(relu.op, writer.array(relu), t32,
-                                               flipped.pop(relu.order))
-                writer.annotate(writer.records[relu.order], fp32_flip_share=share)
+        if index < len(matches) and int(np.prod(matches[index].shape)) == array.size:
+            match, t32 = matches[index], writer.array(matches[index])
+            noise_rms, exact_rms = float64_noise(t32, array)
+            flipped = tuple(kinks.flipped_units(match.op, t32, array.reshape(t32.shape)).tolist()) \
+                if kind == "forward" and match.op in kinks.ACTIVE else None
+            writer.annotate(match, fp32_noise_rms=noise_rms, exact_rms=exact_rms,
+                            fp32_flipped=flipped)
     return record
 
 

@@ -230,7 +230,9 @@ def _grad_positions(plan: List[_Planned]) -> Dict[str, float]:
 def _flip_sites(plan: List[_Planned], kink_ops: Dict[Tuple, str],
                 flipped: Dict[Tuple, np.ndarray], torch_run: RunReader) -> List[kinks.FlipSite]:
     """The ReLU records with units flipped by float32 noise whose output gradient torch
-    recorded (without it the redirected gradient cannot be measured, and nothing is allowed)."""
+    recorded (without it the redirected gradient cannot be measured, and nothing is allowed).
+    Units torch's own float32 step flipped too are in its float32 error: they count for
+    nothing."""
     grads = {p.pair.torch.name: p.pair.torch for p in plan if p.pair.torch.kind == "grad"}
     positions = _grad_positions(plan)
     sites = []
@@ -240,8 +242,10 @@ def _flip_sites(plan: List[_Planned], kink_ops: Dict[Tuple, str],
         if units is None or record.kind != "forward" or record.op not in kinks.ACTIVE \
                 or record.name not in grads:
             continue
+        beyond = np.setdiff1d(units, np.asarray(record.fp32_flipped or (), dtype=np.int64))
         share = kinks.redirected_share(kink_ops[planned.identity], torch_run.tensor(record),
-                                       torch_run.tensor(grads[record.name]), units)
+                                       torch_run.tensor(grads[record.name]), beyond) \
+            if beyond.size else 0.0
         sites.append(kinks.FlipSite(record.name, int(units.size), share,
                                     positions[record.name]))
     return sites
@@ -250,26 +254,26 @@ def _flip_sites(plan: List[_Planned], kink_ops: Dict[Tuple, str],
 GRADIENT_SIDE = ("grad", "update", "optimizer_state", "weight")
 
 
-def _own_flip_sites(plan: List[_Planned]) -> List[kinks.FlipSite]:
-    """The ReLU records where torch's own float32 step flipped units against float64."""
-    positions = _grad_positions(plan)
-    return [kinks.FlipSite(p.pair.torch.name, 0, p.pair.torch.fp32_flip_share,
-                           positions[p.pair.torch.name])
-            for p in plan if p.pair.torch.kind == "forward" and p.pair.torch.fp32_flip_share
-            and p.pair.torch.name in positions]
-
-
 def _allow_for_flips(plan: List[_Planned], comparisons: List[Comparison],
                      sites: List[kinks.FlipSite]) -> List[Comparison]:
     """Gradient-side records behind flipped ReLU units judged again with their allowance."""
     positions = _grad_positions(plan)
-    own = _own_flip_sites(plan)
+    # a container's output gradient is its last child's (a Bottleneck's is its last ReLU's):
+    # one tensor, so it sits where that child's does, after the flips behind the ReLU, not
+    # before them
+    earliest: Dict[Tuple, float] = {}
+    for planned in plan:
+        if planned.pair.torch.kind == "grad":
+            earliest[planned.identity] = min(earliest.get(planned.identity, np.inf),
+                                             planned.pair.rank[1])
     judged = []
     for planned, comparison in zip(plan, comparisons):
         name = comparison.name
         if name.endswith(OPTIMIZER_SUFFIX):
             name = name[: -len(OPTIMIZER_SUFFIX)]
-        allowance = kinks.allowance(sites, own, positions.get(name, -1.0)) \
+        position = earliest[planned.identity] if comparison.kind == "grad" else \
+            positions.get(name, -1.0)
+        allowance = kinks.allowance(sites, position) \
             if comparison.kind in GRADIENT_SIDE and planned.noise is not None else 0.0
         if allowance:
             comparison = dataclasses.replace(
@@ -285,10 +289,10 @@ def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> st
         (f" and {len(sites) - 4} more" if len(sites) > 4 else "")
     widest = max(c.flip_allowance for c in comparisons)
     what = (f"The gradient passed on one side and blocked on the other is allowed for in the "
-            f"gradients before them, beyond what torch's own float32 step redirects (up to "
-            f"{100 * widest:.2g} % relative error): a backward-only bug smaller than that is not "
-            "seen in this run; another --seed checks it again") if widest else \
-        "torch's own float32 step redirects as much: nothing is allowed beyond its float32 error"
+            f"gradients before them (up to {100 * widest:.2g} % relative error): a backward-only "
+            "bug smaller than that is not seen in this run; another --seed checks it again") \
+        if widest else ("torch's own float32 step flipped the same units against float64: "
+                        "their effect is in its float32 error, nothing more is allowed")
     return (f"{units} ReLU unit{'s' if units > 1 else ''} changed sign within float32 noise: "
             f"{where}. {what}")
 
