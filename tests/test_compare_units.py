@@ -189,3 +189,23 @@ def test_a_divergence_where_float32_is_ill_conditioned_is_named_so():
     assert "layer4.0.bn2 normalises 2 values per channel" in noisy.detail
     well_conditioned = diagnose(first(1e-6), bn, bn, [], run, run, {})
     assert well_conditioned.cause == "batchnorm2d computes something different"
+
+
+def test_an_update_is_checked_against_torchs_step_of_mindsporess_own_gradient():
+    from parity.compare.optimizer import step_error
+
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal(1000).astype(np.float32)
+    grad = (rng.standard_normal(1000) * 1e-2).astype(np.float32)
+    config = {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4, "nesterov": False}
+
+    def sgd(decay=1e-4, scale=1.0, nesterov=False):       # in float32, as a framework does
+        d = grad / np.float32(scale) + np.float32(decay) * w0
+        step = np.float32(0.1) * d * np.float32(1.9 if nesterov else 1.0)
+        return (w0 - step) - w0
+
+    assert step_error(grad, w0, sgd(), config) <= 1
+    assert step_error(grad, w0, sgd(nesterov=True), {**config, "nesterov": True}) <= 1
+    assert step_error(grad, w0, sgd(decay=0.0), config) > 10          # decay skipped
+    assert step_error(grad, w0, sgd(scale=1024), config) > 10         # loss scale not undone
+    assert step_error(grad, w0, sgd(nesterov=True), config) > 10      # nesterov on one side

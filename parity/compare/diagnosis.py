@@ -223,27 +223,36 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
     t_update, m_update = _record(torch_run, param, "update"), _record(ms_run, m.name.removesuffix(
         ".momentum_buffer"), "update")
     t_weight = _record(torch_run, param, "weight")
+    m_grad = _record(ms_run, m.name.removesuffix(".momentum_buffer"), "grad")
     lr, wd = float(config.get("lr", 0)), float(config.get("weight_decay", 0))
     if t_update is not None and m_update is not None and t_weight is not None:
         du, mu = torch_run.tensor(t_update), ms_run.tensor(m_update)
         w0 = torch_run.tensor(t_weight).astype(np.float64) - du
         decay_step = lr * wd * w0
-        if np.abs(decay_step).max() > 0 and _close(_median_ratio(decay_step, mu - du), 1.0, 0.1):
+        # against torch's step of MindSpore's own gradient, a decay skipped shows exactly even
+        # where the gradients differ (ReLU flips); torch's update is the fallback
+        own = du if m_grad is None or m_grad.shape != m_update.shape else \
+            -lr * (ms_run.tensor(m_grad) + wd * w0) * \
+            (1 + float(config.get("momentum", 0)) if config.get("nesterov") else 1)
+        if np.abs(decay_step).max() > 0 and _close(_median_ratio(decay_step, mu - own), 1.0, 0.1):
             return Diagnosis(cause="weight decay skipped on the MindSpore side",
                              detail=f"{param}'s update differs by exactly lr·wd·w: MindSpore "
                                     "optimizers skip parameters named gamma/beta (and some set-"
                                     "ups bias) unless told otherwise; torch decays all.",
                              confidence="likely")
-        if _close(_median_ratio(decay_step, du - mu), 1.0, 0.1):
+        if _close(_median_ratio(decay_step, own - mu), 1.0, 0.1):
             return Diagnosis(cause="weight decay applied only on the MindSpore side",
                              detail=f"{param}'s update differs by lr·wd·w.", confidence="likely")
-        found = _ratio_cause(_median_ratio(du, mu), config, "updates")
+        found = _ratio_cause(_median_ratio(own, mu), config, "updates")
         if found:
             return found
+    # the update failed the check against torch's step of MindSpore's own gradient
+    own_step = "not torch's SGD step" in first.reason
     return Diagnosis(cause="optimizer step differs",
-                     detail=f"gradients match but {first.name} · {first.kind} differs: compare "
-                            "lr, momentum, nesterov, dampening, weight-decay scope and loss "
-                            "scale between the two optimizers.", confidence="guess")
+                     detail=f"{'' if own_step else 'gradients match but '}{first.name} · "
+                            f"{first.kind} differs: compare lr, momentum, nesterov, dampening, "
+                            "weight-decay scope and loss scale between the two optimizers.",
+                     confidence="likely" if own_step else "guess")
 
 
 def _buffer_cause(first: Comparison, torch_run: RunReader, ms_run: RunReader) -> Diagnosis:

@@ -23,6 +23,7 @@ from threadpoolctl import threadpool_limits
 
 from parity.align import align_forward
 from parity import kinks
+from parity.compare import optimizer
 from parity.compare.diagnosis import diagnose
 from parity.compare.metrics import (Float64Noise, Tolerance, compare_tensors, error_histogram,
                                     with_allowance, worst_elements)
@@ -30,7 +31,7 @@ from parity.compare.tolerance import TolerancePolicy
 from parity.errors import ParityInputError
 from parity.records import KIND_RANK, Comparison, Divergence, Meta, RecordInfo, TensorStats
 from parity.result import CheckResult, RecordDetail
-from parity.rundir import RunReader
+from parity.rundir import INITIAL_WEIGHTS, RunReader, mapped_array, safetensors_entries
 
 PARAM_KINDS = ("grad", "update", "optimizer_state", "weight", "buffer")
 OPTIMIZER_SUFFIX = ".momentum_buffer"
@@ -283,6 +284,36 @@ def _allow_for_flips(plan: List[_Planned], comparisons: List[Comparison],
     return judged
 
 
+def _check_optimizer_steps(plan: List[_Planned], comparisons: List[Comparison],
+                           torch_run: RunReader, ms_run: RunReader) -> List[Comparison]:
+    """Each MindSpore update against torch's SGD step of MindSpore's own gradient
+    (compare/optimizer.py), where the initial weights, the step settings and that gradient are
+    at hand."""
+    config = torch_run.manifest.get("config", {})
+    initial = torch_run.path / INITIAL_WEIGHTS
+    if not {"lr", "momentum", "weight_decay"} <= set(config) or not initial.is_file():
+        return comparisons
+    weights = safetensors_entries(initial, initial.stat().st_size)
+    grads = {p.pair.torch.name: p.pair.mindspore for p in plan
+             if p.pair.torch.kind == "grad" and not p.pair.torch.attrs.get("activation")}
+    checked = []
+    for planned, comparison in zip(plan, comparisons):
+        if comparison.kind == "update" and comparison.name in grads \
+                and comparison.name in weights:
+            start, end, dtype, shape = weights[comparison.name]
+            update = ms_run.tensor(planned.pair.mindspore)
+            grad = ms_run.tensor(grads[comparison.name])
+            w0 = mapped_array(initial, start, end, dtype).reshape(shape)
+            error = optimizer.step_error(grad, w0, update, config) \
+                if grad.shape == w0.shape == update.shape else 0.0
+            if error > 1:
+                comparison = dataclasses.replace(
+                    comparison, passed=False,
+                    reason="; ".join(r for r in (comparison.reason, optimizer.reason(error)) if r))
+        checked.append(comparison)
+    return checked
+
+
 def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> str:
     units = sum(s.units for s in sites)
     where = ", ".join(f"{s.name} ({s.units})" for s in sites[:4]) + \
@@ -370,9 +401,10 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
     sites = _flip_sites(plan, kink_ops, flipped, torch_run)
     if sites:
         comparisons = _allow_for_flips(plan, comparisons, sites)
-        # a failing record's details are kept only while it still fails
-        details = {key: detail for key, detail in details.items()
-                   if key in {f"{c.kind}:{c.name}" for c in comparisons if not c.passed}}
+    comparisons = _check_optimizer_steps(plan, comparisons, torch_run, ms_run)
+    # a record's details are kept only while it fails
+    details = {key: detail for key, detail in details.items()
+               if key in {f"{c.kind}:{c.name}" for c in comparisons if not c.passed}}
     first = next((c for c in comparisons if not c.passed), None)
     divergence = diagnosis = None
     if first is not None:

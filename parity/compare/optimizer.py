@@ -1,0 +1,43 @@
+"""Is MindSpore's update torch's SGD step of MindSpore's own gradient?
+
+Comparing MindSpore's update with torch's tests the gradient and the optimizer together. Where
+ReLU units flipped by float32 noise make the gradients differ legitimately (parity/kinks.py),
+an optimizer bug of the same size hides in that allowance: weight decay skipped on gamma/beta
+(an update error of lr·wd·w) went unseen at batch 2, 64², seed 2. This check needs no torch
+gradient. From MindSpore's own gradient g and the initial weight w0, torch's first SGD step is
+
+    d = g + wd·w0,    Δ = -lr·d·(1 + momentum if nesterov else 1)
+
+(the momentum buffer starts as d; dampening acts from the second step on). MindSpore's Δ may
+differ from it by float32 rounding only: g + wd·w0, lr·d, w0 - lr·d and w1 - w0 each round once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+ULPS = 4                                   # the four roundings above, one ulp each
+EPS32 = float(np.finfo(np.float32).eps)    # a unit in the last place, relative
+
+
+def step_error(grad: np.ndarray, w0: np.ndarray, update: np.ndarray,
+               config: Mapping[str, Any]) -> float:
+    """The largest |Δ - torch's step| over the float32 rounding allowed there: above 1, the
+    update is not that step."""
+    if not update.size:
+        return 0.0
+    w = np.asarray(w0, np.float64)
+    d = np.asarray(grad, np.float64) + float(config["weight_decay"]) * w
+    expected = -float(config["lr"]) * d
+    if config.get("nesterov"):
+        expected *= 1 + float(config["momentum"])
+    rounding = ULPS * EPS32 * (np.abs(w) + np.abs(expected)) + 1e-30
+    return float(np.max(np.abs(np.asarray(update, np.float64) - expected) / rounding))
+
+
+def reason(error: float) -> str:
+    return (f"MindSpore's update is not torch's SGD step of MindSpore's own gradient (off by "
+            f"{error:.3g}x float32 rounding): lr, momentum, nesterov, weight decay or its "
+            "scope, or the loss scale differ")
