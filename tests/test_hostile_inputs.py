@@ -36,6 +36,14 @@ def test_truncated_shard(tiny_run, tmp_path):
     assert_one_line_error(process, "truncated", shard.name)
 
 
+def test_truncated_initial_weights(tiny_run, tmp_path):
+    torch_run = _copy(tiny_run / "torch", tmp_path)
+    weights = torch_run / "initial_weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    process = parity_cli("compare", torch_run, tiny_run / "mindspore")
+    assert_one_line_error(process, "initial_weights.safetensors")
+
+
 def test_corrupted_shard_bytes(tiny_run, tmp_path):
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
     shard = _shard(ms_run)

@@ -293,7 +293,11 @@ def _check_optimizer_steps(plan: List[_Planned], comparisons: List[Comparison],
     initial = torch_run.path / INITIAL_WEIGHTS
     if not {"lr", "momentum", "weight_decay"} <= set(config) or not initial.is_file():
         return comparisons
-    weights = safetensors_entries(initial, initial.stat().st_size)
+    try:
+        weights = safetensors_entries(initial, initial.stat().st_size)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ParityInputError(f"{initial} is not a readable safetensors file ({error}); "
+                               "capture torch again") from None
     grads = {p.pair.torch.name: p.pair.mindspore for p in plan
              if p.pair.torch.kind == "grad" and not p.pair.torch.attrs.get("activation")}
     checked = []
@@ -303,7 +307,11 @@ def _check_optimizer_steps(plan: List[_Planned], comparisons: List[Comparison],
             start, end, dtype, shape = weights[comparison.name]
             update = ms_run.tensor(planned.pair.mindspore)
             grad = ms_run.tensor(grads[comparison.name])
-            w0 = mapped_array(initial, start, end, dtype).reshape(shape)
+            try:
+                w0 = mapped_array(initial, start, end, dtype).reshape(shape)
+            except (OSError, ValueError) as error:
+                raise ParityInputError(f"{initial} is truncated or corrupted ({error}); "
+                                       "capture torch again") from None
             error = optimizer.step_error(grad, w0, update, config) \
                 if grad.shape == w0.shape == update.shape else 0.0
             if error > 1:
@@ -320,8 +328,9 @@ def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> st
         (f" and {len(sites) - 4} more" if len(sites) > 4 else "")
     widest = max(c.flip_allowance for c in comparisons)
     what = (f"The gradient passed on one side and blocked on the other is allowed for in the "
-            f"gradients before them (up to {100 * widest:.2g} % relative error): a backward-only "
-            "bug smaller than that is not seen in this run; another --seed checks it again") \
+            f"gradients before them (up to {100 * widest:.2g} % relative error): a bug in the "
+            "backward pass smaller than that is not seen in this run (the optimizer step is "
+            "checked apart); another --seed checks it again") \
         if widest else ("torch's own float32 step flipped the same units against float64: "
                         "their effect is in its float32 error, nothing more is allowed")
     return (f"{units} ReLU unit{'s' if units > 1 else ''} changed sign within float32 noise: "
