@@ -14,10 +14,10 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from parity import kinks
 from parity.capture.common import (ACTIVATION, batch_for, fingerprint, manifest_meta,
                                    output_recorder, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
-from parity import kinks
 from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.records import RecordInfo
