@@ -229,14 +229,15 @@ def _grad_positions(plan: List[_Planned]) -> Dict[str, float]:
 
 
 def _flip_sites(plan: List[_Planned], kink_ops: Dict[Tuple, str],
-                flipped: Dict[Tuple, np.ndarray], torch_run: RunReader) -> List[kinks.FlipSite]:
+                flipped: Dict[Tuple, np.ndarray], torch_run: RunReader
+                ) -> Tuple[List[kinks.FlipSite], int]:
     """The ReLU records with units flipped by float32 noise whose output gradient torch
     recorded (without it the redirected gradient cannot be measured, and nothing is allowed).
     Units torch's own float32 step flipped too are in its float32 error: they count for
-    nothing."""
+    nothing. Also returns the bytes read."""
     grads = {p.pair.torch.name: p.pair.torch for p in plan if p.pair.torch.kind == "grad"}
     positions = _grad_positions(plan)
-    sites = []
+    sites, read = [], 0
     for planned in plan:
         record = planned.pair.torch
         units = flipped.get(planned.identity)
@@ -244,12 +245,14 @@ def _flip_sites(plan: List[_Planned], kink_ops: Dict[Tuple, str],
                 or record.name not in grads:
             continue
         beyond = np.setdiff1d(units, np.asarray(record.fp32_flipped or (), dtype=np.int64))
-        share = kinks.redirected_share(kink_ops[planned.identity], torch_run.tensor(record),
-                                       torch_run.tensor(grads[record.name]), beyond) \
-            if beyond.size else 0.0
+        share = 0.0
+        if beyond.size:
+            output, grad = torch_run.tensor(record), torch_run.tensor(grads[record.name])
+            share = kinks.redirected_share(kink_ops[planned.identity], output, grad, beyond)
+            read += output.nbytes + grad.nbytes
         sites.append(kinks.FlipSite(record.name, int(units.size), share,
                                     positions[record.name]))
-    return sites
+    return sites, read
 
 
 GRADIENT_SIDE = ("grad", "update", "optimizer_state", "weight")
@@ -285,14 +288,15 @@ def _allow_for_flips(plan: List[_Planned], comparisons: List[Comparison],
 
 
 def _check_optimizer_steps(plan: List[_Planned], comparisons: List[Comparison],
-                           torch_run: RunReader, ms_run: RunReader) -> List[Comparison]:
+                           torch_run: RunReader, ms_run: RunReader
+                           ) -> Tuple[List[Comparison], int]:
     """Each MindSpore update against torch's SGD step of MindSpore's own gradient
     (compare/optimizer.py), where the initial weights, the step settings and that gradient are
-    at hand."""
+    at hand. Also returns the bytes read."""
     config = torch_run.manifest.get("config", {})
     initial = torch_run.path / INITIAL_WEIGHTS
     if not {"lr", "momentum", "weight_decay"} <= set(config) or not initial.is_file():
-        return comparisons
+        return comparisons, 0
     try:
         weights = safetensors_entries(initial, initial.stat().st_size)
     except (OSError, ValueError, KeyError, TypeError) as error:
@@ -300,7 +304,7 @@ def _check_optimizer_steps(plan: List[_Planned], comparisons: List[Comparison],
                                "capture torch again") from None
     grads = {p.pair.torch.name: p.pair.mindspore for p in plan
              if p.pair.torch.kind == "grad" and not p.pair.torch.attrs.get("activation")}
-    checked = []
+    checked, read = [], 0
     for planned, comparison in zip(plan, comparisons):
         if comparison.kind == "update" and comparison.name in grads \
                 and comparison.name in weights:
@@ -312,6 +316,7 @@ def _check_optimizer_steps(plan: List[_Planned], comparisons: List[Comparison],
             except (OSError, ValueError) as error:
                 raise ParityInputError(f"{initial} is truncated or corrupted ({error}); "
                                        "capture torch again") from None
+            read += grad.nbytes + w0.nbytes + update.nbytes
             error = optimizer.step_error(grad, w0, update, config) \
                 if grad.shape == w0.shape == update.shape else 0.0
             if error > 1:
@@ -319,7 +324,7 @@ def _check_optimizer_steps(plan: List[_Planned], comparisons: List[Comparison],
                     comparison, passed=False,
                     reason="; ".join(r for r in (comparison.reason, optimizer.reason(error)) if r))
         checked.append(comparison)
-    return checked
+    return checked, read
 
 
 def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> str:
@@ -407,10 +412,11 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
             if progress is not None:
                 progress(len(comparisons), len(pairs))
 
-    sites = _flip_sites(plan, kink_ops, flipped, torch_run)
+    sites, read = _flip_sites(plan, kink_ops, flipped, torch_run)
     if sites:
         comparisons = _allow_for_flips(plan, comparisons, sites)
-    comparisons = _check_optimizer_steps(plan, comparisons, torch_run, ms_run)
+    comparisons, read_for_updates = _check_optimizer_steps(plan, comparisons, torch_run, ms_run)
+    compared_bytes += read + read_for_updates
     # a record's details are kept only while it fails
     details = {key: detail for key, detail in details.items()
                if key in {f"{c.kind}:{c.name}" for c in comparisons if not c.passed}}
