@@ -20,9 +20,7 @@ import numpy as np
 
 ULPS = 4                                   # the four roundings above, one ulp each
 EPS32 = float(np.finfo(np.float32).eps)    # a unit in the last place, relative
-
-
-BLOCK = 1 << 16      # elements at a time: float64 temporaries stay in cache
+BLOCK = 1 << 16                            # elements at a time: temporaries stay in cache
 
 
 def step_error(grad: np.ndarray, w0: np.ndarray, update: np.ndarray,
