@@ -22,7 +22,7 @@ from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 # zlib's CRC-32, bit for bit, by ISA-L's carry-less multiply: 23 vs 4 GB/s measured here
@@ -289,6 +289,33 @@ def safetensors_entries(file: Path, file_bytes: int
     return {key: (8 + length + entry["data_offsets"][0], 8 + length + entry["data_offsets"][1],
                   NUMPY_DTYPES.get(entry["dtype"], entry["dtype"]), tuple(entry["shape"]))
             for key, entry in header.items() if key != "__metadata__"}
+
+
+class SafetensorsFile(Mapping):
+    """A safetensors file's tensors, each memory-mapped when asked for (the header is read
+    once); a malformed or truncated file raises ParityInputError naming it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self._entries = safetensors_entries(self.path, self.path.stat().st_size)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ParityInputError(f"{self.path} is not a readable safetensors file ({error}); "
+                                   "capture again") from None
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        start, end, dtype, shape = self._entries[key]
+        try:
+            return mapped_array(self.path, start, end, dtype).reshape(shape)
+        except (OSError, ValueError) as error:
+            raise ParityInputError(f"{self.path} is truncated or corrupted ({error}); "
+                                   "capture again") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def mapped_array(file: Path, start: int, end: int, dtype: str) -> np.ndarray:

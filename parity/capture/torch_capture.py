@@ -21,7 +21,7 @@ from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.records import RecordInfo
-from parity.rundir import INITIAL_WEIGHTS, RunWriter, mapped_array, safetensors_entries
+from parity.rundir import INITIAL_WEIGHTS, RunWriter, SafetensorsFile
 from parity.weights import is_ignored, load_state_dict, save_state_dict_bytes
 
 BLOCK = 1 << 18     # elements per float64 block: temporaries stay small
@@ -197,19 +197,15 @@ def _float64_step_memory() -> Iterator[None]:
         libc.malloc_trim(0)
 
 
-class _StateOnDisk(Mapping):
+class _StateOnDisk(SafetensorsFile):
     """A state dict read from its safetensors file at each use, not held in memory: 100 MB
     (ResNet50) less at the float64 step's peak. Each tensor is memory-mapped from offsets read
     once (opening the file with safetensors at each use parsed its header each time: 0.4 s of
-    a torch capture at batch 2, 64², cProfile)."""
+    a torch capture at batch 2, 64², cProfile). Keys in the model's order."""
 
     def __init__(self, path: Path, keys: List[str]) -> None:
-        self.path, self.keys_in_order = path, keys
-        self._entries = safetensors_entries(path, path.stat().st_size)
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        start, end, dtype, shape = self._entries[key]
-        return mapped_array(self.path, start, end, dtype).reshape(shape)
+        super().__init__(path)
+        self.keys_in_order = keys
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys_in_order)

@@ -12,6 +12,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from parity.compare import optimizer
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import RunReader
 
@@ -232,8 +233,8 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
         # against torch's step of MindSpore's own gradient, a decay skipped shows exactly even
         # where the gradients differ (ReLU flips); torch's update is the fallback
         own = du if m_grad is None or m_grad.shape != m_update.shape else \
-            -lr * (ms_run.tensor(m_grad) + wd * w0) * \
-            (1 + float(config.get("momentum", 0)) if config.get("nesterov") else 1)
+            optimizer.torch_step(ms_run.tensor(m_grad), w0,
+                                 {**config, "lr": lr, "weight_decay": wd})
         if np.abs(decay_step).max() > 0 and _close(_median_ratio(decay_step, mu - own), 1.0, 0.1):
             return Diagnosis(cause="weight decay skipped on the MindSpore side",
                              detail=f"{param}'s update differs by exactly lr·wd·w: MindSpore "
@@ -247,7 +248,7 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
         if found:
             return found
     # the update failed the check against torch's step of MindSpore's own gradient
-    own_step = "not torch's SGD step" in first.reason
+    own_step = optimizer.REASON in first.reason
     return Diagnosis(cause="optimizer step differs",
                      detail=f"{'' if own_step else 'gradients match but '}{first.name} · "
                             f"{first.kind} differs: compare lr, momentum, nesterov, dampening, "

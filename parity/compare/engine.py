@@ -21,8 +21,8 @@ from typing import (Any, Callable, Deque, Dict, Iterator, List, Mapping, NamedTu
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from parity.align import align_forward
 from parity import kinks
+from parity.align import align_forward
 from parity.compare import optimizer
 from parity.compare.diagnosis import diagnose
 from parity.compare.metrics import (Float64Noise, Tolerance, compare_tensors, error_histogram,
@@ -31,7 +31,7 @@ from parity.compare.tolerance import TolerancePolicy
 from parity.errors import ParityInputError
 from parity.records import KIND_RANK, Comparison, Divergence, Meta, RecordInfo, TensorStats
 from parity.result import CheckResult, RecordDetail
-from parity.rundir import INITIAL_WEIGHTS, RunReader, mapped_array, safetensors_entries
+from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
 PARAM_KINDS = ("grad", "update", "optimizer_state", "weight", "buffer")
 OPTIMIZER_SUFFIX = ".momentum_buffer"
@@ -297,25 +297,16 @@ def _check_optimizer_steps(plan: List[_Planned], comparisons: List[Comparison],
     initial = torch_run.path / INITIAL_WEIGHTS
     if not {"lr", "momentum", "weight_decay"} <= set(config) or not initial.is_file():
         return comparisons, 0
-    try:
-        weights = safetensors_entries(initial, initial.stat().st_size)
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ParityInputError(f"{initial} is not a readable safetensors file ({error}); "
-                               "capture torch again") from None
+    weights = SafetensorsFile(initial)
     grads = {p.pair.torch.name: p.pair.mindspore for p in plan
              if p.pair.torch.kind == "grad" and not p.pair.torch.attrs.get("activation")}
     checked, read = [], 0
     for planned, comparison in zip(plan, comparisons):
         if comparison.kind == "update" and comparison.name in grads \
                 and comparison.name in weights:
-            start, end, dtype, shape = weights[comparison.name]
             update = ms_run.tensor(planned.pair.mindspore)
             grad = ms_run.tensor(grads[comparison.name])
-            try:
-                w0 = mapped_array(initial, start, end, dtype).reshape(shape)
-            except (OSError, ValueError) as error:
-                raise ParityInputError(f"{initial} is truncated or corrupted ({error}); "
-                                       "capture torch again") from None
+            w0 = weights[comparison.name]
             read += grad.nbytes + w0.nbytes + update.nbytes
             error = optimizer.step_error(grad, w0, update, config) \
                 if grad.shape == w0.shape == update.shape else 0.0
