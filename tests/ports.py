@@ -5,7 +5,9 @@ Each factory is zero-argument, as ``--ms-model pkg.mod:factory`` expects.
 
 from __future__ import annotations
 
+import mindspore as ms
 import mindspore.nn as nn
+import mindspore.ops as ops
 
 from models import resnet_mindspore as port
 
@@ -44,6 +46,51 @@ def bn_momentum_bug():
     """layer1.0.bn1 given torch's momentum value (0.1) unconverted."""
     net = _resnet50()
     net.layer1[0].bn1 = nn.BatchNorm2d(64, eps=1e-5, momentum=0.1)
+    return net
+
+
+def maxpool_same_padding_bug():
+    """The stem's max pooling with pad_mode='same' instead of padding=1."""
+    net = _resnet50()
+    net.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="same")
+    return net
+
+
+def running_statistics_bug():
+    """layer1.0.bn1 told to normalise with its running statistics even in training."""
+    net = _resnet50()
+    net.layer1[0].bn1 = nn.BatchNorm2d(64, eps=1e-5, momentum=0.9, use_batch_statistics=False)
+    return net
+
+
+class HandWrittenBatchNorm(nn.Cell):
+    """BatchNorm as a port might write it by hand, with MindSpore's parameter names: right in
+    the forward, but its running variance moves towards the *biased* batch variance."""
+
+    def __init__(self, channels: int, eps: float = 1e-5, momentum: float = 0.9):
+        super().__init__()
+        self.gamma = ms.Parameter(ops.ones(channels, ms.float32), name="gamma")
+        self.beta = ms.Parameter(ops.zeros(channels, ms.float32), name="beta")
+        self.moving_mean = ms.Parameter(ops.zeros(channels, ms.float32), name="moving_mean",
+                                        requires_grad=False)
+        self.moving_variance = ms.Parameter(ops.ones(channels, ms.float32),
+                                            name="moving_variance", requires_grad=False)
+        self.eps, self.momentum = eps, momentum
+
+    def construct(self, x):
+        mean = x.mean(axis=(0, 2, 3), keep_dims=True)
+        variance = ((x - mean) ** 2).mean(axis=(0, 2, 3), keep_dims=True)
+        for buffer, batch_value in ((self.moving_mean, mean), (self.moving_variance, variance)):
+            ops.assign(buffer, self.momentum * buffer
+                       + (1 - self.momentum) * ops.stop_gradient(batch_value.reshape(-1)))
+        scale = self.gamma.reshape(1, -1, 1, 1) / ops.sqrt(variance + self.eps)
+        return (x - mean) * scale + self.beta.reshape(1, -1, 1, 1)
+
+
+def biased_running_variance_bug():
+    """layer1.0.bn1 hand-written, updating running_var with the biased batch variance."""
+    net = _resnet50()
+    net.layer1[0].bn1 = HandWrittenBatchNorm(64)
     return net
 
 

@@ -156,17 +156,28 @@ def test_forward_alignment_by_order_op_and_shape():
 class _Run:
     """The little of a RunReader that diagnose reads: records and their tensors."""
 
-    def __init__(self, tensors, records, config=None):
+    def __init__(self, tensors, records, config=None, path=None):
         self.records, self._tensors = records, tensors
         self.manifest = {"config": config or {}}
+        self.path = path
 
     def tensor(self, record):
         return self._tensors[record.name]
 
 
+def _first(torch_value, ms_value, record, mindspore_name="", noise=None):
+    """The Comparison of a record that diverged first, as compare makes it."""
+    from parity.records import Comparison
+    tolerance = DEFAULTS[record.kind]
+    stats = compare_tensors(torch_value, ms_value, tolerance, noise)
+    return Comparison(**stats.__dict__, name=record.name, kind=record.kind, shape=record.shape,
+                      rtol=tolerance.rtol, atol=tolerance.atol, min_cosine=tolerance.min_cosine,
+                      noise_factor=tolerance.noise_factor, order=record.order,
+                      mindspore_name=mindspore_name)
+
+
 def test_a_divergence_where_float32_is_ill_conditioned_is_named_so():
     from parity.compare.diagnosis import diagnose
-    from parity.records import Comparison
 
     rng = np.random.default_rng(0)
     torch_value = rng.standard_normal((2, 8, 1, 1)).astype(np.float32)
@@ -174,21 +185,69 @@ def test_a_divergence_where_float32_is_ill_conditioned_is_named_so():
     bn = RecordInfo(name="layer4.0.bn2", kind="forward", shape=(2, 8, 1, 1), dtype="float32",
                     order=0, shard="", key="", op="batchnorm2d", attrs={"training": True})
     run = _Run({bn.name: torch_value}, [bn])
-    tolerance = DEFAULTS["forward"]
 
     def first(fp32_noise_rms):
         noise = Float64Noise(fp32_noise_rms=fp32_noise_rms, exact_rms=1.0)
-        stats = compare_tensors(torch_value, ms_value, tolerance, noise)
-        return Comparison(**stats.__dict__, name=bn.name, kind="forward", shape=bn.shape,
-                          rtol=tolerance.rtol, atol=tolerance.atol,
-                          min_cosine=tolerance.min_cosine, noise_factor=tolerance.noise_factor,
-                          order=0)
+        return _first(torch_value, ms_value, bn, noise=noise)
 
     noisy = diagnose(first(7e-3), bn, bn, [], run, run, {})
     assert noisy.cause == "float32 ill-conditioned here"
     assert "layer4.0.bn2 normalises 2 values per channel" in noisy.detail
     well_conditioned = diagnose(first(1e-6), bn, bn, [], run, run, {})
     assert well_conditioned.cause == "batchnorm2d computes something different"
+
+
+def test_a_running_variance_is_called_biased_only_when_it_stepped_by_n_minus_1_over_n(tmp_path):
+    from safetensors.numpy import save_file
+
+    from parity.compare.diagnosis import diagnose
+    from parity.rundir import INITIAL_WEIGHTS
+
+    def record(name, kind, shape, op="", attrs=None):
+        return RecordInfo(name=name, kind=kind, shape=shape, dtype="float32", order=0, shard="",
+                          key="", op=op, attrs=attrs or {})
+
+    bn = record("bn", "forward", (2, 4, 4, 4), "batchnorm2d", {"momentum": 0.1, "training": True})
+    t, m = record("bn.running_var", "buffer", (4,)), record("bn.moving_variance", "buffer", (4,))
+    v0 = np.full(4, 1.5, np.float32)
+    save_file({t.name: v0}, str(tmp_path / INITIAL_WEIGHTS))
+    unbiased = np.random.default_rng(0).uniform(0.5, 2.0, 4)
+    torch_run = _Run({t.name: (0.9 * v0 + 0.1 * unbiased).astype(np.float32)}, [bn, t],
+                     path=tmp_path)
+
+    def diagnosis(step_factor):
+        ms_value = (0.9 * v0 + 0.1 * unbiased * step_factor).astype(np.float32)
+        ms_run = _Run({m.name: ms_value}, [m])
+        first = _first(torch_run.tensor(t), ms_value, t, m.name)
+        return diagnose(first, t, m, [first], torch_run, ms_run, {})
+
+    biased = diagnosis(31 / 32)                      # 2 × 4 × 4 values per channel
+    assert biased.cause == "running variance estimator differs"
+    assert "n = 32 values per channel" in biased.detail
+    assert diagnosis(0.9).cause == "running statistics update differs"
+
+
+@pytest.mark.parametrize("preprocess, named", [
+    (lambda x: np.roll(x, 1, axis=3), "MindSpore's pixel (i, j) is torch's (i, j-1): a crop"),
+    (lambda x: np.roll(x, -2, axis=2), "MindSpore's pixel (i, j) is torch's (i+2, j): a crop"),
+    (lambda x: x[:, ::-1], "channels are torch's in reverse order (RGB vs BGR)"),
+    (lambda x: x * 255, "times (255, 255, 255) plus (0, 0, 0) per channel: normalisation"),
+    (lambda x: (x - 0.45) / 0.225, "times (4.444, 4.444, 4.444) plus (-2, -2, -2) per channel"),
+    (lambda x: (x + np.roll(x, 1, axis=3)) / 2, "resize rounding, crop offset, antialias"),
+])
+def test_a_preprocessing_difference_is_named_by_what_maps_one_batch_onto_the_other(preprocess,
+                                                                                  named):
+    from parity.compare.diagnosis import diagnose
+
+    x = np.random.default_rng(0).uniform(0, 1, (2, 3, 8, 8)).astype(np.float32)
+    batch = RecordInfo(name="input", kind="input", shape=x.shape, dtype="float32", order=0,
+                       shard="", key="")
+    ms_x = np.ascontiguousarray(preprocess(x), dtype=np.float32)
+    first = _first(x, ms_x, batch, "input")
+    found = diagnose(first, batch, batch, [first], _Run({"input": x}, [batch]),
+                     _Run({"input": ms_x}, [batch]), {})
+    assert found.cause == "preprocessing differs"
+    assert named in found.detail
 
 
 def test_an_update_is_checked_against_torchs_step_of_mindsporess_own_gradient():

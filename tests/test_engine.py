@@ -79,13 +79,23 @@ def _compare(compare_mindspore, *args):
     return process, read_json(out / "report.json")
 
 
-@pytest.mark.parametrize("factory, name, kind, cause", [
-    ("bn_eps_bug", "layer2.0.bn2", "forward", "BatchNorm eps differs"),
-    ("same_padding_bug", "layer2.0.conv2", "forward", "pad_mode='same'"),
-    ("missing_relu_bug", "layer3.1", "forward", "missing activation"),
-    ("bn_momentum_bug", "layer1.0.bn1.running_mean", "buffer", "BatchNorm momentum convention"),
+@pytest.mark.parametrize("factory, name, kind, cause, fix", [
+    ("bn_eps_bug", "layer2.0.bn2", "forward", "BatchNorm eps differs", "set eps=1e-05"),
+    ("same_padding_bug", "layer2.0.conv2", "forward", "pad_mode='same'", "Use pad_mode='pad'"),
+    ("missing_relu_bug", "layer3.1", "forward", "missing activation",
+     "a ReLU is missing in layer3.1"),
+    ("bn_momentum_bug", "layer1.0.bn1.running_mean", "buffer", "BatchNorm momentum convention",
+     "needs BatchNorm2d(momentum=0.9)"),
+    ("maxpool_same_padding_bug", "maxpool", "forward", "MaxPool2d pad_mode='same'",
+     "Use pad_mode='pad', padding=1"),
+    ("running_statistics_bug", "layer1.0.bn1", "forward", "not in training mode",
+     "use_batch_statistics=False"),
+    # batch 2 at 16² in layer1: n = 512, MindSpore's step is 511/512 of torch's
+    ("biased_running_variance_bug", "layer1.0.bn1.running_var", "buffer",
+     "running variance estimator differs", "(n−1)/n with n = 512"),
 ])
-def test_injected_port_bug_is_found_where_it_is(compare_mindspore, factory, name, kind, cause):
+def test_injected_port_bug_is_found_where_it_is(compare_mindspore, factory, name, kind, cause,
+                                                fix):
     process, report = _compare(compare_mindspore, "--ms-model", f"tests.ports:{factory}",
                                "--torch-model", "torchvision.models:resnet50")
     assert process.returncode == 1, process.stderr
@@ -93,9 +103,27 @@ def test_injected_port_bug_is_found_where_it_is(compare_mindspore, factory, name
     assert report["first_divergence"]["name"] == name
     assert report["first_divergence"]["kind"] == kind
     assert cause in report["diagnosis"]["cause"]
+    assert fix in report["diagnosis"]["detail"]
     before = [r for r in report["records"] if r["order"] < next(
         r["order"] for r in report["records"] if r["name"] == name and r["kind"] == kind)]
     assert all(r["passed"] for r in before)
+
+
+def test_a_batch_cropped_one_pixel_off_is_the_first_divergence(compare_mindspore, resnet50_run,
+                                                               tmp_path_factory):
+    """The MindSpore side fed its own copy of the batch (``--input``), cropped one column off."""
+    import numpy as np
+
+    from parity.rundir import RunReader
+    torch_run = RunReader.open(resnet50_run / "run" / "torch")
+    batch = {r.name: torch_run.tensor(r) for r in torch_run.records if r.kind == "input"}
+    shifted = tmp_path_factory.mktemp("batch") / "shifted.npz"
+    np.savez(shifted, x=np.roll(batch["input"], 1, axis=3), y=batch["target"])
+    process, report = _compare(compare_mindspore, "--input", str(shifted))
+    assert process.returncode == 1, process.stderr
+    assert report["first_divergence"]["name"] == "input"
+    assert report["diagnosis"]["cause"] == "preprocessing differs"
+    assert "pixel (i, j) is torch's (i, j-1): a crop offset" in report["diagnosis"]["detail"]
 
 
 @pytest.mark.parametrize("options, kind, cause", [

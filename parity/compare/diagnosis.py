@@ -14,7 +14,7 @@ import numpy as np
 
 from parity.compare import optimizer
 from parity.records import Comparison, Diagnosis, RecordInfo
-from parity.rundir import RunReader
+from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
 
 def _close(value: float, target: float, rel: float = 0.05) -> bool:
@@ -45,8 +45,13 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                              detail=f"torch {t.name} eps={ta['eps']:g}, MindSpore {m.name} "
                                     f"eps={ma['eps']:g}; set eps={ta['eps']:g}.",
                              confidence="certain")
-        ms_training = ma.get("training")
-        if ta.get("training") and (ms_training is False or ma.get("use_batch_statistics") is False):
+        if ta.get("training") and ma.get("use_batch_statistics") is False:
+            return Diagnosis(cause="MindSpore network not in training mode",
+                             detail=f"{m.name} has use_batch_statistics=False: it normalises "
+                                    "with its running statistics even in training, where torch "
+                                    "uses batch statistics; leave it None.",
+                             confidence="certain")
+        if ta.get("training") and ma.get("training") is False:
             return Diagnosis(cause="MindSpore network not in training mode",
                              detail=f"{m.name} normalised with its running statistics while "
                                     "torch used batch statistics; call net.set_train(True).",
@@ -72,6 +77,53 @@ def _as_pair(value) -> Tuple:
     if len(flat) == 3:
         return flat[1:]
     return flat if len(flat) > 1 else flat * 2
+
+
+# How close (relative to the batch's RMS) a transformed torch batch must come to MindSpore's to
+# name the transformation: a float32 rounding of each value or two.
+SAME_BATCH = 1e-6
+
+
+def _preprocessing(a: np.ndarray, b: np.ndarray) -> str:
+    """Which classic preprocessing difference turns torch's batch ``a`` (N×C×H×W) into
+    MindSpore's ``b``: a crop offset, reversed channels, or a per-channel affine map (mean/std
+    normalisation, a 0–255 range). Otherwise the remaining suspects are named."""
+    suspects = "resize rounding, crop offset, antialias or normalisation."
+    if a.shape != b.shape or a.ndim != 4:
+        return suspects
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    scale = max(float(np.sqrt(np.mean(a * a))), float(np.sqrt(np.mean(b * b)))) or 1.0
+
+    def same(x: np.ndarray, y: np.ndarray) -> bool:
+        return x.size > 0 and float(np.sqrt(np.mean((x - y) ** 2))) <= SAME_BATCH * scale
+
+    def window(shift: int, size: int) -> slice:
+        return slice(max(shift, 0), size + min(shift, 0))
+
+    def index(name: str, shift: int) -> str:
+        return f"{name}{shift:+d}" if shift else name
+
+    height, width = a.shape[2:]
+    for dy in range(-2, 3):
+        for dx in range(-2, 3):
+            if (dy or dx) and same(a[:, :, window(dy, height), window(dx, width)],
+                                   b[:, :, window(-dy, height), window(-dx, width)]):
+                return (f"MindSpore's pixel (i, j) is torch's ({index('i', dy)}, "
+                        f"{index('j', dx)}): a crop offset (centre-crop rounding).")
+    if a.shape[1] > 1 and same(a[:, ::-1], b):
+        return "MindSpore's channels are torch's in reverse order (RGB vs BGR)."
+    fits = []
+    for channel in range(a.shape[1]):
+        x, y = a[:, channel].ravel(), b[:, channel].ravel()
+        design = np.stack([x, np.ones_like(x)], axis=1)
+        (gain, offset), *_ = np.linalg.lstsq(design, y, rcond=None)
+        if not same(gain * x + offset, y):
+            return suspects
+        fits.append((gain, offset))
+    gains = ", ".join(f"{g:.4g}" for g, _ in fits)
+    offsets = ", ".join(f"{o if abs(o) > SAME_BATCH * scale else 0:.4g}" for _, o in fits)
+    return (f"MindSpore's batch is torch's times ({gains}) plus ({offsets}) per channel: "
+            "normalisation (mean/std, or the 0–255 vs 0–1 range) differs.")
 
 
 def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
@@ -187,8 +239,8 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
                                 "--input file (or seed) to both captures.", confidence="certain")
     if first.kind == "input":
         return Diagnosis(cause="preprocessing differs",
-                         detail=f"the model {first.name} is not identical before conv1: resize "
-                                "rounding, crop offset, antialias or normalisation.",
+                         detail=f"the model {first.name} differs before the first layer: "
+                                f"{_preprocessing(torch_run.tensor(t), ms_run.tensor(m))}",
                          confidence="certain")
     if first.kind == "forward":
         return _forward_cause(first, t, m, torch_run, ms_run, unmatched)
@@ -211,7 +263,7 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
             confidence="guess")
     if first.kind in ("update", "optimizer_state", "weight"):
         return _update_cause(first, t, m, torch_run, ms_run, ms_config)
-    return _buffer_cause(first, torch_run, ms_run)
+    return _buffer_cause(first, t, m, torch_run, ms_run)
 
 
 def _record(run: RunReader, name: str, kind: str) -> Optional[RecordInfo]:
@@ -256,7 +308,8 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
                      confidence="likely" if own_step else "guess")
 
 
-def _buffer_cause(first: Comparison, torch_run: RunReader, ms_run: RunReader) -> Diagnosis:
+def _buffer_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                  ms_run: RunReader) -> Diagnosis:
     module = first.name.rpartition(".")[0]
     t_bn = _record(torch_run, module, "forward")
     ms_bn = next((r for r in ms_run.records if r.kind == "forward" and r.op.startswith(
@@ -271,11 +324,37 @@ def _buffer_cause(first: Comparison, torch_run: RunReader, ms_run: RunReader) ->
                                     f"MindSpore's momentum weights the old value, so {module} "
                                     f"needs BatchNorm2d(momentum={1 - t_m:g}), not "
                                     f"momentum={1 - m_stored:g}.", confidence="certain")
-    if first.name.endswith("running_var"):
-        return Diagnosis(cause="running variance estimator differs",
-                         detail=f"{first.name} differs while forward, grads and running_mean "
-                                "match: biased vs unbiased (×n/(n−1)) batch variance in the "
-                                "running update.", confidence="likely")
+    if first.name.endswith("running_var") and t_bn is not None:
+        found = _biased_variance(first, t, m, t_bn, torch_run, ms_run)
+        if found:
+            return found
     return Diagnosis(cause="running statistics update differs",
                      detail=f"only {first.name} differs after the step: BN momentum "
                             "convention or running-statistics update.", confidence="likely")
+
+
+def _biased_variance(first: Comparison, t: RecordInfo, m: RecordInfo, t_bn: RecordInfo,
+                     torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis]:
+    """MindSpore's running_var moved towards the biased batch variance where torch uses the
+    unbiased one: its step is (n−1)/n of torch's, n the values per channel.
+
+    With momentum μ (torch's convention) and the value v0 before the step, each side's step is
+    v1 − (1−μ)·v0 = μ·(batch variance); their median ratio is measured against (n−1)/n.
+    """
+    momentum = t_bn.attrs.get("momentum")
+    initial = torch_run.path / INITIAL_WEIGHTS
+    if not isinstance(momentum, (int, float)) or len(t_bn.shape) < 2 or not initial.exists():
+        return None
+    v0 = SafetensorsFile(initial).get(first.name)
+    if v0 is None or tuple(v0.shape) != tuple(t.shape) or tuple(m.shape) != tuple(t.shape):
+        return None
+    n = int(np.prod(t_bn.shape)) // t_bn.shape[1]
+    kept = (1 - momentum) * np.asarray(v0, np.float64)
+    ratio = _median_ratio(torch_run.tensor(t) - kept, ms_run.tensor(m) - kept)
+    if n < 2 or not abs(ratio - (n - 1) / n) <= 0.25 / n:
+        return None
+    return Diagnosis(cause="running variance estimator differs",
+                     detail=f"MindSpore's {m.name} stepped ×{ratio:.6g} of torch's: the biased "
+                            f"batch variance, (n−1)/n with n = {n} values per channel, where "
+                            "torch's running update uses the unbiased one.",
+                     confidence="likely")
