@@ -403,14 +403,20 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
             if progress is not None:
                 progress(len(comparisons), len(pairs))
 
-    sites, read = _flip_sites(plan, kink_ops, flipped, torch_run)
+    sites, read_at_sites = _flip_sites(plan, kink_ops, flipped, torch_run)
     if sites:
         comparisons = _allow_for_flips(plan, comparisons, sites)
     comparisons, read_for_updates = _check_optimizer_steps(plan, comparisons, torch_run, ms_run)
-    compared_bytes += read + read_for_updates
-    # a record's details are kept only while it fails
-    details = {key: detail for key, detail in details.items()
-               if key in {f"{c.kind}:{c.name}" for c in comparisons if not c.passed}}
+    compared_bytes += read_at_sites + read_for_updates
+    # a record's details are kept only while it fails; one that failed only the update check
+    # gets its details now
+    failing = {f"{c.kind}:{c.name}": p.pair for p, c in zip(plan, comparisons) if not c.passed}
+    details = {key: detail for key, detail in details.items() if key in failing}
+    for key, pair in failing.items():
+        if len(details) >= MAX_DETAILED:
+            break
+        if key not in details and pair.torch.shape == pair.mindspore.shape:
+            details[key] = _detail(*read(pair))
     first = next((c for c in comparisons if not c.passed), None)
     divergence = diagnosis = None
     if first is not None:
