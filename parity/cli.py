@@ -92,7 +92,14 @@ def _add_step_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--nesterov", action="store_true")
     group.add_argument("--dampening", type=_fraction, default=0.0,
                        help="torch SGD dampening (no effect on the first step's buffer)")
-    group.add_argument("--label-smoothing", type=_fraction, default=0.0)
+    group.add_argument("--label-smoothing", type=_fraction, default=0.0,
+                       help="of the default loss, mean cross entropy")
+    group.add_argument("--torch-loss", metavar="PKG.MOD:FACTORY",
+                       help="zero-argument callable returning your torch loss, called as "
+                            "loss(outputs, labels) (default: mean cross entropy)")
+    group.add_argument("--ms-loss", metavar="PKG.MOD:FACTORY",
+                       help="zero-argument callable returning your MindSpore loss, called as "
+                            "loss(outputs, labels) with int32 labels")
     group.add_argument("--ms-weight-decay-scope", choices=WEIGHT_DECAY_SCOPES, default="all",
                        help="which MindSpore parameters get weight decay; torch decays all. "
                             "MindSpore's own default skips gamma/beta")
@@ -196,7 +203,8 @@ def step_config(args: argparse.Namespace) -> StepConfig:
             num_classes=args.num_classes, batch_size=args.batch_size,
             image_size=args.image_size, seed=args.seed, lr=args.lr, momentum=args.momentum,
             weight_decay=args.weight_decay, nesterov=args.nesterov, dampening=args.dampening,
-            label_smoothing=args.label_smoothing,
+            label_smoothing=args.label_smoothing, torch_loss=args.torch_loss,
+            ms_loss=args.ms_loss,
             ms_weight_decay_scope=args.ms_weight_decay_scope, ms_loss_scale=args.ms_loss_scale,
             ms_scale_loss=not args.ms_no_scale_loss)
     except ValueError as error:

@@ -29,7 +29,9 @@ class StepConfig:
     weight_decay: float = 1e-4
     nesterov: bool = False
     dampening: float = 0.0
-    label_smoothing: float = 0.0
+    label_smoothing: float = 0.0           # of the default losses (mean cross entropy)
+    torch_loss: Optional[str] = None       # "package.module:factory" of your own loss
+    ms_loss: Optional[str] = None
     ms_weight_decay_scope: str = "all"
     ms_loss_scale: float = 1.0
     ms_scale_loss: bool = True

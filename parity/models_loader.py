@@ -13,7 +13,7 @@ from parity.errors import ParityInputError
 def load_factory(spec: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise ParityInputError(f"model factory {spec!r} must look like package.module:factory")
+        raise ParityInputError(f"factory {spec!r} must look like package.module:factory")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -50,3 +50,12 @@ def build_mindspore_model(spec: str, num_classes: Optional[int] = None) -> Any:
     if not isinstance(model, nn.Cell):
         raise ParityInputError(f"{spec} returned {type(model).__name__}, not a mindspore.nn.Cell")
     return model
+
+
+def build_loss(spec: str) -> Callable[..., Any]:
+    """A --torch-loss / --ms-loss factory's loss: called as ``loss(outputs, labels)``."""
+    loss = load_factory(spec)()
+    if not callable(loss):
+        raise ParityInputError(f"{spec} returned {type(loss).__name__}, which is not callable "
+                               "as loss(outputs, labels)")
+    return loss

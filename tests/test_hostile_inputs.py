@@ -155,6 +155,14 @@ def test_unimportable_factory(tmp_path):
     assert_one_line_error(process, "cannot import 'nosuch.module'")
 
 
+@pytest.mark.parametrize("option, factory", [
+    ("--ms-loss", "unreduced_cross_entropy"), ("--torch-loss", "torch_unreduced_cross_entropy")])
+def test_a_loss_that_is_not_one_number(tmp_path, option, factory):
+    process = parity_cli("run", *TINY, option, f"tests.losses:{factory}", "--out", tmp_path / "r")
+    assert_one_line_error(process, f"loss tests.losses:{factory} returned (2,), not one number")
+    assert not (tmp_path / "r" / "mindspore").exists()
+
+
 def test_bad_tolerance_file(tiny_run, tmp_path):
     (tmp_path / "tol.toml").write_text("[forward]\nrtoll = 1e-3\n")
     process = parity_cli("compare", tiny_run / "torch", tiny_run / "mindspore",

@@ -17,6 +17,7 @@ from parity.capture.common import (ACTIVATION, batch_for, manifest_meta, output_
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
+from parity.models_loader import build_loss
 from parity.rundir import INITIAL_WEIGHTS, RunReader, RunWriter
 from parity.weights import load_into_mindspore, load_state_dict
 
@@ -174,7 +175,8 @@ def _train_step(net, optimizer, initial: Dict[str, np.ndarray], x: np.ndarray, y
     net.set_train(True)
     scale = config.ms_loss_scale if config.ms_scale_loss else 1.0
     handles = _hooks(net, record, scale) if hooks else []
-    loss_fn = nn.CrossEntropyLoss(reduction="mean", label_smoothing=config.label_smoothing)
+    loss_fn = build_loss(config.ms_loss) if config.ms_loss else \
+        nn.CrossEntropyLoss(reduction="mean", label_smoothing=config.label_smoothing)
 
     def forward(inputs, labels):
         loss = loss_fn(net(inputs), labels)
@@ -186,6 +188,9 @@ def _train_step(net, optimizer, initial: Dict[str, np.ndarray], x: np.ndarray, y
     finally:
         for handle in handles:
             handle.remove()
+    if loss.size != 1:
+        raise ParityInputError(f"the MindSpore loss {config.ms_loss} returned {loss.shape}, not "
+                               "one number: reduce it")
     record("loss", "loss", loss.asnumpy())
     names = [p.name for p in optimizer.parameters]
     for name, grad in zip(names, grads):

@@ -8,6 +8,7 @@ import platform
 import time
 from collections import Counter
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
@@ -20,6 +21,7 @@ from parity.capture.common import (ACTIVATION, batch_for, fingerprint, manifest_
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
+from parity.models_loader import build_loss
 from parity.records import RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunWriter, SafetensorsFile
 from parity.weights import is_ignored, load_state_dict, save_state_dict_bytes
@@ -80,6 +82,16 @@ def _forward_hooks(model, record: Callable[..., None]) -> List:
             for name, module in model.named_modules() if name]
 
 
+def _loss_function(config: StepConfig, dtype) -> Callable:
+    """--torch-loss's loss in the model's dtype, or mean cross entropy (--label-smoothing)."""
+    import torch
+    import torch.nn.functional as F
+    if config.torch_loss is None:
+        return partial(F.cross_entropy, label_smoothing=config.label_smoothing)
+    loss = build_loss(config.torch_loss)
+    return loss.to(dtype) if isinstance(loss, torch.nn.Module) else loss
+
+
 def _train_step(model, initial: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray,
                 config: StepConfig, record: Callable[..., None], *, hooks: bool = True) -> None:
     """One SGD step of ``model`` (in its own dtype) from the state ``initial``, every tensor
@@ -88,7 +100,6 @@ def _train_step(model, initial: Mapping[str, np.ndarray], x: np.ndarray, y: np.n
     ``record`` receives views valid only during the call: it copies what it keeps.
     """
     import torch
-    import torch.nn.functional as F
 
     dtype = next(model.parameters()).dtype
     model.train()
@@ -102,7 +113,10 @@ def _train_step(model, initial: Mapping[str, np.ndarray], x: np.ndarray, y: np.n
     finally:
         for handle in handles:
             handle.remove()
-    loss = F.cross_entropy(logits, torch.from_numpy(y), label_smoothing=config.label_smoothing)
+    loss = _loss_function(config, dtype)(logits, torch.from_numpy(y))
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise ParityInputError(f"the torch loss {config.torch_loss} returned "
+                               f"{tuple(getattr(loss, 'shape', ()))}, not one number: reduce it")
     record("loss", "loss", loss.detach().numpy())
     loss.backward()
     params = list(model.named_parameters())

@@ -183,6 +183,52 @@ def _ratio_cause(ratio: float, config: Dict, what: str) -> Optional[Diagnosis]:
     return None
 
 
+def _output_gradient(run: RunReader) -> Optional[RecordInfo]:
+    """The gradient w.r.t. the model's output: the first module-output gradient of backward."""
+    return next((r for r in run.records if r.kind == "grad" and r.attrs.get("activation")), None)
+
+
+def _loss_targets(torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis]:
+    """The two losses aim at different targets: label smoothing differs.
+
+    For a mean cross entropy over N rows the gradient w.r.t. the logits is (p − t)/N; with the
+    forward matching, p is the same on both sides, so N·(g_torch − g_ms) is MindSpore's target
+    minus torch's. Label smoothing changes it by one constant on the label and another, −1/(K−1)
+    of it, on each other class (each target row sums to 1).
+    """
+    t_out, m_out = _output_gradient(torch_run), _output_gradient(ms_run)
+    labels = _record(torch_run, "target", "input")
+    if t_out is None or m_out is None or labels is None or len(t_out.shape) != 2 \
+            or tuple(t_out.shape) != tuple(m_out.shape):
+        return None
+    rows, classes = t_out.shape
+    y = np.asarray(torch_run.tensor(labels)).reshape(-1).astype(np.int64)
+    if classes < 2 or y.shape != (rows,) or y.min() < 0 or y.max() >= classes:
+        return None
+    shift = rows * (torch_run.tensor(t_out).astype(np.float64) - ms_run.tensor(m_out))
+    on_label = np.zeros(shift.shape, bool)
+    on_label[np.arange(rows), y] = True
+    on, off = float(shift[on_label].mean()), float(shift[~on_label].mean())
+    structured = np.where(on_label, on, off)
+    if not (abs(on) > 0 and _close(off, -on / (classes - 1), 0.05)
+            and np.sqrt(np.mean((shift - structured) ** 2)) <= 0.05 * np.sqrt(np.mean(shift ** 2))):
+        return None
+    detail = (f"MindSpore's loss targets differ from torch's by {on:+.4g} on the label and "
+              f"{off:+.4g} on each other class (from the gradient w.r.t. the {classes} outputs)")
+    config = torch_run.manifest.get("config", {})
+    if config.get("torch_loss") is None:
+        eps = float(config.get("label_smoothing", 0.0))
+        torch_off = eps / classes
+        torch_on = 1 - eps + torch_off
+        ms_on, ms_off = torch_on + on, torch_off + off
+        detail += (f": MindSpore's are {ms_on:.6g} / {ms_off:.4g}, torch's {torch_on:.6g} / "
+                   f"{torch_off:.4g} (1 − ε + ε/K and ε/K, ε = {eps:g})")
+        if _close(ms_off * (classes - 1), 1 - ms_on, 1e-3):
+            detail += (f"; MindSpore's are 1 − ε and ε/(K−1) with ε = {1 - ms_on:.4g}, the "
+                       "model zoo's CrossEntropySmooth convention")
+    return Diagnosis(cause="label smoothing differs", detail=detail + ".", confidence="likely")
+
+
 # torch's own float32 error (relative RMS, from its float64 rerun) beyond which a record is
 # ill-conditioned: about three digits left. Measured on the correct ResNet50 port: at batch 2,
 # 32² (layer4 normalises 2 values per channel) it failed 2 of 3 seeds at records with 0.2 to
@@ -246,7 +292,8 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
         return _forward_cause(first, t, m, torch_run, ms_run, unmatched)
     if first.kind == "loss":
         ratio = float(ms_run.tensor(m)) / float(torch_run.tensor(t) or np.nan)
-        found = _ratio_cause(ratio, ms_config, "loss values")
+        found = _ratio_cause(ratio, ms_config, "loss values") or \
+            _loss_targets(torch_run, ms_run)
         if found:
             return found
         return Diagnosis(cause="loss function differs",
@@ -255,7 +302,7 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
                                 "class weights or ignore_index.", confidence="likely")
     if first.kind == "grad":
         found = _ratio_cause(_median_ratio(torch_run.tensor(t), ms_run.tensor(m)), ms_config,
-                             "gradients")
+                             "gradients") or _loss_targets(torch_run, ms_run)
         return found or Diagnosis(
             cause="backward differs while forward matches",
             detail=f"{first.name}'s gradient is the first (in backward order) to differ: a "
