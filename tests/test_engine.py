@@ -171,6 +171,43 @@ def test_your_own_losses_on_both_sides(tmp_path):
     assert config["torch_loss"] == "tests.losses:torch_label_smoothing"
 
 
+def test_dropout_runs_as_identity_and_its_rate_is_compared(tmp_path):
+    """Random masks cannot match across frameworks; a rate ported as keep_prob is found."""
+    pair = ["--torch-model", "tests.tiny:torch_tiny_dropout", "--image-size", "16"]
+    process = parity_cli("run", *pair, "--ms-model", "tests.tiny:ms_tiny_dropout", "--out",
+                         tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
+    assert process.returncode == 0, process.stdout + process.stderr
+    notes = read_json(tmp_path / "report.json")["meta"]["notes"]
+    assert any("1 dropout module (8) ran as identity on both sides" in n for n in notes)
+
+    process = parity_cli("capture", "--framework", "mindspore", "--reference",
+                         tmp_path / "run" / "torch", *pair, "--ms-model",
+                         "tests.tiny:ms_tiny_dropout_keep_prob", "--out", tmp_path / "bug")
+    assert process.returncode == 0, process.stderr
+    process = parity_cli("compare", tmp_path / "run" / "torch", tmp_path / "bug", "--json",
+                         tmp_path / "bug.json", "--quiet")
+    assert process.returncode == 1, process.stdout + process.stderr
+    report = read_json(tmp_path / "bug.json")
+    assert report["first_divergence"]["name"] == "8"
+    assert report["diagnosis"]["cause"] == "Dropout rate differs"
+    assert "torch 8 drops 0.2 of its inputs, MindSpore 8 0.8" in report["diagnosis"]["detail"]
+    assert "write nn.Dropout(p=0.2)" in report["diagnosis"]["detail"]
+
+
+def test_a_random_op_outside_dropout_modules_fails_and_is_named(tmp_path):
+    """torch's float64 rerun drew another mask: taken as torch's float32 noise, that
+    difference let the mismatch pass (record 8 max_abs 0.44, noise ratio 0.61: the whole run
+    said PARITY before this check)."""
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny_functional_dropout",
+                         "--ms-model", "tests.tiny:ms_tiny_dropout", "--image-size", "16",
+                         "--out", tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
+    assert process.returncode == 1, process.stdout + process.stderr
+    report = read_json(tmp_path / "report.json")
+    assert report["first_divergence"]["name"] == "8"
+    assert report["diagnosis"]["cause"] == "the step is not deterministic"
+    assert any("verdicts use the fixed tolerances" in n for n in report["meta"]["notes"])
+
+
 def test_correct_loss_scaling_keeps_parity(compare_mindspore):
     process, report = _compare(compare_mindspore, "--ms-loss-scale", "1024")
     assert process.returncode == 0, report["first_divergence"]

@@ -13,11 +13,31 @@ import torch.nn as tnn
 from models.resnet_mindspore import GlobalAvgPool
 
 
-def torch_tiny() -> tnn.Module:
+def _torch_tiny(*head: tnn.Module) -> tnn.Module:
     return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False), tnn.BatchNorm2d(8),
                           tnn.ReLU(), tnn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False),
                           tnn.BatchNorm2d(8), tnn.ReLU(), tnn.AdaptiveAvgPool2d(1),
-                          tnn.Flatten(), tnn.Linear(8, 10))
+                          tnn.Flatten(), *head, tnn.Linear(8, 10))
+
+
+def torch_tiny() -> tnn.Module:
+    return _torch_tiny()
+
+
+def torch_tiny_dropout() -> tnn.Module:
+    """Dropout (p = 0.2) before the classifier."""
+    return _torch_tiny(tnn.Dropout(0.2))
+
+
+class _FunctionalDropout(tnn.Module):
+    """Dropout written into a forward: no dropout module for parity to run as identity."""
+
+    def forward(self, x):
+        return tnn.functional.dropout(x, 0.2, self.training)
+
+
+def torch_tiny_functional_dropout() -> tnn.Module:
+    return _torch_tiny(_FunctionalDropout())
 
 
 class _WaitsInTraining(tnn.Module):
@@ -39,13 +59,22 @@ def torch_waits_in_training() -> tnn.Module:
     return _WaitsInTraining()
 
 
-def _ms_tiny(final_relu: bool = True, pad_mode: str = "pad") -> msnn.Cell:
+def _ms_tiny(final_relu: bool = True, pad_mode: str = "pad", head=()) -> msnn.Cell:
     padding = 1 if pad_mode == "pad" else 0
     return msnn.SequentialCell([
         msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1), msnn.BatchNorm2d(8, momentum=0.9),
         msnn.ReLU(), msnn.Conv2d(8, 8, 3, stride=2, pad_mode=pad_mode, padding=padding),
         msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU() if final_relu else msnn.Identity(),
-        GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
+        GlobalAvgPool(), msnn.Flatten(), *head, msnn.Dense(8, 10)])
+
+
+def ms_tiny_dropout() -> msnn.Cell:
+    return _ms_tiny(head=[msnn.Dropout(p=0.2)])
+
+
+def ms_tiny_dropout_keep_prob() -> msnn.Cell:
+    """torch's Dropout(0.2) ported as nn.Dropout(0.2): MindSpore reads it as keep_prob."""
+    return _ms_tiny(head=[msnn.Dropout(0.2)])
 
 
 def ms_tiny() -> msnn.Cell:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -20,6 +20,8 @@ OPS = {
     "MaxPool2d": "maxpool2d", "AvgPool2d": "avgpool2d",
     "AdaptiveAvgPool2d": "globalavgpool", "GlobalAvgPool": "globalavgpool",
     "Linear": "dense", "Dense": "dense", "Flatten": "flatten", "Dropout": "dropout",
+    "Dropout1d": "dropout", "Dropout2d": "dropout", "Dropout3d": "dropout",
+    "DropoutExt": "dropout", "Dropout2dExt": "dropout", "AlphaDropout": "dropout",
     "Identity": "identity", "Embedding": "embedding",
     "Sequential": "sequential", "SequentialCell": "sequential",
     "ModuleList": "list", "CellList": "list",
@@ -33,6 +35,12 @@ ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "
 
 def op_type(module: Any) -> str:
     return OPS.get(type(module).__name__, "module")
+
+
+def dropout_modules(named_modules: Iterable[Tuple[str, Any]]) -> List[Tuple[str, Any]]:
+    """The dropout modules, which the captures run as identity: the two frameworks draw their
+    random masks differently, so no mask can be compared. Their rates are compared instead."""
+    return [(name, module) for name, module in named_modules if op_type(module) == "dropout"]
 
 
 def json_value(value: Any) -> Any:

@@ -12,8 +12,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (ACTIVATION, batch_for, manifest_meta, output_recorder,
-                                   weight_update)
+from parity.capture.common import (ACTIVATION, batch_for, dropout_modules, manifest_meta,
+                                   output_recorder, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -173,6 +173,8 @@ def _train_step(net, optimizer, initial: Dict[str, np.ndarray], x: np.ndarray, y
     from mindspore import nn
 
     net.set_train(True)
+    for _, dropout in dropout_modules(net.cells_and_names()):
+        dropout.set_train(False)
     scale = config.ms_loss_scale if config.ms_scale_loss else 1.0
     handles = _hooks(net, record, scale) if hooks else []
     loss_fn = build_loss(config.ms_loss) if config.ms_loss else \

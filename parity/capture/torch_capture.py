@@ -16,8 +16,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from parity import kinks
-from parity.capture.common import (ACTIVATION, batch_for, fingerprint, manifest_meta,
-                                   output_recorder, weight_update)
+from parity.capture.common import (ACTIVATION, batch_for, dropout_modules, fingerprint,
+                                   manifest_meta, output_recorder, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -103,6 +103,8 @@ def _train_step(model, initial: Mapping[str, np.ndarray], x: np.ndarray, y: np.n
 
     dtype = next(model.parameters()).dtype
     model.train()
+    for _, dropout in dropout_modules(model.named_modules()):
+        dropout.eval()
     handles = _forward_hooks(model, record) if hooks else []
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
                                 dampening=config.dampening, weight_decay=config.weight_decay,

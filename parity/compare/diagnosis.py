@@ -27,8 +27,34 @@ def _median_ratio(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.median(b[mask] / a[mask])) if mask.any() else float("nan")
 
 
+def _drop_rate(attrs: Dict) -> Optional[float]:
+    """A dropout module's rate: torch's ``p``; MindSpore's ``p``, or 1 − ``keep_prob`` where
+    ``p`` is unset (``nn.Dropout(0.2)`` keeps 20 %: its first argument is keep_prob)."""
+    for key, rate in (("p", lambda v: v), ("keep_prob", lambda v: 1 - v)):
+        if isinstance(attrs.get(key), (int, float)):
+            return float(rate(attrs[key]))
+    return None
+
+
+def different_drop_rates(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[float, float]]:
+    """(torch's, MindSpore's) rate of a dropout pair whose rates differ, else None."""
+    if not t.op == m.op == "dropout":
+        return None
+    rates = _drop_rate(t.attrs), _drop_rate(m.attrs)
+    if None in rates or np.isclose(*rates, rtol=1e-6, atol=0):
+        return None
+    return rates
+
+
 def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     ta, ma = t.attrs, m.attrs
+    rates = different_drop_rates(t, m)
+    if rates is not None:
+        keep_prob = " MindSpore's nn.Dropout takes keep_prob as its first argument: write " \
+            f"nn.Dropout(p={rates[0]:g})." if "p" not in ma else ""
+        return Diagnosis(cause="Dropout rate differs",
+                         detail=f"torch {t.name} drops {rates[0]:g} of its inputs, MindSpore "
+                                f"{m.name} {rates[1]:g}.{keep_prob}", confidence="certain")
     if m.op in ("conv2d", "maxpool2d") and str(ma.get("pad_mode", "")).lower() == "same":
         stride = ma.get("stride", 1)
         strided = any(s > 1 for s in (stride if isinstance(stride, list) else [stride]))
@@ -245,8 +271,23 @@ def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
              unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
     found = _diagnose(first, t, m, torch_run, ms_run, unmatched)
     if found.confidence == "guess" or found.cause in FALLBACK_CAUSES:
-        return _ill_conditioned(first, torch_run) or found
+        return _random_step(torch_run, ms_run) or _ill_conditioned(first, torch_run) or found
     return found
+
+
+def _random_step(torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis]:
+    """A side whose two hook-free steps from the same state differ draws random numbers."""
+    random = [run.framework for run in (torch_run, ms_run) if run.manifest.get(
+        "self_checks", {}).get("observer_effect", {}).get("deterministic") is False]
+    if not random:
+        return None
+    return Diagnosis(cause="the step is not deterministic",
+                     detail=f"two {' and '.join(random)} steps from the same state differ: a "
+                            "random op outside dropout modules (functional dropout, stochastic "
+                            "depth, noise) or a nondeterministic kernel. The frameworks cannot "
+                            "draw the same random numbers: make the step deterministic for the "
+                            "check (dropout modules already run as identity).",
+                     confidence="likely")
 
 
 def _ill_conditioned(first: Comparison, torch_run: RunReader) -> Optional[Diagnosis]:
