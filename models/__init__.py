@@ -26,6 +26,9 @@ PAIRS = {
     )
     for depth in RESNET_DEPTHS
 }
+PAIRS["mobilenet_v2"] = ModelPair(name="mobilenet_v2",
+                                  torch_factory="torchvision.models:mobilenet_v2",
+                                  mindspore_factory="models.mobilenet_mindspore:mobilenet_v2")
 
 
 def is_builtin_factory(spec: str) -> bool:

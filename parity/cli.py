@@ -67,7 +67,8 @@ def _positive(text: str) -> float:
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model pair")
     group.add_argument("--model", default="resnet50",
-                       help="built-in pair: resnet18/34/50/101/152 (default resnet50)")
+                       help="built-in pair: resnet18/34/50/101/152, mobilenet_v2 "
+                            "(default resnet50)")
     group.add_argument("--torch-model", metavar="PKG.MOD:FACTORY",
                        help="zero-argument callable returning your torch.nn.Module")
     group.add_argument("--ms-model", metavar="PKG.MOD:FACTORY",

@@ -94,6 +94,15 @@ def biased_running_variance_bug():
     return net
 
 
+def relu_for_relu6_bug():
+    """MobileNetV2 whose stem activation is ReLU, not ReLU6: on a random-init batch no value
+    reaches 6, so only the operation type shows it."""
+    from models.mobilenet_mindspore import mobilenet_v2
+    net = mobilenet_v2()
+    net.features[0][2] = nn.ReLU()
+    return net
+
+
 class RenamedBottleneck(nn.Cell):
     """Bottleneck with MindSpore-style names: down_sample, act, norm*."""
 

@@ -208,6 +208,33 @@ def test_a_random_op_outside_dropout_modules_fails_and_is_named(tmp_path):
     assert any("verdicts use the fixed tolerances" in n for n in report["meta"]["notes"])
 
 
+def test_mobilenet_v2_passes_and_a_relu_for_its_relu6_is_found(tmp_path):
+    """The second built-in family: ReLU6, depthwise convs, functional pooling, Dropout."""
+    process = parity_cli("run", "--model", "mobilenet_v2", "--out", tmp_path / "run",
+                         "--json", tmp_path / "report.json", "--quiet")
+    assert process.returncode == 0, process.stdout + process.stderr
+    report = read_json(tmp_path / "report.json")
+    assert report["unmatched"] == {}
+    by_name = {(r["kind"], r["name"]): r for r in report["records"]}
+    assert by_name[("forward", "features.0.2")]["passed"]
+    assert ("grad", "features.2.conv.1.0.weight") in by_name          # a depthwise conv
+    assert any("classifier.0" in note for note in report["meta"]["notes"])
+
+    process = parity_cli("capture", "--framework", "mindspore", "--reference",
+                         tmp_path / "run" / "torch", "--torch-model",
+                         "torchvision.models:mobilenet_v2", "--ms-model",
+                         "tests.ports:relu_for_relu6_bug", "--out", tmp_path / "bug")
+    assert process.returncode == 0, process.stderr
+    process = parity_cli("compare", tmp_path / "run" / "torch", tmp_path / "bug", "--json",
+                         tmp_path / "bug.json", "--quiet")
+    assert process.returncode == 1, process.stdout + process.stderr
+    bug = read_json(tmp_path / "bug.json")
+    assert bug["first_divergence"]["name"] == "features.0.2"
+    assert bug["diagnosis"]["cause"] == "different operation"
+    assert "torch features.0.2 is relu6, MindSpore features.0.2 is relu" in \
+        bug["diagnosis"]["detail"]
+
+
 def test_correct_loss_scaling_keeps_parity(compare_mindspore):
     process, report = _compare(compare_mindspore, "--ms-loss-scale", "1024")
     assert process.returncode == 0, report["first_divergence"]

@@ -46,8 +46,24 @@ def test_eval_forward_matches_torchvision(depth):
     assert len(mapping) == len(mindspore_param_specs(net))
 
 
+def test_mobilenet_v2_port_matches_torchvision_by_name_and_in_eval():
+    from models.mobilenet_mindspore import mobilenet_v2
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    torch.manual_seed(0)
+    reference = torchvision.models.mobilenet_v2(num_classes=10).eval()
+    net = mobilenet_v2(num_classes=10)
+    assert {n for n, _ in net.cells_and_names() if n} == \
+        {n for n, _ in reference.named_modules() if n}
+    load_into_mindspore(net, _state_dict(reference))
+    net.set_train(False)
+    x = np.random.default_rng(0).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    expected = reference(torch.from_numpy(x)).detach().numpy()
+    actual = net(ms.Tensor(x)).asnumpy()
+    assert np.abs(actual - expected).max() <= EVAL_RTOL * np.abs(expected).max()
+
+
 def test_registry_names_every_depth():
-    assert set(PAIRS) == {f"resnet{d}" for d in DEPTHS}
+    assert set(PAIRS) == {f"resnet{d}" for d in DEPTHS} | {"mobilenet_v2"}
     assert get_pair("resnet50").mindspore_factory == "models.resnet_mindspore:resnet50"
     with pytest.raises(KeyError, match="resnet18"):
         get_pair("vgg16")

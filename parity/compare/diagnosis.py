@@ -12,6 +12,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from parity.align import normalise
 from parity.compare import optimizer
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
@@ -55,6 +56,12 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
         return Diagnosis(cause="Dropout rate differs",
                          detail=f"torch {t.name} drops {rates[0]:g} of its inputs, MindSpore "
                                 f"{m.name} {rates[1]:g}.{keep_prob}", confidence="certain")
+    if t.op != m.op and "module" not in (t.op, m.op) and normalise(t.name) == normalise(m.name):
+        return Diagnosis(cause="different operation",
+                         detail=f"torch {t.name} is {t.op}, MindSpore {m.name} is {m.op}: "
+                                "use the same operation. One batch through random initial "
+                                "weights need not show the difference (ReLU and ReLU6 agree "
+                                "below 6).", confidence="certain")
     if m.op in ("conv2d", "maxpool2d") and str(ma.get("pad_mode", "")).lower() == "same":
         stride = ma.get("stride", 1)
         strided = any(s > 1 for s in (stride if isinstance(stride, list) else [stride]))

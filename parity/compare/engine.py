@@ -177,14 +177,25 @@ def _comparison(pair: Pair, order: int, stats: TensorStats,
                       order=order, mindspore_name=pair.mindspore.name)
 
 
-def _dropout_rate_checked(pair: Pair, comparison: Comparison) -> Comparison:
-    """The captures run dropout as identity (random masks cannot match), so its output always
-    matches: the rate is what is compared."""
-    rates = different_drop_rates(pair.torch, pair.mindspore)
-    if rates is None:
+# Op types that only move or select data: a pair differing in these is not flagged.
+STRUCTURAL_OPS = {"module", "sequential", "list", "flatten", "identity", "dropout"}
+
+
+def _structure_checked(pair: Pair, comparison: Comparison) -> Comparison:
+    """What the numbers of one random-init step may not show: a module of another kind in the
+    same place (ReLU for ReLU6 agrees wherever no input exceeds 6) and a dropout's rate (the
+    captures run dropout as identity, as random masks cannot match)."""
+    t, m = pair.torch, pair.mindspore
+    reason = ""
+    rates = different_drop_rates(t, m)
+    if rates is not None:
+        reason = f"dropout rate differs: torch {rates[0]:g}, MindSpore {rates[1]:g}"
+    elif t.kind == "forward" and t.op != m.op and not {t.op, m.op} & STRUCTURAL_OPS:
+        reason = f"different operation: torch {t.op}, MindSpore {m.op}"
+    if not reason:
         return comparison
-    return dataclasses.replace(comparison, passed=False, reason=(
-        f"dropout rate differs: torch {rates[0]:g}, MindSpore {rates[1]:g}"))
+    return dataclasses.replace(comparison, passed=False, reason="; ".join(
+        r for r in (reason, comparison.reason) if r))
 
 
 def _shape_mismatch(torch_shape: Tuple[int, ...], ms_shape: Tuple[int, ...]) -> TensorStats:
@@ -410,7 +421,7 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
                 if units is not None and units.size:
                     flipped[planned_pair.identity] = units
                 compared_bytes += size
-            comparison = _dropout_rate_checked(pair, _comparison(
+            comparison = _structure_checked(pair, _comparison(
                 pair, order, already[planned_pair.identity], planned_pair.tolerance))
             comparisons.append(comparison)
             if not comparison.passed and len(details) < MAX_DETAILED \
