@@ -104,8 +104,10 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
                       overrides: Optional[Mapping[str, str]] = None) -> Path:
     import mindspore as ms
 
-    from parity.models_loader import build_mindspore_model
+    from parity.models_loader import build_mindspore_model, load_factory
 
+    if model is None:
+        load_factory(factory)       # its imports are start-up, not the step
     started = time.perf_counter()
     _set_pynative()
     ms.set_seed(config.seed)

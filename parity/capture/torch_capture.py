@@ -258,8 +258,10 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     approach of torch dynamo's accuracy checker).
     """
     import torch
-    from parity.models_loader import build_torch_model
+    from parity.models_loader import build_torch_model, load_factory
 
+    if model is None:
+        load_factory(factory)       # its imports (torchvision: 1.2 s) are start-up, not the step
     started = time.perf_counter()
     torch.manual_seed(config.seed)
     torch.use_deterministic_algorithms(True)
