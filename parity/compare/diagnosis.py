@@ -12,7 +12,6 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parity.align import normalise
 from parity.compare import optimizer
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
@@ -47,6 +46,15 @@ def different_drop_rates(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[float, 
     return rates
 
 
+# Op types that only move or select data: modules differing in these are not flagged.
+STRUCTURAL_OPS = {"module", "sequential", "list", "flatten", "identity", "dropout"}
+
+
+def different_operations(t: RecordInfo, m: RecordInfo) -> bool:
+    """A forward pair computing different things (ReLU for ReLU6), whatever the numbers say."""
+    return t.kind == "forward" and t.op != m.op and not {t.op, m.op} & STRUCTURAL_OPS
+
+
 def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     ta, ma = t.attrs, m.attrs
     rates = different_drop_rates(t, m)
@@ -56,7 +64,7 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
         return Diagnosis(cause="Dropout rate differs",
                          detail=f"torch {t.name} drops {rates[0]:g} of its inputs, MindSpore "
                                 f"{m.name} {rates[1]:g}.{keep_prob}", confidence="certain")
-    if t.op != m.op and "module" not in (t.op, m.op) and normalise(t.name) == normalise(m.name):
+    if different_operations(t, m):
         return Diagnosis(cause="different operation",
                          detail=f"torch {t.name} is {t.op}, MindSpore {m.name} is {m.op}: "
                                 "use the same operation. One batch through random initial "

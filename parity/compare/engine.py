@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 from parity import kinks
 from parity.align import align_forward
 from parity.compare import optimizer
-from parity.compare.diagnosis import diagnose, different_drop_rates
+from parity.compare.diagnosis import diagnose, different_drop_rates, different_operations
 from parity.compare.metrics import (Float64Noise, Tolerance, compare_tensors, error_histogram,
                                     with_allowance, worst_elements)
 from parity.compare.tolerance import TolerancePolicy
@@ -177,10 +177,6 @@ def _comparison(pair: Pair, order: int, stats: TensorStats,
                       order=order, mindspore_name=pair.mindspore.name)
 
 
-# Op types that only move or select data: a pair differing in these is not flagged.
-STRUCTURAL_OPS = {"module", "sequential", "list", "flatten", "identity", "dropout"}
-
-
 def _structure_checked(pair: Pair, comparison: Comparison) -> Comparison:
     """What the numbers of one random-init step may not show: a module of another kind in the
     same place (ReLU for ReLU6 agrees wherever no input exceeds 6) and a dropout's rate (the
@@ -190,7 +186,7 @@ def _structure_checked(pair: Pair, comparison: Comparison) -> Comparison:
     rates = different_drop_rates(t, m)
     if rates is not None:
         reason = f"dropout rate differs: torch {rates[0]:g}, MindSpore {rates[1]:g}"
-    elif t.kind == "forward" and t.op != m.op and not {t.op, m.op} & STRUCTURAL_OPS:
+    elif different_operations(t, m):
         reason = f"different operation: torch {t.op}, MindSpore {m.op}"
     if not reason:
         return comparison
