@@ -268,3 +268,17 @@ def test_an_update_is_checked_against_torchs_step_of_mindsporess_own_gradient():
     assert step_error(grad, w0, sgd(decay=0.0), config) > 10          # decay skipped
     assert step_error(grad, w0, sgd(scale=1024), config) > 10         # loss scale not undone
     assert step_error(grad, w0, sgd(nesterov=True), config) > 10      # nesterov on one side
+
+
+@pytest.mark.parametrize("torch_op, ms_op, flagged", [
+    ("relu6", "relu", True), ("maxpool2d", "avgpool2d", True), ("gelu", "relu", True),
+    ("batchnorm1d", "batchnorm2d", False),          # a BatchNorm2d on a reshape
+    ("dense", "module", False), ("flatten", "identity", False), ("relu", "relu", False)])
+def test_modules_in_the_same_place_computing_different_things_are_flagged(torch_op, ms_op,
+                                                                         flagged):
+    from parity.compare.diagnosis import different_operations
+
+    def forward(op):
+        return RecordInfo(name="features.0.2", kind="forward", shape=(2, 4), dtype="float32",
+                          order=0, shard="", key="", op=op)
+    assert different_operations(forward(torch_op), forward(ms_op)) is flagged

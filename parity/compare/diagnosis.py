@@ -8,6 +8,7 @@ message says where to look ("guess").
 
 from __future__ import annotations
 
+import re
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -51,8 +52,12 @@ STRUCTURAL_OPS = {"module", "sequential", "list", "flatten", "identity", "dropou
 
 
 def different_operations(t: RecordInfo, m: RecordInfo) -> bool:
-    """A forward pair computing different things (ReLU for ReLU6), whatever the numbers say."""
-    return t.kind == "forward" and t.op != m.op and not {t.op, m.op} & STRUCTURAL_OPS
+    """A forward pair computing different things (ReLU for ReLU6), whatever the numbers say.
+    Dimensionality is not compared (a BatchNorm2d may stand for a BatchNorm1d on a reshape)."""
+    def family(op: str) -> str:
+        return re.sub(r"[123]d$", "", op)
+    return t.kind == "forward" and family(t.op) != family(m.op) \
+        and not {t.op, m.op} & STRUCTURAL_OPS
 
 
 def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
