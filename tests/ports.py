@@ -64,10 +64,11 @@ def running_statistics_bug():
 
 
 class HandWrittenBatchNorm(nn.Cell):
-    """BatchNorm as a port might write it by hand, with MindSpore's parameter names: right in
-    the forward, but its running variance moves towards the *biased* batch variance."""
+    """BatchNorm as a port might write it by hand, with MindSpore's parameter names, and one of
+    two bugs: its running variance moves towards the *biased* batch variance, or (a bug of the
+    backward only) the weight's gradient is ``gamma_gradient`` times the true one."""
 
-    def __init__(self, channels: int, eps: float = 1e-5, momentum: float = 0.9):
+    def __init__(self, channels: int, biased: bool = True, gamma_gradient: float = 1.0):
         super().__init__()
         self.gamma = ms.Parameter(ops.ones(channels, ms.float32), name="gamma")
         self.beta = ms.Parameter(ops.zeros(channels, ms.float32), name="beta")
@@ -75,15 +76,22 @@ class HandWrittenBatchNorm(nn.Cell):
                                         requires_grad=False)
         self.moving_variance = ms.Parameter(ops.ones(channels, ms.float32),
                                             name="moving_variance", requires_grad=False)
-        self.eps, self.momentum = eps, momentum
+        self.eps, self.momentum = 1e-5, 0.9
+        self.biased, self.gamma_gradient = biased, gamma_gradient
 
     def construct(self, x):
         mean = x.mean(axis=(0, 2, 3), keep_dims=True)
         variance = ((x - mean) ** 2).mean(axis=(0, 2, 3), keep_dims=True)
-        for buffer, batch_value in ((self.moving_mean, mean), (self.moving_variance, variance)):
+        count = x.shape[0] * x.shape[2] * x.shape[3]
+        running_variance = variance if self.biased else variance * count / (count - 1)
+        for buffer, batch_value in ((self.moving_mean, mean),
+                                    (self.moving_variance, running_variance)):
             ops.assign(buffer, self.momentum * buffer
                        + (1 - self.momentum) * ops.stop_gradient(batch_value.reshape(-1)))
-        scale = self.gamma.reshape(1, -1, 1, 1) / ops.sqrt(variance + self.eps)
+        # the same value as gamma; its gradient scaled by gamma_gradient
+        gamma = self.gamma * self.gamma_gradient \
+            + ops.stop_gradient(self.gamma) * (1 - self.gamma_gradient)
+        scale = gamma.reshape(1, -1, 1, 1) / ops.sqrt(variance + self.eps)
         return (x - mean) * scale + self.beta.reshape(1, -1, 1, 1)
 
 
@@ -91,6 +99,15 @@ def biased_running_variance_bug():
     """layer1.0.bn1 hand-written, updating running_var with the biased batch variance."""
     net = _resnet50()
     net.layer1[0].bn1 = HandWrittenBatchNorm(64)
+    return net
+
+
+def half_gamma_gradient_bug():
+    """MobileNetV2 whose features.2.conv.0.1 BatchNorm (before a depthwise conv and the next
+    BatchNorm: its weight gradient nearly cancels) passes back half its weight's gradient."""
+    from models.mobilenet_mindspore import mobilenet_v2
+    net = mobilenet_v2()
+    net.features[2].conv[0][1] = HandWrittenBatchNorm(96, biased=False, gamma_gradient=0.5)
     return net
 
 

@@ -47,6 +47,10 @@ def different_drop_rates(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[float, 
     return rates
 
 
+# The reason compare gives a BatchNorm weight/bias gradient that is not the sum of MindSpore's
+# own terms (engine._judge_cancelling_sums)
+NOT_ITS_OWN_SUM = "MindSpore's gradient is not the sum of its own terms"
+
 # Op types that only move or select data: modules differing in these are not flagged.
 STRUCTURAL_OPS = {"module", "sequential", "list", "flatten", "identity", "dropout"}
 
@@ -361,6 +365,15 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
                          detail=f"the logits match but the loss differs (MindSpore/torch = "
                                 f"{ratio:.6g}): reduction, label smoothing (ε/K vs ε/(K−1)), "
                                 "class weights or ignore_index.", confidence="likely")
+    if first.kind == "grad" and NOT_ITS_OWN_SUM in first.reason:
+        module = first.name.rpartition(".")[0]
+        terms = "its output gradient times x̂" if first.name.endswith("weight") else \
+            "its output gradient"
+        return Diagnosis(cause="BatchNorm backward differs",
+                         detail=f"MindSpore's {m.name} gradient is not the sum over batch and "
+                                f"space of {terms}, while {module}'s forward and output "
+                                "gradient match torch's: a custom bprop or a stop_gradient in "
+                                "that BatchNorm.", confidence="likely")
     if first.kind == "grad":
         found = _ratio_cause(_median_ratio(torch_run.tensor(t), ms_run.tensor(m)), ms_config,
                              "gradients") or _loss_targets(torch_run, ms_run)
