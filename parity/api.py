@@ -140,6 +140,7 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
 def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: int = 224,
           seed: int = 0, inputs: Optional[Tuple[np.ndarray, np.ndarray]] = None,
           optimizer: Optional[Mapping[str, Any]] = None,
+          torch_loss: Optional[str] = None, ms_loss: Optional[str] = None,
           tolerance: Union[None, TolerancePolicy, str, Path, Mapping[str, Any]] = None,
           name_map: Optional[Mapping[str, str]] = None, out: Optional[Path] = None,
           fp64_reference: bool = True) -> CheckResult:
@@ -149,6 +150,8 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
     first. ``inputs`` is an optional ``(x, y)`` batch (float32 N×C×H×W, integer labels);
     without it a seeded synthetic batch of ``batch_size`` × 3 × ``image_size``² is used.
     ``optimizer`` overrides StepConfig fields (lr, momentum, weight_decay, nesterov, ...).
+    ``torch_loss`` / ``ms_loss`` are "package.module:factory" paths of your losses, as the
+    command line's --torch-loss / --ms-loss (default: mean cross entropy).
     Captures go to ``out`` (a temporary directory when None, deleted afterwards).
     """
     import mindspore  # noqa: F401  (before torch; see DESIGN.md)
@@ -160,7 +163,7 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
     if unknown:
         raise ParityInputError(f"unknown optimizer option(s) {', '.join(sorted(unknown))}")
     config = StepConfig(batch_size=batch_size, image_size=image_size, seed=seed,
-                        **dict(optimizer or {}))
+                        torch_loss=torch_loss, ms_loss=ms_loss, **dict(optimizer or {}))
     policy = as_policy(tolerance)
     if inputs is not None:
         inputs = (np.asarray(inputs[0], dtype=np.float32), np.asarray(inputs[1], dtype=np.int64))

@@ -194,6 +194,20 @@ def test_dropout_runs_as_identity_and_its_rate_is_compared(tmp_path):
     assert "write nn.Dropout(p=0.2)" in report["diagnosis"]["detail"]
 
 
+def test_your_own_losses_through_the_python_api():
+    import torch
+
+    import parity
+    from tests.tiny import ms_tiny, torch_tiny
+    losses = {"torch_loss": "tests.losses:torch_label_smoothing",
+              "ms_loss": "tests.losses:label_smoothing"}
+    torch.manual_seed(0)
+    assert parity.check(torch_tiny(), ms_tiny(), image_size=16, **losses).passed
+    torch.manual_seed(0)
+    one_sided = parity.check(torch_tiny(), ms_tiny(), image_size=16, ms_loss=losses["ms_loss"])
+    assert one_sided.first_divergence.kind == "loss"
+
+
 def test_a_random_op_outside_dropout_modules_fails_and_is_named(tmp_path):
     """torch's float64 rerun drew another mask: taken as torch's float32 noise, that
     difference let the mismatch pass (record 8 max_abs 0.44, noise ratio 0.61: the whole run

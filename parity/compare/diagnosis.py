@@ -356,7 +356,9 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
     if first.kind == "forward":
         return _forward_cause(first, t, m, torch_run, ms_run, unmatched)
     if first.kind == "loss":
-        ratio = float(ms_run.tensor(m)) / float(torch_run.tensor(t) or np.nan)
+        torch_loss, ms_loss = (float(np.asarray(run.tensor(r)).reshape(-1)[0])
+                               for run, r in ((torch_run, t), (ms_run, m)))
+        ratio = ms_loss / torch_loss if torch_loss else float("nan")
         found = _ratio_cause(ratio, ms_config, "loss values") or \
             _loss_targets(torch_run, ms_run)
         if found:
