@@ -3,12 +3,26 @@ they are, user pairs with their own names align."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import TINY, parity_cli, read_json
 
 RECORD_KEYS = {"name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine"}
 KINDS = {"input", "forward", "loss", "grad", "update", "weight", "buffer", "optimizer_state"}
+
+
+def _bug_found(run: Path, name: str, *capture_args) -> dict:
+    """A MindSpore capture with ``capture_args`` against the torch capture of ``run``,
+    compared: it must fail. Returns the JSON report."""
+    capture = parity_cli("capture", "--framework", "mindspore", "--reference", run / "torch",
+                         *capture_args, "--out", run.parent / name)
+    assert capture.returncode == 0, capture.stderr
+    compare = parity_cli("compare", run / "torch", run.parent / name, "--json",
+                         run.parent / f"{name}.json", "--quiet")
+    assert compare.returncode == 1, compare.stdout + compare.stderr
+    return read_json(run.parent / f"{name}.json")
 
 
 def test_relu_units_flipped_by_float32_noise_do_not_fail_the_correct_port(tmp_path):
@@ -27,14 +41,8 @@ def test_relu_units_flipped_by_float32_noise_do_not_fail_the_correct_port(tmp_pa
     assert any("ReLU units changed sign within float32 noise" in note
                for note in report["meta"]["notes"])
 
-    capture = parity_cli("capture", "--framework", "mindspore", "--reference",
-                         tmp_path / "run" / "torch", "--ms-weight-decay-scope", "no-gamma-beta",
-                         "--out", tmp_path / "decay-skipped")
-    assert capture.returncode == 0, capture.stderr
-    compare = parity_cli("compare", tmp_path / "run" / "torch", tmp_path / "decay-skipped",
-                         "--json", tmp_path / "bug.json", "--quiet")
-    assert compare.returncode == 1, compare.stdout + compare.stderr
-    bug = read_json(tmp_path / "bug.json")
+    bug = _bug_found(tmp_path / "run", "decay-skipped", "--ms-weight-decay-scope",
+                     "no-gamma-beta")
     assert bug["first_divergence"]["kind"] == "update"
     assert bug["diagnosis"]["cause"] == "weight decay skipped on the MindSpore side"
     # failing only the update check still gets its error histogram for the HTML report
@@ -180,14 +188,8 @@ def test_dropout_runs_as_identity_and_its_rate_is_compared(tmp_path):
     notes = read_json(tmp_path / "report.json")["meta"]["notes"]
     assert any("1 dropout module (8) ran as identity on both sides" in n for n in notes)
 
-    process = parity_cli("capture", "--framework", "mindspore", "--reference",
-                         tmp_path / "run" / "torch", *pair, "--ms-model",
-                         "tests.tiny:ms_tiny_dropout_keep_prob", "--out", tmp_path / "bug")
-    assert process.returncode == 0, process.stderr
-    process = parity_cli("compare", tmp_path / "run" / "torch", tmp_path / "bug", "--json",
-                         tmp_path / "bug.json", "--quiet")
-    assert process.returncode == 1, process.stdout + process.stderr
-    report = read_json(tmp_path / "bug.json")
+    report = _bug_found(tmp_path / "run", "bug", *pair, "--ms-model",
+                        "tests.tiny:ms_tiny_dropout_keep_prob")
     assert report["first_divergence"]["name"] == "8"
     assert report["diagnosis"]["cause"] == "Dropout rate differs"
     assert "torch 8 drops 0.2 of its inputs, MindSpore 8 0.8" in report["diagnosis"]["detail"]
@@ -234,15 +236,8 @@ def test_mobilenet_v2_passes_and_a_relu_for_its_relu6_is_found(tmp_path):
     assert ("grad", "features.2.conv.1.0.weight") in by_name          # a depthwise conv
     assert any("classifier.0" in note for note in report["meta"]["notes"])
 
-    process = parity_cli("capture", "--framework", "mindspore", "--reference",
-                         tmp_path / "run" / "torch", "--torch-model",
-                         "torchvision.models:mobilenet_v2", "--ms-model",
-                         "tests.ports:relu_for_relu6_bug", "--out", tmp_path / "bug")
-    assert process.returncode == 0, process.stderr
-    process = parity_cli("compare", tmp_path / "run" / "torch", tmp_path / "bug", "--json",
-                         tmp_path / "bug.json", "--quiet")
-    assert process.returncode == 1, process.stdout + process.stderr
-    bug = read_json(tmp_path / "bug.json")
+    pair = ("--torch-model", "torchvision.models:mobilenet_v2", "--ms-model")
+    bug = _bug_found(tmp_path / "run", "relu", *pair, "tests.ports:relu_for_relu6_bug")
     assert bug["first_divergence"]["name"] == "features.0.2"
     assert bug["diagnosis"]["cause"] == "different operation"
     assert "torch features.0.2 is relu6, MindSpore features.0.2 is relu" in \
@@ -250,15 +245,7 @@ def test_mobilenet_v2_passes_and_a_relu_for_its_relu6_is_found(tmp_path):
 
     # half the weight gradient of a BatchNorm whose weight gradient cancels: the allowance for
     # that sum would pass it; the sum of MindSpore's own terms does not
-    process = parity_cli("capture", "--framework", "mindspore", "--reference",
-                         tmp_path / "run" / "torch", "--torch-model",
-                         "torchvision.models:mobilenet_v2", "--ms-model",
-                         "tests.ports:half_gamma_gradient_bug", "--out", tmp_path / "half")
-    assert process.returncode == 0, process.stderr
-    process = parity_cli("compare", tmp_path / "run" / "torch", tmp_path / "half", "--json",
-                         tmp_path / "half.json", "--quiet")
-    assert process.returncode == 1, process.stdout + process.stderr
-    half = read_json(tmp_path / "half.json")
+    half = _bug_found(tmp_path / "run", "half", *pair, "tests.ports:half_gamma_gradient_bug")
     assert half["first_divergence"]["name"] == "features.2.conv.0.1.weight"
     assert half["first_divergence"]["kind"] == "grad"
     assert half["diagnosis"]["cause"] == "BatchNorm backward differs"

@@ -314,9 +314,9 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
 
     A BatchNorm's weight and bias gradients are sums over batch and space of g·x̂ and of g, g
     its output gradient. Where such a sum cancels, an error in g far below g's own noise
-    tolerance moves the sum by a lot. Measured: MobileNetV2 at batch 8, 224², the BatchNorm
-    before a depthwise conv and the next BatchNorm (scaling one channel barely changes the
-    output, so its weight gradient is 1/140000 of its terms): MindSpore's and torch's g 0.9 %
+    tolerance moves the sum by a lot. Measured: MobileNetV2 at batch 8, 224², a BatchNorm
+    feeding a depthwise conv and then another BatchNorm (which undoes the scaling of a channel
+    up to its eps, so the weight gradient is 1/140000 of its terms): MindSpore's and torch's g 0.9 %
     apart (torch's own float32 error 0.6 %) gave weight gradients 7.4 % apart, 9.3× torch's own
     float32 error there, while each side's gradient was its own sum to 4e-4. The allowance is
     the relative error that g's error r (torch's float32 error plus its ReLU-flip allowance)
