@@ -276,7 +276,7 @@ def test_an_update_is_checked_against_torchs_step_of_mindsporess_own_gradient():
     ("dense", "module", False), ("flatten", "identity", False), ("relu", "relu", False)])
 def test_modules_in_the_same_place_computing_different_things_are_flagged(torch_op, ms_op,
                                                                          flagged):
-    from parity.compare.diagnosis import different_operations
+    from parity.compare.structure import different_operations
 
     def forward(op):
         return RecordInfo(name="features.0.2", kind="forward", shape=(2, 4), dtype="float32",

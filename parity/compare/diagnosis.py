@@ -8,12 +8,12 @@ message says where to look ("guess").
 
 from __future__ import annotations
 
-import re
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parity.compare import optimizer
+from parity.compare import optimizer, sums
+from parity.compare.structure import different_drop_rates, different_operations
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
@@ -26,42 +26,6 @@ def _median_ratio(a: np.ndarray, b: np.ndarray) -> float:
     a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
     mask = np.abs(a) > 1e-3 * (np.abs(a).max() + 1e-30)
     return float(np.median(b[mask] / a[mask])) if mask.any() else float("nan")
-
-
-def _drop_rate(attrs: Dict) -> Optional[float]:
-    """A dropout module's rate: torch's ``p``; MindSpore's ``p``, or 1 − ``keep_prob`` where
-    ``p`` is unset (``nn.Dropout(0.2)`` keeps 20 %: its first argument is keep_prob)."""
-    for key, rate in (("p", lambda v: v), ("keep_prob", lambda v: 1 - v)):
-        if isinstance(attrs.get(key), (int, float)):
-            return float(rate(attrs[key]))
-    return None
-
-
-def different_drop_rates(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[float, float]]:
-    """(torch's, MindSpore's) rate of a dropout pair whose rates differ, else None."""
-    if not t.op == m.op == "dropout":
-        return None
-    rates = _drop_rate(t.attrs), _drop_rate(m.attrs)
-    if None in rates or np.isclose(*rates, rtol=1e-6, atol=0):
-        return None
-    return rates
-
-
-# The reason compare gives a BatchNorm weight/bias gradient that is not the sum of MindSpore's
-# own terms (engine._judge_cancelling_sums)
-NOT_ITS_OWN_SUM = "MindSpore's gradient is not the sum of its own terms"
-
-# Op types that only move or select data: modules differing in these are not flagged.
-STRUCTURAL_OPS = {"module", "sequential", "list", "flatten", "identity", "dropout"}
-
-
-def different_operations(t: RecordInfo, m: RecordInfo) -> bool:
-    """A forward pair computing different things (ReLU for ReLU6), whatever the numbers say.
-    Dimensionality is not compared (a BatchNorm2d may stand for a BatchNorm1d on a reshape)."""
-    def family(op: str) -> str:
-        return re.sub(r"[123]d$", "", op)
-    return t.kind == "forward" and family(t.op) != family(m.op) \
-        and not {t.op, m.op} & STRUCTURAL_OPS
 
 
 def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
@@ -367,7 +331,7 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
                          detail=f"the logits match but the loss differs (MindSpore/torch = "
                                 f"{ratio:.6g}): reduction, label smoothing (ε/K vs ε/(K−1)), "
                                 "class weights or ignore_index.", confidence="likely")
-    if first.kind == "grad" and NOT_ITS_OWN_SUM in first.reason:
+    if first.kind == "grad" and sums.REASON in first.reason:
         module = first.name.rpartition(".")[0]
         terms = "its output gradient times x̂" if first.name.endswith("weight") else \
             "its output gradient"

@@ -23,9 +23,8 @@ from threadpoolctl import threadpool_limits
 
 from parity import kinks
 from parity.align import align_forward
-from parity.compare import optimizer
-from parity.compare.diagnosis import (NOT_ITS_OWN_SUM, diagnose, different_drop_rates,
-                                      different_operations)
+from parity.compare import optimizer, structure, sums
+from parity.compare.diagnosis import diagnose
 from parity.compare.metrics import (Float64Noise, Tolerance, compare_tensors, error_histogram,
                                     with_allowance, worst_elements)
 from parity.compare.tolerance import TolerancePolicy
@@ -179,16 +178,8 @@ def _comparison(pair: Pair, order: int, stats: TensorStats,
 
 
 def _structure_checked(pair: Pair, comparison: Comparison) -> Comparison:
-    """What the numbers of one random-init step may not show: a module of another kind in the
-    same place (ReLU for ReLU6 agrees wherever no input exceeds 6) and a dropout's rate (the
-    captures run dropout as identity, as random masks cannot match)."""
-    t, m = pair.torch, pair.mindspore
-    reason = ""
-    rates = different_drop_rates(t, m)
-    if rates is not None:
-        reason = f"dropout rate differs: torch {rates[0]:g}, MindSpore {rates[1]:g}"
-    elif different_operations(t, m):
-        reason = f"different operation: torch {t.op}, MindSpore {m.op}"
+    """A pair that fails whatever its numbers (compare/structure.py)."""
+    reason = structure.violation(pair.torch, pair.mindspore)
     if not reason:
         return comparison
     return dataclasses.replace(comparison, passed=False, reason="; ".join(
@@ -309,21 +300,9 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
                            torch_run: RunReader, ms_run: RunReader
                            ) -> Tuple[List[Comparison], int]:
     """Failing BatchNorm weight/bias gradients (and their updates, momentum buffers) judged
-    again with their output gradient's float32 error carried through the sum they are; the
-    gradient itself is then checked against the sum of MindSpore's own terms.
-
-    A BatchNorm's weight and bias gradients are sums over batch and space of g·x̂ and of g, g
-    its output gradient. Where such a sum cancels, an error in g far below g's own noise
-    tolerance moves the sum by a lot. Measured: MobileNetV2 at batch 8, 224², a BatchNorm
-    feeding a depthwise conv and then another BatchNorm (which undoes the scaling of a channel
-    up to its eps, so the weight gradient is 1/140000 of its terms): MindSpore's and torch's g 0.9 %
-    apart (torch's own float32 error 0.6 %) gave weight gradients 7.4 % apart, 9.3× torch's own
-    float32 error there, while each side's gradient was its own sum to 4e-4. The allowance is
-    the relative error that g's error r (torch's float32 error plus its ReLU-flip allowance)
-    makes in sums of independent terms, r · ‖terms‖ / ‖sum‖: large only where the sum cancels.
-    So that a wrong sum cannot hide there, MindSpore's gradient must equal the sum of its own
-    terms (from its recorded g and output) within a pairwise float32 sum's worst error,
-    log2(n) roundings of Σ|terms|. Also returns the bytes read."""
+    again with their output gradient's float32 error (plus its ReLU-flip allowance) carried
+    through the sum they are; the gradient must then be the sum of MindSpore's own terms
+    (compare/sums.py). Also returns the bytes read."""
     config = torch_run.manifest.get("config", {})
     initial_file = torch_run.path / INITIAL_WEIGHTS
     pairs = {(p.pair.torch.kind, p.pair.torch.name, bool(p.pair.torch.attrs.get("activation"))):
@@ -337,23 +316,13 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
     read = 0
 
     def terms(run: RunReader, module: str, role: str, side: str) -> np.ndarray:
-        """g·x̂ or g of one framework, float64, x̂ from its output and the initial γ, β."""
         nonlocal read
-        output_grad, forward = (getattr(pairs[key], side) for key in (
-            ("grad", module, True), ("forward", module, False)))
-        g = run.tensor(output_grad).astype(np.float64)
-        read += g.nbytes // 2
-        if role == "weight":
-            shape = (1, -1) + (1,) * (g.ndim - 2)
-            gamma = np.asarray(initial[f"{module}.weight"], np.float64).reshape(shape)
-            beta = np.asarray(initial[f"{module}.bias"], np.float64).reshape(shape)
-            y = run.tensor(forward)
-            read += y.nbytes
-            g *= np.divide(y - beta, gamma, out=np.zeros(g.shape), where=gamma != 0)
-        return g
-
-    def axes(array: np.ndarray) -> Tuple[int, ...]:
-        return tuple(a for a in range(array.ndim) if a != 1)
+        output_grad = run.tensor(getattr(pairs[("grad", module, True)], side))
+        output = run.tensor(getattr(pairs[("forward", module, False)], side)) \
+            if role == "weight" else None
+        read += output_grad.nbytes + (output.nbytes if output is not None else 0)
+        return sums.terms(output_grad, output, initial[f"{module}.weight"],
+                          initial[f"{module}.bias"], role)
 
     allowed: Dict[str, float] = {}          # per parameter: the error allowed in its gradient
     lr = float(config.get("lr", 0.0)) * (1 + float(config.get("momentum", 0.0))
@@ -371,10 +340,8 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
             judged.append(comparison)
             continue
         if param not in allowed:
-            t_terms = terms(torch_run, module, role, "torch")
             error = output.torch.fp32_noise_rms / output.torch.exact_rms + flips.get(module, 0.0)
-            allowed[param] = error * float(np.linalg.norm(np.sqrt(np.sum(
-                t_terms * t_terms, axis=axes(t_terms)))))
+            allowed[param] = sums.allowed_error(terms(torch_run, module, role, "torch"), error)
         # a gradient error δ is δ in the momentum buffer and lr·δ in the update
         scale = lr if comparison.kind == "update" else 1.0
         allowance = scale * allowed[param] / (
@@ -383,17 +350,11 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
             with_allowance(comparison, planned.noise, planned.tolerance,
                            comparison.flip_allowance + allowance), sum_allowance=allowance)
         if comparison.kind == "grad":
-            m_terms = terms(ms_run, module, role, "mindspore")
-            recorded = ms_run.tensor(planned.pair.mindspore).astype(np.float64).reshape(-1)
-            per_channel = np.prod(m_terms.shape) / m_terms.shape[1]
-            rounding = np.log2(per_channel) * optimizer.EPS32 * np.sum(
-                np.abs(m_terms), axis=axes(m_terms)) + 1e-30
-            off = float(np.max(np.abs(recorded - np.sum(m_terms, axis=axes(m_terms)))
-                               / rounding))
+            off = sums.off_own_sum(ms_run.tensor(planned.pair.mindspore),
+                                   terms(ms_run, module, role, "mindspore"))
             if off > 1:
                 comparison = dataclasses.replace(comparison, passed=False, reason="; ".join(
-                    r for r in (comparison.reason, f"{NOT_ITS_OWN_SUM} (off by {off:.3g}x a "
-                                "float32 sum's rounding)") if r))
+                    r for r in (comparison.reason, sums.reason(off)) if r))
         judged.append(comparison)
     return judged, read
 

@@ -1,0 +1,56 @@
+"""What one random-init step's numbers may not show, checked on the records' settings.
+
+ReLU in place of ReLU6 agrees wherever no input exceeds 6 (none did in MobileNetV2 at batch 2,
+64²), and dropout runs as identity in both captures (the frameworks' random masks cannot match),
+so its output always agrees whatever its rate.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from parity.records import RecordInfo
+
+# Op types that only move or select data: modules differing in these are not flagged.
+STRUCTURAL_OPS = {"module", "sequential", "list", "flatten", "identity", "dropout"}
+
+
+def _drop_rate(attrs: Dict) -> Optional[float]:
+    """A dropout module's rate: torch's ``p``; MindSpore's ``p``, or 1 − ``keep_prob`` where
+    ``p`` is unset (``nn.Dropout(0.2)`` keeps 20 %: its first argument is keep_prob)."""
+    for key, rate in (("p", lambda v: v), ("keep_prob", lambda v: 1 - v)):
+        if isinstance(attrs.get(key), (int, float)):
+            return float(rate(attrs[key]))
+    return None
+
+
+def different_drop_rates(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[float, float]]:
+    """(torch's, MindSpore's) rate of a dropout pair whose rates differ, else None."""
+    if not t.op == m.op == "dropout":
+        return None
+    rates = _drop_rate(t.attrs), _drop_rate(m.attrs)
+    if None in rates or np.isclose(*rates, rtol=1e-6, atol=0):
+        return None
+    return rates
+
+
+def different_operations(t: RecordInfo, m: RecordInfo) -> bool:
+    """A forward pair computing different things (ReLU for ReLU6), whatever the numbers say.
+    Dimensionality is not compared (a BatchNorm2d may stand for a BatchNorm1d on a reshape)."""
+    def family(op: str) -> str:
+        return re.sub(r"[123]d$", "", op)
+    return t.kind == "forward" and family(t.op) != family(m.op) \
+        and not {t.op, m.op} & STRUCTURAL_OPS
+
+
+def violation(t: RecordInfo, m: RecordInfo) -> str:
+    """Why the pair fails whatever its numbers, or ""."""
+    rates = different_drop_rates(t, m)
+    if rates is not None:
+        return f"dropout rate differs: torch {rates[0]:g}, MindSpore {rates[1]:g}"
+    if different_operations(t, m):
+        return f"different operation: torch {t.op}, MindSpore {m.op}"
+    return ""
