@@ -177,13 +177,16 @@ def _comparison(pair: Pair, order: int, stats: TensorStats,
                       order=order, mindspore_name=pair.mindspore.name)
 
 
+def _failed(comparison: Comparison, reason: str) -> Comparison:
+    """``comparison`` failing, ``reason`` added to whatever it already gave."""
+    return dataclasses.replace(comparison, passed=False, reason="; ".join(
+        r for r in (comparison.reason, reason) if r))
+
+
 def _structure_checked(pair: Pair, comparison: Comparison) -> Comparison:
     """A pair that fails whatever its numbers (compare/structure.py)."""
     reason = structure.violation(pair.torch, pair.mindspore)
-    if not reason:
-        return comparison
-    return dataclasses.replace(comparison, passed=False, reason="; ".join(
-        r for r in (reason, comparison.reason) if r))
+    return _failed(comparison, reason) if reason else comparison
 
 
 def _shape_mismatch(torch_shape: Tuple[int, ...], ms_shape: Tuple[int, ...]) -> TensorStats:
@@ -296,23 +299,28 @@ def _allow_for_flips(plan: List[_Planned], comparisons: List[Comparison],
     return judged
 
 
+def _initial_weights(torch_run: RunReader) -> Optional[SafetensorsFile]:
+    """The torch capture's state before the step, when it has one."""
+    path = torch_run.path / INITIAL_WEIGHTS
+    return SafetensorsFile(path) if path.is_file() else None
+
+
 def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
-                           torch_run: RunReader, ms_run: RunReader
+                           torch_run: RunReader, ms_run: RunReader,
+                           initial: Optional[SafetensorsFile]
                            ) -> Tuple[List[Comparison], int]:
     """Failing BatchNorm weight/bias gradients (and their updates, momentum buffers) judged
     again with their output gradient's float32 error (plus its ReLU-flip allowance) carried
     through the sum they are; the gradient must then be the sum of MindSpore's own terms
     (compare/sums.py). Also returns the bytes read."""
     config = torch_run.manifest.get("config", {})
-    initial_file = torch_run.path / INITIAL_WEIGHTS
     pairs = {(p.pair.torch.kind, p.pair.torch.name, bool(p.pair.torch.attrs.get("activation"))):
              p.pair for p in plan}
     batchnorms = {p.pair.torch.name for p in plan
                   if p.pair.torch.kind == "forward" and p.pair.torch.op.startswith("batchnorm")}
     flips = {c.name: c.flip_allowance for c in comparisons if c.kind == "grad"}
-    if not batchnorms or not initial_file.is_file():
+    if not batchnorms or initial is None:
         return comparisons, 0
-    initial = SafetensorsFile(initial_file)
     read = 0
 
     def terms(run: RunReader, module: str, role: str, side: str) -> np.ndarray:
@@ -353,23 +361,21 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
             off = sums.off_own_sum(ms_run.tensor(planned.pair.mindspore),
                                    terms(ms_run, module, role, "mindspore"))
             if off > 1:
-                comparison = dataclasses.replace(comparison, passed=False, reason="; ".join(
-                    r for r in (comparison.reason, sums.reason(off)) if r))
+                comparison = _failed(comparison, sums.reason(off))
         judged.append(comparison)
     return judged, read
 
 
 def _check_optimizer_steps(plan: List[_Planned], comparisons: List[Comparison],
-                           torch_run: RunReader, ms_run: RunReader
+                           torch_run: RunReader, ms_run: RunReader,
+                           weights: Optional[SafetensorsFile]
                            ) -> Tuple[List[Comparison], int]:
     """Each MindSpore update against torch's SGD step of MindSpore's own gradient
     (compare/optimizer.py), where the initial weights, the step settings and that gradient are
     at hand. Also returns the bytes read."""
     config = torch_run.manifest.get("config", {})
-    initial = torch_run.path / INITIAL_WEIGHTS
-    if not {"lr", "momentum", "weight_decay"} <= set(config) or not initial.is_file():
+    if not {"lr", "momentum", "weight_decay"} <= set(config) or weights is None:
         return comparisons, 0
-    weights = SafetensorsFile(initial)
     grads = {p.pair.torch.name: p.pair.mindspore for p in plan
              if p.pair.torch.kind == "grad" and not p.pair.torch.attrs.get("activation")}
     checked, read = [], 0
@@ -383,17 +389,19 @@ def _check_optimizer_steps(plan: List[_Planned], comparisons: List[Comparison],
             error = optimizer.step_error(grad, w0, update, config) \
                 if grad.shape == w0.shape == update.shape else 0.0
             if error > 1:
-                comparison = dataclasses.replace(
-                    comparison, passed=False,
-                    reason="; ".join(r for r in (comparison.reason, optimizer.reason(error)) if r))
+                comparison = _failed(comparison, optimizer.reason(error))
         checked.append(comparison)
     return checked, read
 
 
+def _first_few(items: List[str], shown: int = 4) -> str:
+    return ", ".join(items[:shown]) + \
+        (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+
 def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> str:
     units = sum(s.units for s in sites)
-    where = ", ".join(f"{s.name} ({s.units})" for s in sites[:4]) + \
-        (f" and {len(sites) - 4} more" if len(sites) > 4 else "")
+    where = _first_few([f"{s.name} ({s.units})" for s in sites])
     widest = max(c.flip_allowance for c in comparisons)
     what = (f"The gradient passed on one side and blocked on the other is allowed for in the "
             f"gradients before them (up to {100 * widest:.2g} % relative error): a bug in the "
@@ -484,8 +492,11 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
     sites, read_at_sites = _flip_sites(plan, kink_ops, flipped, torch_run)
     if sites:
         comparisons = _allow_for_flips(plan, comparisons, sites)
-    comparisons, read_for_sums = _judge_cancelling_sums(plan, comparisons, torch_run, ms_run)
-    comparisons, read_for_updates = _check_optimizer_steps(plan, comparisons, torch_run, ms_run)
+    initial = _initial_weights(torch_run)
+    comparisons, read_for_sums = _judge_cancelling_sums(plan, comparisons, torch_run, ms_run,
+                                                        initial)
+    comparisons, read_for_updates = _check_optimizer_steps(plan, comparisons, torch_run, ms_run,
+                                                           initial)
     compared_bytes += read_at_sites + read_for_sums + read_for_updates
     # a record's details are kept only while it fails; one that failed only the update check
     # gets its details now
@@ -515,9 +526,8 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
     dropouts = [r.name for r in torch_run.records if r.kind == "forward" and r.op == "dropout"]
     if dropouts:
         notes.append(f"{len(dropouts)} dropout module{'s' if len(dropouts) > 1 else ''} "
-                     f"({', '.join(dropouts[:4])}{' ...' if len(dropouts) > 4 else ''}) ran as "
-                     "identity on both sides: the frameworks draw different random masks, so "
-                     "their rates are compared instead")
+                     f"({_first_few(dropouts)}) ran as identity on both sides: the frameworks "
+                     "draw different random masks, so their rates are compared instead")
     unused = policy.unused_overrides()
     if unused:
         notes.append(f"tolerance overrides that matched no record: {', '.join(unused)}")
