@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 SIZES: List[Tuple[int, int]] = [(2, 64), (8, 224)]
 ENV = {**os.environ, "GLOG_v": "3"}
@@ -82,7 +82,7 @@ def bare_steps(batch: int, size: int) -> Dict[str, float]:
     return figures
 
 
-def parity_run(batch: int, size: int, scratch: Path, *options: str) -> Dict[str, float]:
+def parity_run(batch: int, size: int, scratch: Path, *options: str) -> Dict[str, Any]:
     """``parity run`` timed from outside, with its parts as each process reported them."""
     run_dir, report_path = scratch / f"run-{batch}-{size}", scratch / f"r-{batch}-{size}.json"
     wall, _ = _timed([sys.executable, "-m", "parity", "run", "--batch-size", str(batch),
@@ -95,6 +95,7 @@ def parity_run(batch: int, size: int, scratch: Path, *options: str) -> Dict[str,
     compare_seconds = report["extra"]["compare_seconds"]
     return {"wall": wall, "torch": manifests["torch"]["resources"]["seconds"],
             "mindspore": manifests["mindspore"]["resources"]["seconds"],
+            "phases": {fw: m["resources"]["phases"] for fw, m in manifests.items()},
             "compare": compare_seconds,
             "inner": sum(m["resources"]["seconds"] for m in manifests.values()) + compare_seconds,
             "torch_rss": manifests["torch"]["resources"]["peak_rss_mb"],
@@ -102,6 +103,12 @@ def parity_run(batch: int, size: int, scratch: Path, *options: str) -> Dict[str,
             "compare_rss": report["extra"]["compare_peak_rss_mb"],
             "gbps": report["extra"]["compare_bytes"] / 1e9 / compare_seconds,
             "passed": report["passed"]}
+
+
+def rerun_seconds(phases: Dict[str, Dict[str, float]]) -> float:
+    """What the checks that rerun the step cost: what the ratio would be without them."""
+    return sum(seconds for each in phases.values() for phase, seconds in each.items()
+               if phase in ("observer rerun", "float64 step"))
 
 
 def main() -> None:
@@ -136,8 +143,13 @@ def main() -> None:
                       f"torch capture {f['torch']:.1f} s, MindSpore capture "
                       f"{f['mindspore']:.1f} s, compare {f['compare']:.1f} s; "
                       f"{'parity' if f['passed'] else 'DIVERGENCE'}")
+                for framework, phases in f["phases"].items():
+                    print(f"    {framework + ' capture':<19} " + ", ".join(
+                        f"{phase} {seconds:.1f} s" for phase, seconds in phases.items()))
                 print(f"    overhead ratio      {f['inner'] / bare_inner:7.2f}   without start-up "
-                      f"(target <= 1.5); {f['wall'] / bare_wall:.2f} with")
+                      f"(target <= 1.5); {f['wall'] / bare_wall:.2f} with; "
+                      f"{(f['inner'] - rerun_seconds(f['phases'])) / bare_inner:.2f} without "
+                      "the reruns (observer, float64)")
                 rss = max(f["torch_rss"], f["mindspore_rss"], f["compare_rss"])
                 print(f"    peak memory ratio   {rss / bare_rss:7.2f}   (target <= 1.5; torch "
                       f"capture {f['torch_rss']:.0f} MB, MindSpore capture "

@@ -180,9 +180,13 @@ class RunWriter:
         self._write_bytes(path, data)
         return path
 
-    def finish(self, meta: Dict[str, Any]) -> Path:
+    def wait(self) -> None:
+        """Write what is pending and wait for every shard write: a failed one raises here."""
         self._flush()
         self._drain()
+
+    def finish(self, meta: Dict[str, Any]) -> Path:
+        self.wait()
         self._io.shutdown()
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
                     "framework": self.framework, **meta, "shards": self._shards,

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from parity.capture.common import weight_update
+from parity.bench import rerun_seconds
+from parity.capture.common import PhaseClock, weight_update
 from parity.capture.torch_capture import float64_noise
 
 
@@ -36,3 +37,15 @@ def test_weight_update_rounds_once_where_float32_cannot_hold_the_difference():
     assert update[0] != exact[0]                       # 1 - 1e-8 is not a float32 number
     assert update[0] == np.float32(exact[0])           # ... and is rounded to nearest, once
     assert update[1] == exact[1]
+
+
+def test_phase_clock_adds_up_a_phase_entered_twice(monkeypatch):
+    now = iter([0.0, 1.0, 3.0, 6.0])
+    monkeypatch.setattr("parity.capture.common.time.perf_counter", lambda: next(now))
+    clock = PhaseClock("step")          # t=0
+    clock.next("rerun")                 # t=1
+    clock.next("step")                  # t=3
+    usage = clock.usage()               # t=6 ends the running phase
+    assert usage["phases"] == {"step": 4.0, "rerun": 2.0} and usage["seconds"] == 6.0
+    assert rerun_seconds({"torch": {"observer rerun": 2.0, "hooked step": 4.0},
+                          "mindspore": {"observer rerun": 1.0, "float64 step": 0.5}}) == 3.5

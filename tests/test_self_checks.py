@@ -35,6 +35,17 @@ def test_every_capture_proves_hooks_change_nothing(tiny_run):
     assert any("mindspore: hooks change nothing" in note for note in report["meta"]["notes"])
 
 
+def test_every_capture_says_what_each_check_cost(tiny_run):
+    expected = {"torch": ["start", "hooked step", "observer rerun", "float64 step", "writes"],
+                "mindspore": ["start", "hooked step", "observer rerun", "writes"]}
+    for framework, phases in expected.items():
+        resources = read_json(tiny_run / framework / "manifest.json")["resources"]
+        assert list(resources["phases"]) == phases
+        assert all(seconds >= 0 for seconds in resources["phases"].values())
+        # the phases partition the capture's time (each is rounded to a millisecond)
+        assert abs(sum(resources["phases"].values()) - resources["seconds"]) < 0.01
+
+
 def test_observer_check_names_what_hooks_changed():
     hooked = Fingerprints()
     hooked("fc.weight", "grad", np.ones(3, np.float32))

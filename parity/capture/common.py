@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -162,22 +163,39 @@ def framework_versions(framework: str) -> Dict[str, str]:
     return versions
 
 
-def resource_usage(started: float) -> Dict[str, float]:
-    """Seconds since ``started`` (after imports) and this process's peak resident memory."""
-    import resource
-    import time
-    return {"seconds": time.perf_counter() - started,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+class PhaseClock:
+    """Where a capture's time goes: ``clock.next("hooked step")`` ends the phase running and
+    starts the named one. The clock starts after the model factory's imports, as the bench's
+    bare steps do; each phase's seconds land in the manifest (``resources.phases``), so the
+    cost of every check parity adds is measured, not guessed."""
+
+    def __init__(self, first: str) -> None:
+        self.phases: Dict[str, float] = {}
+        self.started = self._mark = time.perf_counter()
+        self._current = first
+
+    def next(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.phases[self._current] = self.phases.get(self._current, 0.0) + now - self._mark
+        self._current, self._mark = phase, now
+
+    def usage(self) -> Dict[str, Any]:
+        """Seconds so far (the phase running included), by phase, and peak resident memory."""
+        import resource                 # Unix only, like the figure it gives
+        self.next(self._current)
+        return {"seconds": self._mark - self.started,
+                "phases": {name: round(seconds, 3) for name, seconds in self.phases.items()},
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def manifest_meta(framework: str, config, num_classes: Optional[int], factory: str,
-                  param_map: Dict[str, str], observer: Dict[str, Any], started: float,
+                  param_map: Dict[str, str], observer: Dict[str, Any], clock: PhaseClock,
                   **extra: Any) -> Dict[str, Any]:
     """What a capture's manifest says about the run besides its records."""
     return {"versions": framework_versions(framework), "seed": config.seed,
             "config": {**config.to_dict(), "num_classes": num_classes}, "factory": factory,
             "param_map": param_map, "self_checks": {"observer_effect": observer},
-            "resources": resource_usage(started), **extra}
+            "resources": clock.usage(), **extra}
 
 
 def batch_for(config, batch_file: Optional[Path], num_classes: int

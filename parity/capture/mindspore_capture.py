@@ -6,14 +6,13 @@ Import order matters: mindspore is imported before anything can pull in torch (a
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (ACTIVATION, batch_for, dropout_modules, manifest_meta,
-                                   output_recorder, weight_update)
+from parity.capture.common import (ACTIVATION, PhaseClock, batch_for, dropout_modules,
+                                   manifest_meta, output_recorder, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -108,7 +107,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
 
     if model is None:
         load_factory(factory)       # its imports are start-up, not the step
-    started = time.perf_counter()
+    clock = PhaseClock("start")
     _set_pynative()
     ms.set_seed(config.seed)
     num_classes = config.num_classes
@@ -138,6 +137,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         # One optimizer for every step: MindSpore keeps each nn.Momentum alive (measured:
         # 240 MB more per step for ResNet50 at batch 2, 64², against 10 MB when reused).
         optimizer = _optimizer(net, config)
+        clock.next("hooked step")
         _train_step(net, optimizer, initial, x, y, config, tee(writer.add, hooked))
         if not any(r.kind == "forward" for r in writer.records):
             raise ParityInputError("no forward hook fired in the MindSpore model (a construct "
@@ -148,11 +148,14 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
             _restore(net, initial, optimizer)
             _train_step(net, optimizer, initial, x, y, config, record, hooks=False)
 
+        clock.next("observer rerun")
         observer = observer_check(hooked, rerun_without_hooks)
+        clock.next("writes")
         _restore(net, initial)       # leave a caller's network as it came
+        writer.wait()
         return writer.finish(manifest_meta(
             "mindspore", config, num_classes, factory or type(net).__name__, param_map,
-            observer, started))
+            observer, clock))
 
 
 def _restore(net, values: Dict[str, np.ndarray], optimizer=None) -> None:

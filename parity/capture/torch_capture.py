@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import math
 import platform
-import time
 from collections import Counter
 from contextlib import contextmanager
 from functools import partial
@@ -16,8 +15,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from parity import kinks
-from parity.capture.common import (ACTIVATION, batch_for, dropout_modules, fingerprint,
-                                   manifest_meta, output_recorder, weight_update)
+from parity.capture.common import (ACTIVATION, PhaseClock, batch_for, dropout_modules,
+                                   fingerprint, manifest_meta, output_recorder, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -262,7 +261,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
 
     if model is None:
         load_factory(factory)       # its imports (torchvision: 1.2 s) are start-up, not the step
-    started = time.perf_counter()
+    clock = PhaseClock("start")
     torch.manual_seed(config.seed)
     torch.use_deterministic_algorithms(True)
     if model is None:
@@ -283,14 +282,17 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         starts_from = _write_starting_point(writer, initial, x, y)
         initial = _StateOnDisk(writer.partial / INITIAL_WEIGHTS, list(initial))
         hooked = Fingerprints()
+        clock.next("hooked step")
         _train_step(model, initial, x, y, config, tee(writer.add, hooked))
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
             _restore(model, initial)
             _train_step(model, initial, x, y, config, record, hooks=False)
 
+        clock.next("observer rerun")
         observer = observer_check(hooked, rerun_without_hooks)
         if fp64_reference:
+            clock.next("float64 step")
             # the model itself, not a copy: one set of parameters in memory, not two
             model.zero_grad(set_to_none=True)
             _restore(model, initial)
@@ -299,7 +301,9 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
             with _float64_step_memory(), threadpool_limits(limits=1, user_api="blas"):
                 _train_step(model.double(), initial, x, y, config, _noise_recorder(writer))
                 model.float()
+        clock.next("writes")
         _restore(model, initial)        # leave a caller's model as it came: the rerun stepped it
+        writer.wait()
         return writer.finish(manifest_meta(
             "torch", config, num_classes, factory or type(model).__name__, {}, observer,
-            started, fp64_reference=fp64_reference, fingerprint=starts_from))
+            clock, fp64_reference=fp64_reference, fingerprint=starts_from))
