@@ -159,11 +159,20 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
     from parity.capture.mindspore_capture import capture_mindspore
     from parity.capture.torch_capture import capture_torch
 
-    unknown = set(optimizer or {}) - set(StepConfig.__dataclass_fields__)
+    own = dict(batch_size=batch_size, image_size=image_size, seed=seed, torch_loss=torch_loss,
+               ms_loss=ms_loss)
+    options = dict(optimizer or {})
+    unknown = set(options) - set(StepConfig.__dataclass_fields__)
     if unknown:
         raise ParityInputError(f"unknown optimizer option(s) {', '.join(sorted(unknown))}")
-    config = StepConfig(batch_size=batch_size, image_size=image_size, seed=seed,
-                        torch_loss=torch_loss, ms_loss=ms_loss, **dict(optimizer or {}))
+    twice = sorted(set(options) & set(own))
+    if twice:
+        raise ParityInputError(f"{', '.join(twice)} in optimizer: pass them as check()'s own "
+                               "keyword arguments")
+    try:
+        config = StepConfig(**own, **options)
+    except ValueError as error:
+        raise ParityInputError(str(error)) from None
     policy = as_policy(tolerance)
     if inputs is not None:
         inputs = (np.asarray(inputs[0], dtype=np.float32), np.asarray(inputs[1], dtype=np.int64))

@@ -410,6 +410,16 @@ class RunReader:
     def framework(self) -> str:
         return str(self.manifest.get("framework", "?"))
 
+    @property
+    def observer_effect(self) -> Dict[str, Any]:
+        """The capture's observer-effect check (selfcheck.observer_check), {} if absent."""
+        return self.manifest.get("self_checks", {}).get("observer_effect", {})
+
+    @property
+    def step_is_random(self) -> bool:
+        """Two hook-free steps from the same state differed: the step draws random numbers."""
+        return self.observer_effect.get("deterministic") is False
+
     def _check_shard_size(self, shard: Dict[str, Any]) -> None:
         file = self.path / shard["file"]
         try:

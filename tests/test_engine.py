@@ -210,6 +210,16 @@ def test_your_own_losses_through_the_python_api():
     assert one_sided.first_divergence.kind == "loss"
 
 
+def test_python_api_refuses_a_setting_given_twice_or_out_of_range():
+    import parity
+    from parity.errors import ParityInputError
+    from tests.tiny import ms_tiny, torch_tiny
+    with pytest.raises(ParityInputError, match="seed in optimizer: pass them as check"):
+        parity.check(torch_tiny(), ms_tiny(), optimizer={"seed": 1, "lr": 0.01})
+    with pytest.raises(ParityInputError, match="batch_size must be a positive integer"):
+        parity.check(torch_tiny(), ms_tiny(), batch_size=0)
+
+
 def test_a_random_op_outside_dropout_modules_fails_and_is_named(tmp_path):
     """torch's float64 rerun drew another mask: taken as torch's float32 noise, that
     difference let the mismatch pass (record 8 max_abs 0.44, noise ratio 0.61: the whole run

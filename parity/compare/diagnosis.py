@@ -265,8 +265,7 @@ def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
 
 def _random_step(torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis]:
     """A side whose two hook-free steps from the same state differ draws random numbers."""
-    random = [run.framework for run in (torch_run, ms_run) if run.manifest.get(
-        "self_checks", {}).get("observer_effect", {}).get("deterministic") is False]
+    random = [run.framework for run in (torch_run, ms_run) if run.step_is_random]
     if not random:
         return None
     return Diagnosis(cause="the step is not deterministic",

@@ -420,12 +420,10 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
     policy = policy or TolerancePolicy()
     torch_run, ms_run = open_pair(Path(run_a), Path(run_b))
     pairs, unmatched = pair_records(torch_run, ms_run, forward_overrides)
-    self_checks = {run.framework: run.manifest.get("self_checks", {}).get("observer_effect", {})
-                   for run in (torch_run, ms_run)}
+    self_checks = {run.framework: run.observer_effect for run in (torch_run, ms_run)}
     # A torch step that draws random numbers (dropout in a forward, stochastic depth) drew
     # others in its float64 rerun: that difference is no measure of float32 noise.
-    random_torch = self_checks["torch"].get("deterministic") is False
-    use_fp64_reference = use_fp64_reference and not random_torch
+    use_fp64_reference = use_fp64_reference and not torch_run.step_is_random
     started = time.perf_counter()
     compared_bytes = 0
     comparisons: List[Comparison] = []
@@ -518,7 +516,7 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
         diagnosis = diagnose(first, pair.torch, pair.mindspore, comparisons, torch_run, ms_run,
                              unmatched)
     notes = [_observer_note(check, framework) for framework, check in self_checks.items()]
-    if random_torch:
+    if torch_run.step_is_random:
         notes.append("torch's step is not deterministic, so its float64 rerun cannot measure "
                      "float32 noise: verdicts use the fixed tolerances")
     if sites:
