@@ -15,9 +15,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from parity.records import Alignment, RecordInfo
 
-# MindSpore BatchNorm parameter names -> the PyTorch role with the same meaning.
+# MindSpore parameter names (BatchNorm's, Embedding's table) -> the PyTorch role they play.
 MINDSPORE_PARAM_ROLES = {"gamma": "weight", "beta": "bias", "moving_mean": "running_mean",
-                         "moving_variance": "running_var"}
+                         "moving_variance": "running_var", "embedding_table": "weight"}
 GENERIC_OP = "module"
 
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from parity.capture.common import model_input
 from parity.compare.engine import compare_runs
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
@@ -175,7 +176,7 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
         raise ParityInputError(str(error)) from None
     policy = as_policy(tolerance)
     if inputs is not None:
-        inputs = (np.asarray(inputs[0], dtype=np.float32), np.asarray(inputs[1], dtype=np.int64))
+        inputs = (model_input(np.asarray(inputs[0])), np.asarray(inputs[1], dtype=np.int64))
     with tempfile.TemporaryDirectory(prefix="parity-") as scratch:
         root = Path(out) if out is not None else Path(scratch)
         _prepare_run_dir(root, config, "parity.check(...)")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from parity.rundir import RunReader
 from tests.conftest import TINY, parity_cli, read_json
 
 RECORD_KEYS = {"name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine"}
@@ -135,6 +136,31 @@ def test_a_batch_cropped_one_pixel_off_is_the_first_divergence(compare_mindspore
     assert report["first_divergence"]["name"] == "input"
     assert report["diagnosis"]["cause"] == "preprocessing differs"
     assert "pixel (i, j) is torch's (i, j-1): a crop offset" in report["diagnosis"]["detail"]
+
+
+@pytest.mark.parametrize("ms_model, passed", [("ms_tokens", True), ("ms_tokens_scaled", False)])
+def test_a_token_id_model_is_checked_from_an_integer_batch(tmp_path, ms_model, passed):
+    """Token ids stay integers on both sides (an embedding refuses float indices): the correct
+    port passes; one that scales its embedding by √width in a wrapper cell is named there
+    (the first failing record is the Flatten after it: the wrapper has no torch counterpart,
+    its inner Embedding matched torch's)."""
+    import numpy as np
+
+    from tests.tiny import TOKENS, VOCABULARY
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "tokens.npz", x=rng.integers(0, VOCABULARY, (4, TOKENS)),
+             y=rng.integers(0, 5, 4))
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tokens", "--ms-model",
+                         f"tests.tiny:{ms_model}", "--input", tmp_path / "tokens.npz", "--out",
+                         tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
+    assert process.returncode == (0 if passed else 1), process.stdout + process.stderr
+    report = read_json(tmp_path / "report.json")
+    inputs = RunReader.open(tmp_path / "run" / "torch").records
+    assert [r.dtype for r in inputs if r.name == "input"] == ["int64"]
+    if not passed:
+        assert report["diagnosis"]["cause"] == "extra operation in the port" and \
+            "MindSpore runs 0 after the last output that matched and before 1" in \
+            report["diagnosis"]["detail"]
 
 
 @pytest.mark.parametrize("options, kind, cause", [

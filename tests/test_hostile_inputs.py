@@ -106,6 +106,13 @@ def test_batch_file_without_labels(tmp_path):
     assert_one_line_error(process, "lacks array(s) y")
 
 
+def test_batch_of_booleans(tmp_path):
+    np.savez(tmp_path / "batch.npz", x=np.zeros((2, 3, 8, 8), bool), y=np.array([1, 2]))
+    process = parity_cli("run", *TINY, "--input", tmp_path / "batch.npz", "--out",
+                         tmp_path / "run")
+    assert_one_line_error(process, "the input batch holds bool: pass floats")
+
+
 def test_output_directory_that_is_not_a_parity_run(tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.tex").write_text("precious")

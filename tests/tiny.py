@@ -84,3 +84,32 @@ def ms_tiny() -> msnn.Cell:
 def ms_tiny_same_padding() -> msnn.Cell:
     """The stride-2 conv (cell "3") with pad_mode='same'."""
     return _ms_tiny(pad_mode="same")
+
+
+# A token-id model: integer inputs (embedding lookup) instead of an image batch.
+VOCABULARY, WIDTH, TOKENS = 50, 8, 6
+
+
+def torch_tokens() -> tnn.Module:
+    return tnn.Sequential(tnn.Embedding(VOCABULARY, WIDTH), tnn.Flatten(),
+                          tnn.Linear(WIDTH * TOKENS, 5))
+
+
+class _ScaledEmbedding(msnn.Cell):
+    """The embedding scaled by √width, as a Transformer's input is: applied on one side only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = msnn.Embedding(VOCABULARY, WIDTH)
+
+    def construct(self, tokens):
+        return self.table(tokens) * WIDTH ** 0.5
+
+
+def ms_tokens(embedding: msnn.Cell = None) -> msnn.Cell:
+    return msnn.SequentialCell([embedding or msnn.Embedding(VOCABULARY, WIDTH), msnn.Flatten(),
+                                msnn.Dense(WIDTH * TOKENS, 5)])
+
+
+def ms_tokens_scaled() -> msnn.Cell:
+    return ms_tokens(_ScaledEmbedding())

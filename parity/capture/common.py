@@ -130,14 +130,27 @@ def synthetic_batch(batch_size: int, image_size: int, num_classes: int,
     return x, y
 
 
+def model_input(x: np.ndarray) -> np.ndarray:
+    """The batch as both models take it: floats in float32, integers (token ids, indices) in
+    int64, as torch's embedding and gather require; anything else is refused."""
+    if np.issubdtype(x.dtype, np.floating):
+        return x.astype(np.float32, copy=False)
+    if np.issubdtype(x.dtype, np.integer):
+        return x.astype(np.int64, copy=False)
+    raise ParityInputError(f"the input batch holds {x.dtype}: pass floats (images, features) "
+                           "or integers (token ids)")
+
+
 def load_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
-    """A user batch from an .npz with ``x`` (float32 N×C×H×W) and ``y`` (integer labels)."""
+    """A user batch from an .npz with ``x`` (float N×C×H×W, or integer token ids N×L) and
+    ``y`` (integer labels)."""
     try:
         with np.load(path, allow_pickle=False) as data:
             missing = [key for key in ("x", "y") if key not in data.files]
             if missing:
                 raise ParityInputError(f"{path} lacks array(s) {', '.join(missing)}; an --input "
-                                       ".npz needs 'x' (N×C×H×W) and 'y' (class indices)")
+                                       ".npz needs 'x' (N×C×H×W or token ids) and 'y' (class "
+                                       "indices)")
             x, y = data["x"], data["y"]
     except (OSError, ValueError) as error:
         raise ParityInputError(f"{path} is not a readable .npz file ({error})") from None
@@ -146,7 +159,7 @@ def load_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
                                "(y holds one class index per sample)")
     if not np.issubdtype(y.dtype, np.integer):
         raise ParityInputError(f"{path}: y must hold integer class indices, not {y.dtype}")
-    return x.astype(np.float32, copy=False), y.astype(np.int64, copy=False)
+    return model_input(x), y.astype(np.int64, copy=False)
 
 
 def framework_versions(framework: str) -> Dict[str, str]:

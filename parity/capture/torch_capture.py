@@ -110,7 +110,8 @@ def _train_step(model, initial: Mapping[str, np.ndarray], x: np.ndarray, y: np.n
                                 nesterov=config.nesterov)
     optimizer.zero_grad(set_to_none=True)
     try:
-        logits = model(torch.from_numpy(x).to(dtype))
+        inputs = torch.from_numpy(x)            # token ids stay integers
+        logits = model(inputs.to(dtype) if inputs.is_floating_point() else inputs)
     finally:
         for handle in handles:
             handle.remove()

@@ -8,7 +8,7 @@ message says where to look ("guess").
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -159,6 +159,13 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: R
         return Diagnosis(cause="operation missing in the port",
                          detail=f"torch runs {', '.join(missing_inside)} inside {first.name}; "
                                 "the MindSpore cell has no counterpart.", confidence="likely")
+    extra = _unmatched_just_before(m, ms_run, set(unmatched.get("mindspore forward", ())))
+    if extra:
+        return Diagnosis(cause="extra operation in the port",
+                         detail=f"MindSpore runs {', '.join(extra)} after the last output that "
+                                f"matched and before {m.name}, and torch has no counterpart: "
+                                "what that cell adds (a scale, an extra op) is the likely cause.",
+                         confidence="likely")
     if t.op != m.op:
         return Diagnosis(cause="different operation",
                          detail=f"torch {t.name} is {t.op or '?'}, MindSpore {m.name} is "
@@ -176,6 +183,18 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: R
                             f"{first.max_rel:.2g}): precision settings (fp16/HF32), a different "
                             "reduction order, or a tolerance too tight for this depth.",
                      confidence="guess")
+
+
+def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -> List[str]:
+    """The unmatched forward records of ``run`` that ran after its last matched one before
+    ``m``: computation with no counterpart on the other side, between a match and a miss."""
+    extra: List[str] = []
+    for record in sorted((r for r in run.records if r.kind == "forward" and r.order < m.order),
+                         key=lambda r: r.order, reverse=True):
+        if record.name not in unmatched:
+            break
+        extra.insert(0, record.name)
+    return extra
 
 
 def _factor(ratio: float) -> str:
