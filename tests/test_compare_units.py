@@ -156,6 +156,8 @@ def test_forward_alignment_by_order_op_and_shape():
 class _Run:
     """The little of a RunReader that diagnose reads: records and their tensors."""
 
+    step_is_random = False
+
     def __init__(self, tensors, records, config=None, path=None):
         self.records, self._tensors = records, tensors
         self.manifest = {"config": config or {}}
@@ -243,6 +245,26 @@ def test_a_preprocessing_difference_is_named_by_what_maps_one_batch_onto_the_oth
     batch = RecordInfo(name="input", kind="input", shape=x.shape, dtype="float32", order=0,
                        shard="", key="")
     ms_x = np.ascontiguousarray(preprocess(x), dtype=np.float32)
+    first = _first(x, ms_x, batch, "input")
+    found = diagnose(first, batch, batch, [first], _Run({"input": x}, [batch]),
+                     _Run({"input": ms_x}, [batch]), {})
+    assert found.cause == "preprocessing differs"
+    assert named in found.detail
+
+
+@pytest.mark.parametrize("tokenize, named", [
+    (lambda x: x + 1, "4 of 6 token ids differ, the first at (0, 0) (torch 3, MindSpore 4), each "
+                      "by +1: the vocabularies are offset"),
+    (lambda x: np.where(x == 3, 7, x), "2 of 6 token ids differ, the first at (0, 0) (torch 3, "
+                                       "MindSpore 7): the tokenizer or its vocabulary differs"),
+])
+def test_token_ids_that_differ_are_named_by_how(tokenize, named):
+    from parity.compare.diagnosis import diagnose
+
+    x = np.array([[3, 5, 0], [0, 9, 3]])
+    ms_x = np.where(x == 0, 0, tokenize(x))         # padding (0) stays 0 on both sides
+    batch = RecordInfo(name="input", kind="input", shape=x.shape, dtype="int64", order=0,
+                       shard="", key="")
     first = _first(x, ms_x, batch, "input")
     found = diagnose(first, batch, batch, [first], _Run({"input": x}, [batch]),
                      _Run({"input": ms_x}, [batch]), {})

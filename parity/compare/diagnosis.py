@@ -103,6 +103,8 @@ def _preprocessing(a: np.ndarray, b: np.ndarray) -> str:
     MindSpore's ``b``: a crop offset, reversed channels, or a per-channel affine map (mean/std
     normalisation, a 0–255 range). Otherwise the remaining suspects are named."""
     suspects = "resize rounding, crop offset, antialias or normalisation."
+    if np.issubdtype(a.dtype, np.integer) and np.issubdtype(b.dtype, np.integer):
+        return _token_ids(a, b)
     if a.shape != b.shape or a.ndim != 4:
         return suspects
     a, b = a.astype(np.float64), b.astype(np.float64)
@@ -138,6 +140,23 @@ def _preprocessing(a: np.ndarray, b: np.ndarray) -> str:
     offsets = ", ".join(f"{o if abs(o) > SAME_BATCH * scale else 0:.4g}" for _, o in fits)
     return (f"MindSpore's batch is torch's times ({gains}) plus ({offsets}) per channel: "
             "normalisation (mean/std, or the 0–255 vs 0–1 range) differs.")
+
+
+def _token_ids(a: np.ndarray, b: np.ndarray) -> str:
+    """How torch's token ids ``a`` and MindSpore's ``b`` differ: where first, and whether by
+    one offset (claimed only when several distinct ids moved by it)."""
+    if a.shape != b.shape:
+        return (f"torch's token ids are {a.shape}, MindSpore's {b.shape}: padding or "
+                "truncation differs.")
+    differ = a != b
+    first = tuple(int(i) for i in np.argwhere(differ)[0])
+    offsets = np.unique(b[differ].astype(np.int64) - a[differ])
+    found = (f"{int(differ.sum())} of {a.size} token ids differ, the first at {first} (torch "
+             f"{a[first]}, MindSpore {b[first]})")
+    if offsets.size == 1 and np.unique(a[differ]).size > 1:
+        return (f"{found}, each by {int(offsets[0]):+d}: the vocabularies are offset (special "
+                "tokens, 0- or 1-based ids).")
+    return f"{found}: the tokenizer or its vocabulary differs."
 
 
 def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
