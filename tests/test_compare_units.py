@@ -272,6 +272,28 @@ def test_token_ids_that_differ_are_named_by_how(tokenize, named):
     assert named in found.detail
 
 
+@pytest.mark.parametrize("extra_op, blamed", [(lambda x: x * 2.0, True),
+                                               (lambda x: x.reshape(2, -1), False)])
+def test_an_unmatched_cell_before_the_divergence_is_blamed_only_if_it_changed_values(extra_op,
+                                                                                   blamed):
+    from parity.compare.diagnosis import diagnose
+
+    def forward(name, order, value, op="dense"):
+        return RecordInfo(name=name, kind="forward", shape=value.shape, dtype="float32",
+                          order=order, shard="", key="", op=op)
+
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    wrapped = extra_op(x)
+    torch_fc = -np.abs(x) - 1
+    t_fc, m_fc = forward("fc", 2, torch_fc), forward("fc", 3, torch_fc)
+    ms_records = [forward("stem", 0, x), forward("wrapper", 1, wrapped, "module"), m_fc]
+    ms_run = _Run({"stem": x, "wrapper": wrapped, "fc": x * 3}, ms_records)
+    first = _first(torch_fc, x * 3, t_fc, "fc")
+    found = diagnose(first, t_fc, m_fc, [first], _Run({"fc": torch_fc}, [t_fc]), ms_run,
+                     {"mindspore forward": ("wrapper",)})
+    assert (found.cause == "extra operation in the port") == blamed, found
+
+
 def test_an_update_is_checked_against_torchs_step_of_mindsporess_own_gradient():
     from parity.compare.optimizer import step_error
 

@@ -206,14 +206,21 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: R
 
 def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -> List[str]:
     """The unmatched forward records of ``run`` that ran after its last matched one before
-    ``m``: computation with no counterpart on the other side, between a match and a miss."""
-    extra: List[str] = []
+    ``m`` and changed its values: computation with no counterpart on the other side, between a
+    match and a miss. An unmatched reshape or identity (same values) is not blamed."""
+    extra: List[RecordInfo] = []
+    matched = None
     for record in sorted((r for r in run.records if r.kind == "forward" and r.order < m.order),
                          key=lambda r: r.order, reverse=True):
         if record.name not in unmatched:
+            matched = record
             break
-        extra.insert(0, record.name)
-    return extra
+        extra.insert(0, record)
+    if matched is not None and extra:
+        before = run.tensor(matched).reshape(-1)
+        if all(np.array_equal(run.tensor(r).reshape(-1), before) for r in extra):
+            return []
+    return [r.name for r in extra]
 
 
 def _factor(ratio: float) -> str:
