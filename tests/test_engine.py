@@ -163,6 +163,28 @@ def test_a_token_id_model_is_checked_from_an_integer_batch(tmp_path, ms_model, p
             report["diagnosis"]["detail"]
 
 
+@pytest.mark.parametrize("ms_loss, passed", [(None, True), ("summed_cross_entropy", False)])
+def test_a_segmenter_is_checked_from_per_pixel_labels(tmp_path, ms_loss, passed):
+    """Labels per pixel (N×H×W) from --input, three samples where the default batch is two:
+    a summed loss is named by the number of labels the mean divides by (3·8·8 = 192)."""
+    import numpy as np
+
+    from tests.tiny import SEGMENT_CLASSES
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "pixels.npz", x=rng.standard_normal((3, 3, 8, 8), dtype=np.float32),
+             y=rng.integers(0, SEGMENT_CLASSES, (3, 8, 8)))
+    loss = ("--ms-loss", f"tests.losses:{ms_loss}") if ms_loss else ()
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_segmenter", "--ms-model",
+                         "tests.tiny:ms_segmenter", "--input", tmp_path / "pixels.npz", *loss,
+                         "--out", tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
+    assert process.returncode == (0 if passed else 1), process.stdout + process.stderr
+    if not passed:
+        report = read_json(tmp_path / "report.json")
+        assert report["first_divergence"]["kind"] == "loss"
+        assert report["diagnosis"]["cause"] == "loss reduction sum vs mean"
+        assert "the number of labels (192)" in report["diagnosis"]["detail"]
+
+
 @pytest.mark.parametrize("options, kind, cause", [
     (("--ms-weight-decay-scope", "no-gamma-beta"), "update", "weight decay skipped"),
     (("--ms-loss-scale", "1024", "--ms-no-scale-loss"), "update", "loss scale"),

@@ -113,3 +113,19 @@ def ms_tokens(embedding: msnn.Cell = None) -> msnn.Cell:
 
 def ms_tokens_scaled() -> msnn.Cell:
     return ms_tokens(_ScaledEmbedding())
+
+
+# A segmentation head: one class score per pixel, a label per pixel.
+SEGMENT_CLASSES = 5
+
+
+def torch_segmenter() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1), tnn.BatchNorm2d(8), tnn.ReLU(),
+                          tnn.Conv2d(8, SEGMENT_CLASSES, 1))
+
+
+def ms_segmenter() -> msnn.Cell:
+    return msnn.SequentialCell([
+        msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True),
+        msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU(),
+        msnn.Conv2d(8, SEGMENT_CLASSES, 1, has_bias=True)])

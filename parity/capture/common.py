@@ -154,9 +154,9 @@ def load_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
             x, y = data["x"], data["y"]
     except (OSError, ValueError) as error:
         raise ParityInputError(f"{path} is not a readable .npz file ({error})") from None
-    if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
+    if x.ndim < 2 or y.ndim < 1 or len(x) != len(y):
         raise ParityInputError(f"{path}: x {x.shape} and y {y.shape} must share the batch size "
-                               "(y holds one class index per sample)")
+                               "(y holds class indices: one per sample, or per pixel or token)")
     if not np.issubdtype(y.dtype, np.integer):
         raise ParityInputError(f"{path}: y must hold integer class indices, not {y.dtype}")
     return model_input(x), y.astype(np.int64, copy=False)

@@ -273,7 +273,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     if inputs is not None:
         x, y = inputs
     else:
-        if num_classes is None:
+        if num_classes is None and batch_file is None:     # a file's labels need no count
             probe, _ = batch_for(config, batch_file, 1)
             num_classes = _infer_num_classes(model, probe)
         x, y = batch_for(config, batch_file, num_classes)

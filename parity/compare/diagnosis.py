@@ -227,13 +227,19 @@ def _factor(ratio: float) -> str:
     return f"{ratio:.4g}×" if abs(ratio) >= 1 else f"1/{1 / ratio:.4g} of"
 
 
-def _ratio_cause(ratio: float, config: Dict, what: str) -> Optional[Diagnosis]:
-    batch = float(config.get("batch_size", 0) or 0)
+def _label_count(torch_run: RunReader) -> int:
+    """How many labels a mean loss divides by: one per sample, or per pixel or token."""
+    labels = _record(torch_run, "target", "input")
+    return int(np.prod(labels.shape)) if labels is not None else 0
+
+
+def _ratio_cause(ratio: float, config: Dict, what: str, labels: int) -> Optional[Diagnosis]:
     scale = float(config.get("ms_loss_scale", 1.0) or 1.0)
-    if batch > 1 and _close(ratio, batch):
+    if labels > 1 and _close(ratio, labels):
         return Diagnosis(cause="loss reduction sum vs mean",
-                         detail=f"MindSpore {what} are {_factor(ratio)} torch's = the batch size: "
-                                "the loss is summed instead of averaged.", confidence="likely")
+                         detail=f"MindSpore {what} are {_factor(ratio)} torch's = the number of "
+                                f"labels ({labels}): the loss is summed instead of averaged.",
+                         confidence="likely")
     if scale != 1.0 and (_close(ratio, scale) or _close(ratio, 1.0 / scale)):
         return Diagnosis(cause="loss scale not undone",
                          detail=f"MindSpore {what} are {_factor(ratio)} torch's with loss_scale "
@@ -367,7 +373,7 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
         torch_loss, ms_loss = (float(np.asarray(run.tensor(r)).reshape(-1)[0])
                                for run, r in ((torch_run, t), (ms_run, m)))
         ratio = ms_loss / torch_loss if torch_loss else float("nan")
-        found = _ratio_cause(ratio, ms_config, "loss values") or \
+        found = _ratio_cause(ratio, ms_config, "loss values", _label_count(torch_run)) or \
             _loss_targets(torch_run, ms_run)
         if found:
             return found
@@ -386,7 +392,8 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
                                 "that BatchNorm.", confidence="likely")
     if first.kind == "grad":
         found = _ratio_cause(_median_ratio(torch_run.tensor(t), ms_run.tensor(m)), ms_config,
-                             "gradients") or _loss_targets(torch_run, ms_run)
+                             "gradients", _label_count(torch_run)) or \
+            _loss_targets(torch_run, ms_run)
         return found or Diagnosis(
             cause="backward differs while forward matches",
             detail=f"{first.name}'s gradient is the first (in backward order) to differ: a "
@@ -427,7 +434,8 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
         if _close(_median_ratio(decay_step, own - mu), 1.0, 0.1):
             return Diagnosis(cause="weight decay applied only on the MindSpore side",
                              detail=f"{param}'s update differs by lr·wd·w.", confidence="likely")
-        found = _ratio_cause(_median_ratio(own, mu), config, "updates")
+        found = _ratio_cause(_median_ratio(own, mu), config, "updates",
+                             _label_count(torch_run))
         if found:
             return found
     # the update failed the check against torch's step of MindSpore's own gradient
