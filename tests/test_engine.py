@@ -185,6 +185,27 @@ def test_a_segmenter_is_checked_from_per_pixel_labels(tmp_path, ms_loss, passed)
         assert "the number of labels (192)" in report["diagnosis"]["detail"]
 
 
+@pytest.mark.parametrize("ms_model, passed", [("ms_layernorm_mlp", True),
+                                              ("ms_layernorm_mlp_default_epsilon", False)])
+def test_a_layernorm_ported_with_mindspores_default_epsilon_is_named(tmp_path, ms_model,
+                                                                     passed):
+    import numpy as np
+
+    from tests.tiny import FEATURES
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "features.npz", x=rng.standard_normal((4, FEATURES), dtype=np.float32),
+             y=rng.integers(0, 5, 4))
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_layernorm_mlp", "--ms-model",
+                         f"tests.tiny:{ms_model}", "--input", tmp_path / "features.npz",
+                         "--out", tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
+    assert process.returncode == (0 if passed else 1), process.stdout + process.stderr
+    if not passed:
+        report = read_json(tmp_path / "report.json")
+        assert report["first_divergence"]["name"] == "1"
+        assert report["diagnosis"]["cause"] == "LayerNorm eps differs"
+        assert "MindSpore 1 epsilon=1e-07; set epsilon=1e-05" in report["diagnosis"]["detail"]
+
+
 @pytest.mark.parametrize("options, kind, cause", [
     (("--ms-weight-decay-scope", "no-gamma-beta"), "update", "weight decay skipped"),
     (("--ms-loss-scale", "1024", "--ms-no-scale-loss"), "update", "loss scale"),

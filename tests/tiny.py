@@ -129,3 +129,24 @@ def ms_segmenter() -> msnn.Cell:
         msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True),
         msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU(),
         msnn.Conv2d(8, SEGMENT_CLASSES, 1, has_bias=True)])
+
+
+# A small MLP with LayerNorm over 16 features: MindSpore's LayerNorm defaults to epsilon=1e-7.
+FEATURES = 16
+
+
+def torch_layernorm_mlp() -> tnn.Module:
+    return tnn.Sequential(tnn.Linear(FEATURES, FEATURES), tnn.LayerNorm(FEATURES), tnn.ReLU(),
+                          tnn.Linear(FEATURES, 5))
+
+
+def ms_layernorm_mlp(epsilon: float = 1e-5) -> msnn.Cell:
+    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES),
+                                msnn.LayerNorm((FEATURES,), epsilon=epsilon), msnn.ReLU(),
+                                msnn.Dense(FEATURES, 5)])
+
+
+def ms_layernorm_mlp_default_epsilon() -> msnn.Cell:
+    """LayerNorm ported without epsilon: MindSpore's default 1e-7 against torch's 1e-5."""
+    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES), msnn.LayerNorm((FEATURES,)),
+                                msnn.ReLU(), msnn.Dense(FEATURES, 5)])

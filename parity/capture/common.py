@@ -16,6 +16,7 @@ from parity.rundir import crc32
 OPS = {
     "Conv1d": "conv1d", "Conv2d": "conv2d", "Conv3d": "conv3d",
     "BatchNorm1d": "batchnorm1d", "BatchNorm2d": "batchnorm2d", "LayerNorm": "layernorm",
+    "GroupNorm": "groupnorm",
     "ReLU": "relu", "ReLU6": "relu6", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid",
     "Tanh": "tanh", "Softmax": "softmax", "LeakyReLU": "leakyrelu",
     "MaxPool2d": "maxpool2d", "AvgPool2d": "avgpool2d",
@@ -30,7 +31,7 @@ OPS = {
 
 # Module settings worth recording: they let the diagnosis name a cause instead of guessing.
 ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "groups", "group",
-                   "eps", "momentum", "training", "use_batch_statistics", "ceil_mode",
+                   "eps", "epsilon", "momentum", "training", "use_batch_statistics", "ceil_mode",
                    "inplace", "negative_slope", "p", "keep_prob")
 
 

@@ -29,6 +29,14 @@ def _median_ratio(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.median(b[mask] / a[mask])) if mask.any() else float("nan")
 
 
+NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
+
+
+def _norm(op: str) -> Optional[str]:
+    """The normalisation an op type is (batchnorm2d -> BatchNorm), or None."""
+    return next((name for prefix, name in NORM_NAMES.items() if op.startswith(prefix)), None)
+
+
 def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     ta, ma = t.attrs, m.attrs
     rates = different_drop_rates(t, m)
@@ -54,12 +62,16 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                 detail=f"MindSpore {m.name} pads bottom/right only, torch {t.name} pads both "
                        f"sides (padding={ta.get('padding')}): the window shifts one pixel. Use "
                        f"pad_mode='pad', padding={ta.get('padding')}.", confidence="certain")
+    norm = _norm(t.op) if _norm(t.op) == _norm(m.op) else None
+    t_eps, m_eps = ta.get("eps"), ma.get("eps", ma.get("epsilon"))   # MindSpore LayerNorm: epsilon
+    if norm and t_eps is not None and m_eps is not None and \
+            not np.isclose(t_eps, m_eps, rtol=1e-3):
+        keyword = "eps" if "eps" in ma else "epsilon"
+        return Diagnosis(cause=f"{norm} eps differs",
+                         detail=f"torch {t.name} eps={t_eps:g}, MindSpore {m.name} "
+                                f"{keyword}={m_eps:g}; set {keyword}={t_eps:g}.",
+                         confidence="certain")
     if m.op.startswith("batchnorm") and t.op.startswith("batchnorm"):
-        if "eps" in ta and "eps" in ma and not np.isclose(ta["eps"], ma["eps"], rtol=1e-3):
-            return Diagnosis(cause="BatchNorm eps differs",
-                             detail=f"torch {t.name} eps={ta['eps']:g}, MindSpore {m.name} "
-                                    f"eps={ma['eps']:g}; set eps={ta['eps']:g}.",
-                             confidence="certain")
         if ta.get("training") and ma.get("use_batch_statistics") is False:
             return Diagnosis(cause="MindSpore network not in training mode",
                              detail=f"{m.name} has use_batch_statistics=False: it normalises "
