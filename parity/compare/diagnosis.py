@@ -14,7 +14,7 @@ import numpy as np
 
 from parity.compare import optimizer, sums
 from parity.compare.batches import batch_difference
-from parity.compare.structure import different_drop_rates, different_operations
+from parity.compare.structure import different_drop_rates, different_operations, op_family
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
@@ -30,11 +30,6 @@ def _median_ratio(a: np.ndarray, b: np.ndarray) -> float:
 
 
 NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
-
-
-def _norm(op: str) -> Optional[str]:
-    """The normalisation an op type is (batchnorm2d -> BatchNorm), or None."""
-    return next((name for prefix, name in NORM_NAMES.items() if op.startswith(prefix)), None)
 
 
 def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
@@ -62,7 +57,7 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                 detail=f"MindSpore {m.name} pads bottom/right only, torch {t.name} pads both "
                        f"sides (padding={ta.get('padding')}): the window shifts one pixel. Use "
                        f"pad_mode='pad', padding={ta.get('padding')}.", confidence="certain")
-    norm = _norm(t.op) if _norm(t.op) == _norm(m.op) else None
+    norm = NORM_NAMES.get(op_family(t.op)) if op_family(t.op) == op_family(m.op) else None
     t_eps, m_eps = ta.get("eps"), ma.get("eps", ma.get("epsilon"))   # MindSpore LayerNorm: epsilon
     if norm and t_eps is not None and m_eps is not None and \
             not np.isclose(t_eps, m_eps, rtol=1e-3):

@@ -37,12 +37,15 @@ def different_drop_rates(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[float, 
     return rates
 
 
+def op_family(op: str) -> str:
+    """An op type without its dimensionality: batchnorm2d -> batchnorm."""
+    return re.sub(r"[123]d$", "", op)
+
+
 def different_operations(t: RecordInfo, m: RecordInfo) -> bool:
     """A forward pair computing different things (ReLU for ReLU6), whatever the numbers say.
     Dimensionality is not compared (a BatchNorm2d may stand for a BatchNorm1d on a reshape)."""
-    def family(op: str) -> str:
-        return re.sub(r"[123]d$", "", op)
-    return t.kind == "forward" and family(t.op) != family(m.op) \
+    return t.kind == "forward" and op_family(t.op) != op_family(m.op) \
         and not {t.op, m.op} & STRUCTURAL_OPS
 
 
