@@ -185,25 +185,33 @@ def test_a_segmenter_is_checked_from_per_pixel_labels(tmp_path, ms_loss, passed)
         assert "the number of labels (192)" in report["diagnosis"]["detail"]
 
 
-@pytest.mark.parametrize("ms_model, passed", [("ms_layernorm_mlp", True),
-                                              ("ms_layernorm_mlp_default_epsilon", False)])
-def test_a_layernorm_ported_with_mindspores_default_epsilon_is_named(tmp_path, ms_model,
-                                                                     passed):
+@pytest.mark.parametrize("torch_model, ms_model, cause, named", [
+    ("torch_layernorm_mlp", "ms_layernorm_mlp", None, None),
+    ("torch_layernorm_mlp", "ms_layernorm_mlp_default_epsilon", "LayerNorm eps differs",
+     "MindSpore 1 epsilon=1e-07; set epsilon=1e-05"),
+    ("torch_gelu_mlp", "ms_gelu_mlp", None, None),
+    ("torch_gelu_mlp", "ms_gelu_mlp_default", "GELU approximation differs",
+     "MindSpore 1 with 'tanh' (MindSpore's nn.GELU defaults to the tanh form); write "
+     "nn.GELU(approximate=False)"),
+])
+def test_mindspores_defaults_that_differ_from_torchs_are_named(tmp_path, torch_model, ms_model,
+                                                              cause, named):
+    """Transformer-style layers ported with MindSpore's defaults, from a batch of features."""
     import numpy as np
 
     from tests.tiny import FEATURES
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "features.npz", x=rng.standard_normal((4, FEATURES), dtype=np.float32),
              y=rng.integers(0, 5, 4))
-    process = parity_cli("run", "--torch-model", "tests.tiny:torch_layernorm_mlp", "--ms-model",
+    process = parity_cli("run", "--torch-model", f"tests.tiny:{torch_model}", "--ms-model",
                          f"tests.tiny:{ms_model}", "--input", tmp_path / "features.npz",
                          "--out", tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
-    assert process.returncode == (0 if passed else 1), process.stdout + process.stderr
-    if not passed:
+    assert process.returncode == (0 if cause is None else 1), process.stdout + process.stderr
+    if cause is not None:
         report = read_json(tmp_path / "report.json")
         assert report["first_divergence"]["name"] == "1"
-        assert report["diagnosis"]["cause"] == "LayerNorm eps differs"
-        assert "MindSpore 1 epsilon=1e-07; set epsilon=1e-05" in report["diagnosis"]["detail"]
+        assert report["diagnosis"]["cause"] == cause
+        assert named in report["diagnosis"]["detail"]
 
 
 @pytest.mark.parametrize("options, kind, cause", [

@@ -150,3 +150,18 @@ def ms_layernorm_mlp_default_epsilon() -> msnn.Cell:
     """LayerNorm ported without epsilon: MindSpore's default 1e-7 against torch's 1e-5."""
     return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES), msnn.LayerNorm((FEATURES,)),
                                 msnn.ReLU(), msnn.Dense(FEATURES, 5)])
+
+
+def torch_gelu_mlp() -> tnn.Module:
+    return tnn.Sequential(tnn.Linear(FEATURES, FEATURES), tnn.GELU(), tnn.Linear(FEATURES, 5))
+
+
+def ms_gelu_mlp(approximate: bool = False) -> msnn.Cell:
+    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES),
+                                msnn.GELU(approximate=approximate), msnn.Dense(FEATURES, 5)])
+
+
+def ms_gelu_mlp_default() -> msnn.Cell:
+    """nn.GELU() ported as is: MindSpore's default is the tanh approximation, torch's erf."""
+    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES), msnn.GELU(),
+                                msnn.Dense(FEATURES, 5)])

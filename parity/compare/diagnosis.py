@@ -47,6 +47,13 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                 "use the same operation. One batch through random initial "
                                 "weights need not show the difference (ReLU and ReLU6 agree "
                                 "below 6).", confidence="certain")
+    forms = _gelu_form(ta.get("approximate")), _gelu_form(ma.get("approximate"))
+    if t.op == m.op == "gelu" and None not in forms and forms[0] != forms[1]:
+        return Diagnosis(cause="GELU approximation differs",
+                         detail=f"torch {t.name} computes GELU with approximate='{forms[0]}', "
+                                f"MindSpore {m.name} with '{forms[1]}' (MindSpore's nn.GELU "
+                                "defaults to the tanh form); write nn.GELU(approximate="
+                                f"{forms[0] == 'tanh'}).", confidence="certain")
     if m.op in ("conv2d", "maxpool2d") and str(ma.get("pad_mode", "")).lower() == "same":
         stride = ma.get("stride", 1)
         strided = any(s > 1 for s in (stride if isinstance(stride, list) else [stride]))
@@ -86,6 +93,13 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                              detail=f"torch {t.name} {key}={ta[key]}, MindSpore {m.name} "
                                     f"{key}={ma[key]}.", confidence="certain")
     return None
+
+
+def _gelu_form(approximate) -> Optional[str]:
+    """'tanh' or 'none' from either framework's setting (MindSpore: True/False, or the string)."""
+    if isinstance(approximate, bool):
+        return "tanh" if approximate else "none"
+    return str(approximate).lower() if approximate is not None else None
 
 
 def _as_pair(value) -> Tuple:
