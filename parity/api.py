@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,11 +122,17 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
         debug: bool = False) -> CheckResult:
     """Capture torch then MindSpore (each in its own process) into ``out``, then compare."""
     out = Path(out)
+    created = not out.exists()
     _prepare_run_dir(out, config, command)
     report = progress or (lambda stage, state: None)
     torch_dir, ms_dir = out / "torch", out / "mindspore"
     report("torch capture", "start")
-    capture_in_subprocess("torch", config, torch_dir, options, debug=debug)
+    try:
+        capture_in_subprocess("torch", config, torch_dir, options, debug=debug)
+    except BaseException:           # Ctrl-C too: a directory holding only our marker goes
+        if created and [path.name for path in out.iterdir()] == [RUN_INDEX]:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     report("torch capture", "done")
     report("mindspore capture", "start")
     capture_in_subprocess("mindspore", config, ms_dir, options, reference=torch_dir,

@@ -227,6 +227,16 @@ def test_failing_user_model_code_is_one_line(tmp_path):
     assert_one_line_error(process, "mindspore capture", "TypeError", "'depth'")
 
 
+def test_a_model_that_takes_other_inputs_is_pointed_to_input(tmp_path):
+    """A token-id model fed parity's synthetic image batch: the framework's error says what
+    failed, the line says what to do."""
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tokens", "--ms-model",
+                         "tests.tiny:ms_tokens", "--out", tmp_path / "run")
+    assert_one_line_error(process, "failed on parity's synthetic batch (2×3×64×64 float32",
+                          "'indices'", "needs them from --input FILE.npz")
+    assert not (tmp_path / "run").exists()
+
+
 def test_bad_map_file(tmp_path):
     (tmp_path / "map.toml").write_text("fc = 3\n")
     process = parity_cli("run", *TINY, "--map", tmp_path / "map.toml", "--out", tmp_path / "r")

@@ -6,7 +6,7 @@ import ctypes
 import math
 import platform
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -190,6 +190,22 @@ def _noise_recorder(writer: RunWriter) -> Callable[..., None]:
 
 
 @contextmanager
+def _synthetic_batch_errors(config: StepConfig) -> Iterator[None]:
+    """A model failing on the synthetic image batch most often takes other inputs or labels:
+    say so, and how to give them, instead of only the framework's error."""
+    try:
+        yield
+    except ParityInputError:
+        raise
+    except Exception as error:
+        raise ParityInputError(
+            f"the torch model failed on parity's synthetic batch ({config.batch_size}×3×"
+            f"{config.image_size}×{config.image_size} float32 images, one label per sample): "
+            f"{type(error).__name__}: {error}. A model that takes other inputs or labels needs "
+            "them from --input FILE.npz") from error
+
+
+@contextmanager
 def _float64_step_memory() -> Iterator[None]:
     """glibc only: the float64 step's large allocations get their own mappings.
 
@@ -270,12 +286,15 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     if weights is not None:
         _load_weights(model, weights)
     num_classes = config.num_classes
+    synthetic = partial(_synthetic_batch_errors, config) if inputs is None and batch_file is None \
+        else nullcontext
     if inputs is not None:
         x, y = inputs
     else:
         if num_classes is None and batch_file is None:     # a file's labels need no count
             probe, _ = batch_for(config, batch_file, 1)
-            num_classes = _infer_num_classes(model, probe)
+            with synthetic():
+                num_classes = _infer_num_classes(model, probe)
         x, y = batch_for(config, batch_file, num_classes)
     initial = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
 
@@ -284,7 +303,8 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         initial = _StateOnDisk(writer.partial / INITIAL_WEIGHTS, list(initial))
         hooked = Fingerprints()
         clock.next("hooked step")
-        _train_step(model, initial, x, y, config, tee(writer.add, hooked))
+        with synthetic():
+            _train_step(model, initial, x, y, config, tee(writer.add, hooked))
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
             _restore(model, initial)
