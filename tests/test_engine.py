@@ -138,6 +138,18 @@ def test_a_batch_cropped_one_pixel_off_is_the_first_divergence(compare_mindspore
     assert "pixel (i, j) is torch's (i, j-1): a crop offset" in report["diagnosis"]["detail"]
 
 
+def _run_on_batch(tmp_path, torch_model: str, ms_model: str, x, y, *options: str):
+    """``parity run`` of a tests.tiny pair on the batch (x, y) given with --input: its exit
+    code and JSON report."""
+    import numpy as np
+    np.savez(tmp_path / "batch.npz", x=x, y=y)
+    process = parity_cli("run", "--torch-model", f"tests.tiny:{torch_model}", "--ms-model",
+                         f"tests.tiny:{ms_model}", "--input", tmp_path / "batch.npz", *options,
+                         "--out", tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
+    assert process.returncode in (0, 1), process.stdout + process.stderr
+    return process.returncode, read_json(tmp_path / "report.json")
+
+
 @pytest.mark.parametrize("ms_model, passed", [("ms_tokens", True), ("ms_tokens_scaled", False)])
 def test_a_token_id_model_is_checked_from_an_integer_batch(tmp_path, ms_model, passed):
     """Token ids stay integers on both sides (an embedding refuses float indices): the correct
@@ -148,13 +160,9 @@ def test_a_token_id_model_is_checked_from_an_integer_batch(tmp_path, ms_model, p
 
     from tests.tiny import TOKENS, VOCABULARY
     rng = np.random.default_rng(0)
-    np.savez(tmp_path / "tokens.npz", x=rng.integers(0, VOCABULARY, (4, TOKENS)),
-             y=rng.integers(0, 5, 4))
-    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tokens", "--ms-model",
-                         f"tests.tiny:{ms_model}", "--input", tmp_path / "tokens.npz", "--out",
-                         tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
-    assert process.returncode == (0 if passed else 1), process.stdout + process.stderr
-    report = read_json(tmp_path / "report.json")
+    code, report = _run_on_batch(tmp_path, "torch_tokens", ms_model,
+                                 rng.integers(0, VOCABULARY, (4, TOKENS)), rng.integers(0, 5, 4))
+    assert code == (0 if passed else 1), report["diagnosis"]
     inputs = RunReader.open(tmp_path / "run" / "torch").records
     assert [r.dtype for r in inputs if r.name == "input"] == ["int64"]
     if not passed:
@@ -171,15 +179,12 @@ def test_a_segmenter_is_checked_from_per_pixel_labels(tmp_path, ms_loss, passed)
 
     from tests.tiny import SEGMENT_CLASSES
     rng = np.random.default_rng(0)
-    np.savez(tmp_path / "pixels.npz", x=rng.standard_normal((3, 3, 8, 8), dtype=np.float32),
-             y=rng.integers(0, SEGMENT_CLASSES, (3, 8, 8)))
     loss = ("--ms-loss", f"tests.losses:{ms_loss}") if ms_loss else ()
-    process = parity_cli("run", "--torch-model", "tests.tiny:torch_segmenter", "--ms-model",
-                         "tests.tiny:ms_segmenter", "--input", tmp_path / "pixels.npz", *loss,
-                         "--out", tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
-    assert process.returncode == (0 if passed else 1), process.stdout + process.stderr
+    code, report = _run_on_batch(tmp_path, "torch_segmenter", "ms_segmenter",
+                                 rng.standard_normal((3, 3, 8, 8), dtype=np.float32),
+                                 rng.integers(0, SEGMENT_CLASSES, (3, 8, 8)), *loss)
+    assert code == (0 if passed else 1), report["diagnosis"]
     if not passed:
-        report = read_json(tmp_path / "report.json")
         assert report["first_divergence"]["kind"] == "loss"
         assert report["diagnosis"]["cause"] == "loss reduction sum vs mean"
         assert "the number of labels (192)" in report["diagnosis"]["detail"]
@@ -201,14 +206,11 @@ def test_mindspores_defaults_that_differ_from_torchs_are_named(tmp_path, torch_m
 
     from tests.tiny import FEATURES
     rng = np.random.default_rng(0)
-    np.savez(tmp_path / "features.npz", x=rng.standard_normal((4, FEATURES), dtype=np.float32),
-             y=rng.integers(0, 5, 4))
-    process = parity_cli("run", "--torch-model", f"tests.tiny:{torch_model}", "--ms-model",
-                         f"tests.tiny:{ms_model}", "--input", tmp_path / "features.npz",
-                         "--out", tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
-    assert process.returncode == (0 if cause is None else 1), process.stdout + process.stderr
+    code, report = _run_on_batch(tmp_path, torch_model, ms_model,
+                                 rng.standard_normal((4, FEATURES), dtype=np.float32),
+                                 rng.integers(0, 5, 4))
+    assert code == (0 if cause is None else 1), report["diagnosis"]
     if cause is not None:
-        report = read_json(tmp_path / "report.json")
         assert report["first_divergence"]["name"] == "1"
         assert report["diagnosis"]["cause"] == cause
         assert named in report["diagnosis"]["detail"]
