@@ -1,10 +1,12 @@
-"""A tiny conv net in both frameworks: fast enough for plugin and API tests."""
+"""Tiny pairs in both frameworks, fast enough for the plugin, API and end-to-end tests: a conv
+net (and its ported variants), a token-id classifier, a segmenter and small MLPs."""
 
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
+from typing import Optional
 
 import mindspore  # noqa: F401  (before torch)
 import mindspore.nn as msnn
@@ -106,7 +108,7 @@ class _ScaledEmbedding(msnn.Cell):
         return self.table(tokens) * WIDTH ** 0.5
 
 
-def ms_tokens(embedding: msnn.Cell = None) -> msnn.Cell:
+def ms_tokens(embedding: Optional[msnn.Cell] = None) -> msnn.Cell:
     return msnn.SequentialCell([embedding or msnn.Embedding(VOCABULARY, WIDTH), msnn.Flatten(),
                                 msnn.Dense(WIDTH * TOKENS, 5)])
 
