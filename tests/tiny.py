@@ -133,37 +133,40 @@ def ms_segmenter() -> msnn.Cell:
         msnn.Conv2d(8, SEGMENT_CLASSES, 1, has_bias=True)])
 
 
-# A small MLP with LayerNorm over 16 features: MindSpore's LayerNorm defaults to epsilon=1e-7.
+# Small MLPs over 16 features, with the layer under test between two linear layers.
 FEATURES = 16
 
 
-def torch_layernorm_mlp() -> tnn.Module:
-    return tnn.Sequential(tnn.Linear(FEATURES, FEATURES), tnn.LayerNorm(FEATURES), tnn.ReLU(),
-                          tnn.Linear(FEATURES, 5))
+def _torch_mlp(*middle: tnn.Module) -> tnn.Module:
+    return tnn.Sequential(tnn.Linear(FEATURES, FEATURES), *middle, tnn.Linear(FEATURES, 5))
 
 
-def ms_layernorm_mlp(epsilon: float = 1e-5) -> msnn.Cell:
-    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES),
-                                msnn.LayerNorm((FEATURES,), epsilon=epsilon), msnn.ReLU(),
+def _ms_mlp(*middle: msnn.Cell) -> msnn.Cell:
+    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES), *middle,
                                 msnn.Dense(FEATURES, 5)])
+
+
+def torch_layernorm_mlp() -> tnn.Module:
+    return _torch_mlp(tnn.LayerNorm(FEATURES), tnn.ReLU())
+
+
+def ms_layernorm_mlp() -> msnn.Cell:
+    return _ms_mlp(msnn.LayerNorm((FEATURES,), epsilon=1e-5), msnn.ReLU())
 
 
 def ms_layernorm_mlp_default_epsilon() -> msnn.Cell:
     """LayerNorm ported without epsilon: MindSpore's default 1e-7 against torch's 1e-5."""
-    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES), msnn.LayerNorm((FEATURES,)),
-                                msnn.ReLU(), msnn.Dense(FEATURES, 5)])
+    return _ms_mlp(msnn.LayerNorm((FEATURES,)), msnn.ReLU())
 
 
 def torch_gelu_mlp() -> tnn.Module:
-    return tnn.Sequential(tnn.Linear(FEATURES, FEATURES), tnn.GELU(), tnn.Linear(FEATURES, 5))
+    return _torch_mlp(tnn.GELU())
 
 
-def ms_gelu_mlp(approximate: bool = False) -> msnn.Cell:
-    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES),
-                                msnn.GELU(approximate=approximate), msnn.Dense(FEATURES, 5)])
+def ms_gelu_mlp() -> msnn.Cell:
+    return _ms_mlp(msnn.GELU(approximate=False))
 
 
 def ms_gelu_mlp_default() -> msnn.Cell:
     """nn.GELU() ported as is: MindSpore's default is the tanh approximation, torch's erf."""
-    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES), msnn.GELU(),
-                                msnn.Dense(FEATURES, 5)])
+    return _ms_mlp(msnn.GELU())
