@@ -47,3 +47,25 @@ def torch_label_smoothing():
 def torch_unreduced_cross_entropy():
     import torch
     return torch.nn.CrossEntropyLoss(reduction="none")
+
+
+AUX_WEIGHT = 0.4      # the auxiliary head's share of the loss, as GoogLeNet trains
+
+
+def _with_aux(cross_entropy, aux_weight: float = AUX_WEIGHT):
+    return lambda outputs, labels: cross_entropy(outputs[0], labels) + \
+        aux_weight * cross_entropy(outputs[1], labels)
+
+
+def two_heads():
+    return _with_aux(nn.CrossEntropyLoss())
+
+
+def two_heads_aux_weight_mistyped():
+    """The training script's auxiliary weight transcribed as 0.3."""
+    return _with_aux(nn.CrossEntropyLoss(), 0.3)
+
+
+def torch_two_heads():
+    import torch
+    return _with_aux(torch.nn.CrossEntropyLoss())

@@ -216,6 +216,25 @@ def test_mindspores_defaults_that_differ_from_torchs_are_named(tmp_path, torch_m
         assert named in report["diagnosis"]["detail"]
 
 
+@pytest.mark.parametrize("ms_loss, passed", [("two_heads", True),
+                                             ("two_heads_aux_weight_mistyped", False)])
+def test_a_model_with_an_auxiliary_head_is_checked_with_its_losses(tmp_path, ms_loss, passed):
+    """Two outputs (logits and an auxiliary head's), each head's a record, and the training
+    script's losses: an auxiliary weight mistyped in the port's loss is found at the loss."""
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_two_heads", "--ms-model",
+                         "tests.tiny:ms_two_heads", "--torch-loss", "tests.losses:torch_two_heads",
+                         "--ms-loss", f"tests.losses:{ms_loss}", "--num-classes", "10",
+                         "--image-size", "16", "--out", tmp_path / "run",
+                         "--json", tmp_path / "report.json", "--quiet")
+    assert process.returncode == (0 if passed else 1), process.stdout + process.stderr
+    report = read_json(tmp_path / "report.json")
+    heads = {r["name"]: r["passed"] for r in report["records"]
+             if r["kind"] == "forward" and r["name"] in ("head", "aux")}
+    assert heads == {"head": True, "aux": True}
+    if not passed:
+        assert report["first_divergence"]["kind"] == "loss"
+
+
 @pytest.mark.parametrize("options, kind, cause", [
     (("--ms-weight-decay-scope", "no-gamma-beta"), "update", "weight decay skipped"),
     (("--ms-loss-scale", "1024", "--ms-no-scale-loss"), "update", "loss scale"),

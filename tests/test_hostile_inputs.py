@@ -237,6 +237,22 @@ def test_a_model_that_takes_other_inputs_is_pointed_to_input(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("options, message", [
+    ((), "the torch model returns a tuple of 2 outputs, so the synthetic labels' class count "
+         "cannot be read from it: pass --num-classes K"),
+    (("--num-classes", "10"), "the torch model returns a tuple of 2 outputs; parity's default "
+                              "loss (mean cross entropy) takes one logits tensor: pass "
+                              "--torch-loss and --ms-loss"),
+    (("--num-classes", "10", "--torch-loss", "tests.losses:torch_two_heads"),
+     "the MindSpore model returns a tuple of 2 outputs; parity's default loss"),
+])
+def test_a_model_with_several_outputs_is_told_what_to_pass(tmp_path, options, message):
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_two_heads", "--ms-model",
+                         "tests.tiny:ms_two_heads", "--image-size", "16", *options,
+                         "--out", tmp_path / "run")
+    assert_one_line_error(process, message)
+
+
 def test_bad_map_file(tmp_path):
     (tmp_path / "map.toml").write_text("fc = 3\n")
     process = parity_cli("run", *TINY, "--map", tmp_path / "map.toml", "--out", tmp_path / "r")

@@ -1,5 +1,6 @@
 """Tiny pairs in both frameworks, fast enough for the plugin, API and end-to-end tests: a conv
-net (and its ported variants), a token-id classifier, a segmenter and small MLPs."""
+net (and its ported variants), a token-id classifier, a segmenter, small MLPs and a net with
+an auxiliary head."""
 
 from __future__ import annotations
 
@@ -170,3 +171,37 @@ def ms_gelu_mlp() -> msnn.Cell:
 def ms_gelu_mlp_default() -> msnn.Cell:
     """nn.GELU() ported as is: MindSpore's default is the tanh approximation, torch's erf."""
     return _ms_mlp(msnn.GELU())
+
+
+# Two outputs, as a classifier with an auxiliary head returns in training (GoogLeNet's).
+class _TorchTwoHeads(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1), tnn.ReLU(),
+                                   tnn.AdaptiveAvgPool2d(1), tnn.Flatten())
+        self.head, self.aux = tnn.Linear(8, 10), tnn.Linear(8, 10)
+
+    def forward(self, x):
+        features = self.body(x)
+        return self.head(features), self.aux(features)
+
+
+class _MsTwoHeads(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = msnn.SequentialCell([
+            msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True), msnn.ReLU(),
+            GlobalAvgPool(), msnn.Flatten()])
+        self.head, self.aux = msnn.Dense(8, 10), msnn.Dense(8, 10)
+
+    def construct(self, x):
+        features = self.body(x)
+        return self.head(features), self.aux(features)
+
+
+def torch_two_heads() -> tnn.Module:
+    return _TorchTwoHeads()
+
+
+def ms_two_heads() -> msnn.Cell:
+    return _MsTwoHeads()

@@ -101,6 +101,25 @@ def output_recorder(name: str, module: Any, record: Callable[..., None],
     return hook
 
 
+def several_outputs(outputs: Any) -> str:
+    """'a tuple of 2 outputs' (or list, dict) when a model returned more than one value, else
+    '': such a model has no one logits tensor for the default loss or the class count."""
+    if isinstance(outputs, (tuple, list, dict)):
+        return f"a {type(outputs).__name__} of {len(outputs)} outputs"
+    return ""
+
+
+def refuse_several_outputs(outputs: Any, framework: str) -> None:
+    """The default loss is cross entropy of one logits tensor: a model with several outputs
+    (an auxiliary head, say) is told to pass the loss its training script uses."""
+    several = several_outputs(outputs)
+    if several:
+        raise ParityInputError(
+            f"the {framework} model returns {several}; parity's default loss (mean cross "
+            "entropy) takes one logits tensor: pass --torch-loss and --ms-loss (parity.check: "
+            "torch_loss=, ms_loss=) factories of the losses that take them")
+
+
 def weight_update(after: np.ndarray, before: np.ndarray) -> np.ndarray:
     """Δw = after - before in the weights' dtype: comparing w1 alone hides small update bugs.
 

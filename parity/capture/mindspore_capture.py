@@ -12,7 +12,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from parity.capture.common import (ACTIVATION, PhaseClock, batch_for, dropout_modules,
-                                   manifest_meta, output_recorder, weight_update)
+                                   manifest_meta, output_recorder, refuse_several_outputs,
+                                   weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -186,7 +187,10 @@ def _train_step(net, optimizer, initial: Dict[str, np.ndarray], x: np.ndarray, y
         nn.CrossEntropyLoss(reduction="mean", label_smoothing=config.label_smoothing)
 
     def forward(inputs, labels):
-        loss = loss_fn(net(inputs), labels)
+        outputs = net(inputs)
+        if not config.ms_loss:
+            refuse_several_outputs(outputs, "MindSpore")
+        loss = loss_fn(outputs, labels)
         return loss * scale, loss
 
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters, has_aux=True)

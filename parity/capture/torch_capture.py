@@ -16,7 +16,8 @@ from threadpoolctl import threadpool_limits
 
 from parity import kinks
 from parity.capture.common import (ACTIVATION, PhaseClock, batch_for, dropout_modules,
-                                   fingerprint, manifest_meta, output_recorder, weight_update)
+                                   fingerprint, manifest_meta, output_recorder,
+                                   refuse_several_outputs, several_outputs, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -58,6 +59,11 @@ def _infer_num_classes(model, x: np.ndarray) -> int:
     with torch.no_grad():
         logits = model(torch.from_numpy(x[:1]))
     model.train(was_training)
+    several = several_outputs(logits)
+    if several:
+        raise ParityInputError(f"the torch model returns {several}, so the synthetic labels' "
+                               "class count cannot be read from it: pass --num-classes K (or "
+                               "your batch with --input FILE.npz)")
     return int(logits.shape[-1])
 
 
@@ -115,6 +121,8 @@ def _train_step(model, initial: Mapping[str, np.ndarray], x: np.ndarray, y: np.n
     finally:
         for handle in handles:
             handle.remove()
+    if config.torch_loss is None:
+        refuse_several_outputs(logits, "torch")
     loss = _loss_function(config, dtype)(logits, torch.from_numpy(y))
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise ParityInputError(f"the torch loss {config.torch_loss} returned "
