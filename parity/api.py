@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from parity.capture.common import model_input
+from parity.capture.common import Batch, model_input
 from parity.compare.engine import compare_runs
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
@@ -146,7 +146,7 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
 
 
 def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: int = 224,
-          seed: int = 0, inputs: Optional[Tuple[np.ndarray, np.ndarray]] = None,
+          seed: int = 0, inputs: Optional[Tuple[Any, np.ndarray]] = None,
           optimizer: Optional[Mapping[str, Any]] = None,
           torch_loss: Optional[str] = None, ms_loss: Optional[str] = None,
           tolerance: Union[None, TolerancePolicy, str, Path, Mapping[str, Any]] = None,
@@ -155,8 +155,9 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
     """Check a live torch model against a live MindSpore model, one training step each.
 
     The torch model's current weights are copied into the MindSpore model (validated transfer)
-    first. ``inputs`` is an optional ``(x, y)`` batch (float32 N×C×H×W, integer labels);
-    without it a seeded synthetic batch of ``batch_size`` × 3 × ``image_size``² is used.
+    first. ``inputs`` is an optional ``(x, y)`` batch (float32 N×C×H×W or integer token ids,
+    integer labels; ``x`` a tuple of arrays for a model taking several inputs); without it a
+    seeded synthetic batch of ``batch_size`` × 3 × ``image_size``² is used.
     ``optimizer`` overrides StepConfig fields (lr, momentum, weight_decay, nesterov, ...).
     ``torch_loss`` / ``ms_loss`` are "package.module:factory" paths of your losses, as the
     command line's --torch-loss / --ms-loss (default: mean cross entropy).
@@ -182,12 +183,16 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
     except ValueError as error:
         raise ParityInputError(str(error)) from None
     policy = as_policy(tolerance)
+    batch = None
     if inputs is not None:
-        inputs = (model_input(np.asarray(inputs[0])), np.asarray(inputs[1], dtype=np.int64))
+        x, y = inputs
+        batch = Batch(tuple(model_input(np.asarray(a))
+                            for a in (x if isinstance(x, tuple) else (x,))),
+                      np.asarray(y, dtype=np.int64))
     with tempfile.TemporaryDirectory(prefix="parity-") as scratch:
         root = Path(out) if out is not None else Path(scratch)
         _prepare_run_dir(root, config, "parity.check(...)")
-        torch_dir = capture_torch(config, root / "torch", model=torch_model, inputs=inputs,
+        torch_dir = capture_torch(config, root / "torch", model=torch_model, batch=batch,
                                   fp64_reference=fp64_reference)
         ms_dir = capture_mindspore(config, root / "mindspore", model=ms_model,
                                    reference=torch_dir, overrides=name_map)

@@ -87,7 +87,8 @@ def _add_step_options(parser: argparse.ArgumentParser) -> None:
                        help="class count for synthetic labels (default: the model's own)")
     group.add_argument("--input", type=Path, metavar="FILE.npz",
                        help="your batch: arrays x (floats such as N×C×H×W images, or integer token "
-                            "ids) and y (class indices: per sample, or per pixel or token)")
+                            "ids), x1, x2... for a model taking more inputs (an attention mask), "
+                            "and y (class indices: per sample, or per pixel or token)")
     group.add_argument("--lr", type=_non_negative, default=0.1)
     group.add_argument("--momentum", type=_non_negative, default=0.9)
     group.add_argument("--weight-decay", type=_non_negative, default=1e-4)

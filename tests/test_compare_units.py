@@ -272,6 +272,23 @@ def test_token_ids_that_differ_are_named_by_how(tokenize, named):
     assert named in found.detail
 
 
+def test_a_further_input_that_differs_is_named_by_where():
+    """An attention mask (input1) is neither an image nor token ids: no signature is claimed."""
+    from parity.compare.diagnosis import diagnose
+
+    mask = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
+    ms_mask = 1 - mask                              # the port's convention: 1 masks a token
+    record = RecordInfo(name="input1", kind="input", shape=mask.shape, dtype="float32", order=1,
+                        shard="", key="")
+    first = _first(mask, ms_mask, record, "input")
+    found = diagnose(first, record, record, [first], _Run({"input1": mask}, [record]),
+                     _Run({"input1": ms_mask}, [record]), {})
+    assert found.cause == "preprocessing differs"
+    assert found.detail == ("the model input1 differs before the first layer: 6 of 6 values "
+                            "differ, the first at (0, 0) (torch 1.0, MindSpore 0.0): each side "
+                            "prepared it differently.")
+
+
 @pytest.mark.parametrize("extra_op, blamed", [(lambda x: x * 2.0, True),
                                                (lambda x: x.reshape(2, -1), False)])
 def test_an_unmatched_cell_before_the_divergence_is_blamed_only_if_it_changed_values(extra_op,

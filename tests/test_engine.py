@@ -138,11 +138,12 @@ def test_a_batch_cropped_one_pixel_off_is_the_first_divergence(compare_mindspore
     assert "pixel (i, j) is torch's (i, j-1): a crop offset" in report["diagnosis"]["detail"]
 
 
-def _run_on_batch(tmp_path, torch_model: str, ms_model: str, x, y, *options: str):
-    """``parity run`` of a tests.tiny pair on the batch (x, y) given with --input: its exit
-    code and JSON report."""
+def _run_on_batch(tmp_path, torch_model: str, ms_model: str, x, y, *options: str,
+                  **more_inputs):
+    """``parity run`` of a tests.tiny pair on the batch (x, y) given with --input (and
+    ``more_inputs`` x1, x2...): its exit code and JSON report."""
     import numpy as np
-    np.savez(tmp_path / "batch.npz", x=x, y=y)
+    np.savez(tmp_path / "batch.npz", x=x, y=y, **more_inputs)
     process = parity_cli("run", "--torch-model", f"tests.tiny:{torch_model}", "--ms-model",
                          f"tests.tiny:{ms_model}", "--input", tmp_path / "batch.npz", *options,
                          "--out", tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
@@ -169,6 +170,28 @@ def test_a_token_id_model_is_checked_from_an_integer_batch(tmp_path, ms_model, p
         assert report["diagnosis"]["cause"] == "extra operation in the port" and \
             "MindSpore runs 0 after the last output that matched and before 1" in \
             report["diagnosis"]["detail"]
+
+
+@pytest.mark.parametrize("ms_model, passed", [("ms_masked", True),
+                                              ("ms_masked_ignoring_mask", False)])
+def test_a_model_taking_token_ids_and_a_mask_is_fed_both(tmp_path, ms_model, passed):
+    """x and x1 of the --input file are the model's two inputs on both sides, each an input
+    record; a port that drops the mask is found where the masked embedding is flattened."""
+    import numpy as np
+
+    from tests.tiny import TOKENS, VOCABULARY
+    rng = np.random.default_rng(0)
+    mask = np.ones((4, TOKENS), np.float32)
+    mask[:, TOKENS - 2:] = 0                      # padding at the end of each sequence
+    code, report = _run_on_batch(tmp_path, "torch_masked", ms_model,
+                                 rng.integers(0, VOCABULARY, (4, TOKENS)), rng.integers(0, 5, 4),
+                                 x1=mask)
+    assert code == (0 if passed else 1), report["diagnosis"]
+    inputs = {r["name"]: r["passed"] for r in report["records"] if r["kind"] == "input"}
+    assert inputs == {"input": True, "input1": True, "target": True}
+    if not passed:
+        assert (report["first_divergence"]["name"], report["first_divergence"]["kind"]) == \
+            ("flatten", "forward")
 
 
 @pytest.mark.parametrize("ms_loss, passed", [(None, True), ("summed_cross_entropy", False)])
@@ -306,6 +329,22 @@ def test_your_own_losses_through_the_python_api():
     torch.manual_seed(0)
     one_sided = parity.check(torch_tiny(), ms_tiny(), image_size=16, ms_loss=losses["ms_loss"])
     assert one_sided.first_divergence.kind == "loss"
+
+
+def test_your_own_batch_of_several_inputs_through_the_python_api():
+    """``inputs=((ids, mask), y)``: the arrays are the models' positional inputs, and the
+    dropped mask is found as from the command line."""
+    import numpy as np
+
+    import parity
+    from tests.tiny import TOKENS, VOCABULARY, ms_masked, ms_masked_ignoring_mask, torch_masked
+    rng = np.random.default_rng(1)
+    ids, mask = rng.integers(0, VOCABULARY, (3, TOKENS)), rng.integers(0, 2, (3, TOKENS))
+    batch = ((ids, mask.astype(np.float32)), rng.integers(0, 5, 3))
+    torch_model = torch_masked()
+    assert parity.check(torch_model, ms_masked(), inputs=batch).passed
+    dropped = parity.check(torch_model, ms_masked_ignoring_mask(), inputs=batch)
+    assert dropped.first_divergence.name == "flatten"
 
 
 def test_python_api_refuses_a_setting_given_twice_or_out_of_range():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -104,6 +105,20 @@ def test_batch_file_without_labels(tmp_path):
     process = parity_cli("run", *TINY, "--input", tmp_path / "batch.npz", "--out",
                          tmp_path / "run")
     assert_one_line_error(process, "lacks array(s) y")
+
+
+@pytest.mark.parametrize("arrays, message", [
+    ({"mask": np.ones((2, 4))}, "holds array(s) mask parity does not read: a model's inputs are "
+                                "x, x1, x2..."),
+    ({"x2": np.ones((2, 4))}, "inputs x, x2 skip a number"),
+    ({"x1": np.ones((3, 4))}, "x (2, 4), x1 (3, 4) and y (2,) must share the batch size"),
+])
+def test_batch_file_with_inputs_parity_cannot_place(tmp_path, arrays, message):
+    from parity.capture.common import load_batch
+    np.savez(tmp_path / "batch.npz", x=np.zeros((2, 4), np.int64), y=np.array([1, 2]),
+             **arrays)
+    with pytest.raises(ParityInputError, match=re.escape(message)):
+        load_batch(tmp_path / "batch.npz")
 
 
 def test_batch_of_booleans(tmp_path):

@@ -1,6 +1,6 @@
 """Tiny pairs in both frameworks, fast enough for the plugin, API and end-to-end tests: a conv
-net (and its ported variants), a token-id classifier, a segmenter, small MLPs and a net with
-an auxiliary head."""
+net (and its ported variants), token-id classifiers (one with an attention mask), a segmenter,
+small MLPs and a net with an auxiliary head."""
 
 from __future__ import annotations
 
@@ -116,6 +116,46 @@ def ms_tokens(embedding: Optional[msnn.Cell] = None) -> msnn.Cell:
 
 def ms_tokens_scaled() -> msnn.Cell:
     return ms_tokens(_ScaledEmbedding())
+
+
+# Two inputs, as a Transformer takes them: token ids and an attention mask (1 keeps a token).
+class _TorchMasked(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = tnn.Embedding(VOCABULARY, WIDTH)
+        self.flatten = tnn.Flatten()
+        self.classifier = tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, tokens, mask):
+        return self.classifier(self.flatten(self.embedding(tokens) * mask.unsqueeze(-1)))
+
+
+class _MsMasked(msnn.Cell):
+    def __init__(self, use_mask: bool = True) -> None:
+        super().__init__()
+        self.embedding = msnn.Embedding(VOCABULARY, WIDTH)
+        self.flatten = msnn.Flatten()
+        self.classifier = msnn.Dense(WIDTH * TOKENS, 5)
+        self.use_mask = use_mask
+
+    def construct(self, tokens, mask):
+        embedded = self.embedding(tokens)
+        if self.use_mask:
+            embedded = embedded * mask.expand_dims(-1)
+        return self.classifier(self.flatten(embedded))
+
+
+def torch_masked() -> tnn.Module:
+    return _TorchMasked()
+
+
+def ms_masked() -> msnn.Cell:
+    return _MsMasked()
+
+
+def ms_masked_ignoring_mask() -> msnn.Cell:
+    """The port takes the mask and drops it."""
+    return _MsMasked(use_mask=False)
 
 
 # A segmentation head: one class score per pixel, a label per pixel.

@@ -11,9 +11,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (ACTIVATION, PhaseClock, batch_for, dropout_modules,
-                                   manifest_meta, output_recorder, refuse_several_outputs,
-                                   weight_update)
+from parity.capture.common import (ACTIVATION, Batch, PhaseClock, batch_for,
+                                   dropout_modules, input_name, manifest_meta, output_recorder,
+                                   refuse_several_outputs, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -31,7 +31,7 @@ def _set_pynative() -> None:
     ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
-def _reference_inputs(reference: Path) -> Tuple[Path, np.ndarray, np.ndarray, Dict]:
+def _reference_inputs(reference: Path) -> Tuple[Path, Batch, Dict]:
     run = RunReader.open(reference)
     if run.framework != "torch":
         raise ParityInputError(f"--reference {reference} is a {run.framework} capture; "
@@ -39,8 +39,11 @@ def _reference_inputs(reference: Path) -> Tuple[Path, np.ndarray, np.ndarray, Di
     by_name = {r.name: r for r in run.records if r.kind == "input"}
     if "input" not in by_name or "target" not in by_name:
         raise ParityInputError(f"{reference} holds no input batch; capture torch again")
-    return (reference / INITIAL_WEIGHTS, run.tensor(by_name["input"]),
-            run.tensor(by_name["target"]), run.manifest.get("config", {}))
+    inputs = []
+    while input_name(len(inputs)) in by_name:       # input, input1, input2...
+        inputs.append(run.tensor(by_name[input_name(len(inputs))]))
+    batch = Batch(tuple(inputs), run.tensor(by_name["target"]))
+    return reference / INITIAL_WEIGHTS, batch, run.manifest.get("config", {})
 
 
 def _hooks(net, record: Callable[..., None], loss_scale: float) -> List:
@@ -113,7 +116,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
     ms.set_seed(config.seed)
     num_classes = config.num_classes
     if reference is not None:
-        reference_weights, x, y, reference_config = _reference_inputs(reference)
+        reference_weights, batch, reference_config = _reference_inputs(reference)
         weights = weights or reference_weights
         num_classes = reference_config.get("num_classes")
     if weights is None:
@@ -124,7 +127,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         raise ParityInputError("without --reference, pass --num-classes (or --input FILE.npz) "
                                "so both sides draw the same labels")
     if batch_file is not None or reference is None:
-        x, y = batch_for(config, batch_file, num_classes)
+        batch = batch_for(config, batch_file, num_classes)
     net = model if model is not None else \
         build_mindspore_model(factory, num_classes=config.num_classes)
     _name_parameters_by_path(net)
@@ -132,14 +135,14 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
     initial = {name: param.asnumpy().copy() for name, param in net.parameters_and_names()}
 
     with RunWriter(out, "mindspore") as writer:
-        writer.add("input", "input", x)
-        writer.add("target", "input", y)
+        for name, array in batch.named():
+            writer.add(name, "input", array)
         hooked = Fingerprints()
         # One optimizer for every step: MindSpore keeps each nn.Momentum alive (measured:
         # 240 MB more per step for ResNet50 at batch 2, 64², against 10 MB when reused).
         optimizer = _optimizer(net, config)
         clock.next("hooked step")
-        _train_step(net, optimizer, initial, x, y, config, tee(writer.add, hooked))
+        _train_step(net, optimizer, initial, batch, config, tee(writer.add, hooked))
         if not any(r.kind == "forward" for r in writer.records):
             raise ParityInputError("no forward hook fired in the MindSpore model (a construct "
                                    "compiled with @jit / GRAPH_MODE hides its cells); run it "
@@ -147,7 +150,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
             _restore(net, initial, optimizer)
-            _train_step(net, optimizer, initial, x, y, config, record, hooks=False)
+            _train_step(net, optimizer, initial, batch, config, record, hooks=False)
 
         clock.next("observer rerun")
         observer = observer_check(hooked, rerun_without_hooks)
@@ -171,7 +174,7 @@ def _restore(net, values: Dict[str, np.ndarray], optimizer=None) -> None:
             ms.ops.assign(state, ms.ops.zeros_like(state))
 
 
-def _train_step(net, optimizer, initial: Dict[str, np.ndarray], x: np.ndarray, y: np.ndarray,
+def _train_step(net, optimizer, initial: Dict[str, np.ndarray], batch: Batch,
                 config: StepConfig, record: Callable[..., None], *, hooks: bool = True) -> None:
     """One Momentum step reproducing torch's SGD from the state ``initial``, every tensor
     handed to ``record`` (as views valid during the call: it copies what it keeps)."""
@@ -186,8 +189,9 @@ def _train_step(net, optimizer, initial: Dict[str, np.ndarray], x: np.ndarray, y
     loss_fn = build_loss(config.ms_loss) if config.ms_loss else \
         nn.CrossEntropyLoss(reduction="mean", label_smoothing=config.label_smoothing)
 
-    def forward(inputs, labels):
-        outputs = net(inputs)
+    def forward(*inputs_and_labels):
+        *inputs, labels = inputs_and_labels
+        outputs = net(*inputs)
         if not config.ms_loss:
             refuse_several_outputs(outputs, "MindSpore")
         loss = loss_fn(outputs, labels)
@@ -195,7 +199,8 @@ def _train_step(net, optimizer, initial: Dict[str, np.ndarray], x: np.ndarray, y
 
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters, has_aux=True)
     try:
-        (_, loss), grads = grad_fn(ms.Tensor(x), ms.Tensor(y.astype(np.int32)))
+        (_, loss), grads = grad_fn(*(ms.Tensor(x) for x in batch.inputs),
+                                   ms.Tensor(batch.labels.astype(np.int32)))
     finally:
         for handle in handles:
             handle.remove()

@@ -15,7 +15,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from parity import kinks
-from parity.capture.common import (ACTIVATION, PhaseClock, batch_for, dropout_modules,
+from parity.capture.common import (ACTIVATION, Batch, PhaseClock, batch_for, dropout_modules,
                                    fingerprint, manifest_meta, output_recorder,
                                    refuse_several_outputs, several_outputs, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
@@ -51,13 +51,13 @@ def _restore(model, state: Mapping[str, np.ndarray]) -> None:
     model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
 
 
-def _infer_num_classes(model, x: np.ndarray) -> int:
+def _infer_num_classes(model, inputs: Tuple[np.ndarray, ...]) -> int:
     """Class count of a user model: one forward in eval mode, which changes no state."""
     import torch
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        logits = model(torch.from_numpy(x[:1]))
+        logits = model(*(torch.from_numpy(x[:1]) for x in inputs))
     model.train(was_training)
     several = several_outputs(logits)
     if several:
@@ -97,8 +97,8 @@ def _loss_function(config: StepConfig, dtype) -> Callable:
     return loss.to(dtype) if isinstance(loss, torch.nn.Module) else loss
 
 
-def _train_step(model, initial: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray,
-                config: StepConfig, record: Callable[..., None], *, hooks: bool = True) -> None:
+def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: StepConfig,
+                record: Callable[..., None], *, hooks: bool = True) -> None:
     """One SGD step of ``model`` (in its own dtype) from the state ``initial``, every tensor
     handed to ``record``. Δw is taken against ``initial``: no copy of the weights is made.
 
@@ -116,14 +116,14 @@ def _train_step(model, initial: Mapping[str, np.ndarray], x: np.ndarray, y: np.n
                                 nesterov=config.nesterov)
     optimizer.zero_grad(set_to_none=True)
     try:
-        inputs = torch.from_numpy(x)            # token ids stay integers
-        logits = model(inputs.to(dtype) if inputs.is_floating_point() else inputs)
+        inputs = [torch.from_numpy(x) for x in batch.inputs]    # token ids stay integers
+        logits = model(*(x.to(dtype) if x.is_floating_point() else x for x in inputs))
     finally:
         for handle in handles:
             handle.remove()
     if config.torch_loss is None:
         refuse_several_outputs(logits, "torch")
-    loss = _loss_function(config, dtype)(logits, torch.from_numpy(y))
+    loss = _loss_function(config, dtype)(logits, torch.from_numpy(batch.labels))
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise ParityInputError(f"the torch loss {config.torch_loss} returned "
                                f"{tuple(getattr(loss, 'shape', ()))}, not one number: reduce it")
@@ -257,22 +257,22 @@ class _StateOnDisk(SafetensorsFile):
         return load_state_dict(self.path).items()
 
 
-def _write_starting_point(writer: RunWriter, initial: Dict[str, np.ndarray], x: np.ndarray,
-                          y: np.ndarray) -> str:
+def _write_starting_point(writer: RunWriter, initial: Dict[str, np.ndarray],
+                          batch: Batch) -> str:
     """The initial weights (for the MindSpore capture) and the batch; returns their fingerprint.
 
     A function so the file's bytes (100 MB for ResNet50) are freed before the steps run.
     """
     weights_file = save_state_dict_bytes(initial)
     writer.write_file(INITIAL_WEIGHTS, weights_file)
-    writer.add("input", "input", x)
-    writer.add("target", "input", y)
-    return fingerprint(weights_file, x, y)
+    for name, array in batch.named():
+        writer.add(name, "input", array)
+    return fingerprint(weights_file, *batch.inputs, batch.labels)
 
 
 def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=None,
                   weights: Optional[Path] = None, batch_file: Optional[Path] = None,
-                  inputs: Optional[Tuple[np.ndarray, np.ndarray]] = None,
+                  batch: Optional[Batch] = None,
                   fp64_reference: bool = True) -> Path:
     """The torch step in float32, plus (by default) the same step in float64.
 
@@ -294,29 +294,27 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     if weights is not None:
         _load_weights(model, weights)
     num_classes = config.num_classes
-    synthetic = partial(_synthetic_batch_errors, config) if inputs is None and batch_file is None \
+    synthetic = partial(_synthetic_batch_errors, config) if batch is None and batch_file is None \
         else nullcontext
-    if inputs is not None:
-        x, y = inputs
-    else:
+    if batch is None:
         if num_classes is None and batch_file is None:     # a file's labels need no count
-            probe, _ = batch_for(config, batch_file, 1)
+            probe = batch_for(config, batch_file, 1)
             with synthetic():
-                num_classes = _infer_num_classes(model, probe)
-        x, y = batch_for(config, batch_file, num_classes)
+                num_classes = _infer_num_classes(model, probe.inputs)
+        batch = batch_for(config, batch_file, num_classes)
     initial = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
 
     with RunWriter(out, "torch") as writer:
-        starts_from = _write_starting_point(writer, initial, x, y)
+        starts_from = _write_starting_point(writer, initial, batch)
         initial = _StateOnDisk(writer.partial / INITIAL_WEIGHTS, list(initial))
         hooked = Fingerprints()
         clock.next("hooked step")
         with synthetic():
-            _train_step(model, initial, x, y, config, tee(writer.add, hooked))
+            _train_step(model, initial, batch, config, tee(writer.add, hooked))
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
             _restore(model, initial)
-            _train_step(model, initial, x, y, config, record, hooks=False)
+            _train_step(model, initial, batch, config, record, hooks=False)
 
         clock.next("observer rerun")
         observer = observer_check(hooked, rerun_without_hooks)
@@ -328,7 +326,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
             # numpy's BLAS (the noise's dot products) on one thread: its idle threads spun
             # between torch's ops (torch capture at 8 / 224², median of 5: 21.3 → 19.2 s)
             with _float64_step_memory(), threadpool_limits(limits=1, user_api="blas"):
-                _train_step(model.double(), initial, x, y, config, _noise_recorder(writer))
+                _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
                 model.float()
         clock.next("writes")
         _restore(model, initial)        # leave a caller's model as it came: the rerun stepped it

@@ -66,11 +66,25 @@ def _token_ids(a: np.ndarray, b: np.ndarray) -> str:
         return (f"torch's token ids are {a.shape}, MindSpore's {b.shape}: padding or "
                 "truncation differs.")
     differ = a != b
-    first = tuple(int(i) for i in np.argwhere(differ)[0])
     offsets = np.unique(b[differ].astype(np.int64) - a[differ])
-    found = (f"{int(differ.sum())} of {a.size} token ids differ, the first at {first} (torch "
-             f"{a[first]}, MindSpore {b[first]})")
+    found = _first_differences(a, b, "token ids")
     if offsets.size == 1 and np.unique(a[differ]).size > 1:
         return (f"{found}, each by {int(offsets[0]):+d}: the vocabularies are offset (special "
                 "tokens, 0- or 1-based ids).")
     return f"{found}: the tokenizer or its vocabulary differs."
+
+
+def further_input_difference(a: np.ndarray, b: np.ndarray) -> str:
+    """How a further model input (x1, x2...: an attention mask, say) differs: no image or
+    token signature applies, so where."""
+    if a.shape != b.shape:
+        return f"torch's is {a.shape}, MindSpore's {b.shape}."
+    return f"{_first_differences(a, b, 'values')}: each side prepared it differently."
+
+
+def _first_differences(a: np.ndarray, b: np.ndarray, what: str) -> str:
+    """How many elements of two arrays of one shape differ, and the first of them."""
+    differ = a != b
+    first = tuple(int(i) for i in np.argwhere(differ)[0])
+    return (f"{int(differ.sum())} of {a.size} {what} differ, the first at {first} (torch "
+            f"{a[first]}, MindSpore {b[first]})")

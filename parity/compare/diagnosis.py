@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from parity.compare import optimizer, sums
-from parity.compare.batches import batch_difference
+from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.structure import different_drop_rates, different_operations, op_family
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
@@ -319,9 +319,10 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
                          detail="the two sides trained on different labels: pass the same "
                                 "--input file (or seed) to both captures.", confidence="certain")
     if first.kind == "input":
+        how = batch_difference if first.name == "input" else further_input_difference
         return Diagnosis(cause="preprocessing differs",
                          detail=f"the model {first.name} differs before the first layer: "
-                                f"{batch_difference(torch_run.tensor(t), ms_run.tensor(m))}",
+                                f"{how(torch_run.tensor(t), ms_run.tensor(m))}",
                          confidence="certain")
     if first.kind == "forward":
         return _forward_cause(first, t, m, torch_run, ms_run, unmatched)
