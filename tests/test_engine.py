@@ -347,6 +347,28 @@ def test_your_own_batch_of_several_inputs_through_the_python_api():
     assert dropped.first_divergence.name == "flatten"
 
 
+@pytest.mark.parametrize("frozen, first_kind", [("both", None), ("torch", "buffer"),
+                                               ("mindspore", "weight")])
+def test_frozen_parameters_are_compared_as_state_and_must_be_frozen_on_both_sides(frozen,
+                                                                                 first_kind):
+    """A fine-tuning setup: the first conv frozen (requires_grad False) is state the step
+    keeps, on both sides (it was refused as 'no gradient reached'); frozen on one side only, it
+    fails and is named, whatever the numbers (before, the two records were only unmatched)."""
+    import parity
+    from tests.tiny import frozen_stem, ms_tiny, torch_tiny
+    torch_model = frozen_stem(torch_tiny()) if frozen in ("both", "torch") else torch_tiny()
+    ms_model = frozen_stem(ms_tiny()) if frozen in ("both", "mindspore") else ms_tiny()
+    result = parity.check(torch_model, ms_model, image_size=16)
+    stem = result.records[result.records.name == "0.weight"]
+    assert "grad" not in set(stem.kind) if frozen == "both" else not result.passed
+    if first_kind is None:
+        assert result.passed and list(stem.kind) == ["buffer"]
+    else:
+        assert (result.first_divergence.name, result.first_divergence.kind) == \
+            ("0.weight", first_kind)
+        assert result.diagnosis.cause == "frozen on one side only"
+
+
 def test_python_api_refuses_a_setting_given_twice_or_out_of_range():
     import parity
     from parity.errors import ParityInputError

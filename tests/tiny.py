@@ -84,6 +84,14 @@ def ms_tiny() -> msnn.Cell:
     return _ms_tiny()
 
 
+def frozen_stem(model):
+    """``model`` with its first conv frozen (requires_grad False), as when fine-tuning."""
+    for param in model[0].parameters() if hasattr(model[0], "named_modules") \
+            else model[0].get_parameters():
+        param.requires_grad = False
+    return model
+
+
 def ms_tiny_same_padding() -> msnn.Cell:
     """The stride-2 conv (cell "3") with pad_mode='same'."""
     return _ms_tiny(pad_mode="same")

@@ -129,11 +129,12 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
                                f"{tuple(getattr(loss, 'shape', ()))}, not one number: reduce it")
     record("loss", "loss", loss.detach().numpy())
     loss.backward()
-    params = list(model.named_parameters())
+    params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     missing_grads = [name for name, p in params if p.grad is None]
     if missing_grads:
         raise ParityInputError(f"no gradient reached {', '.join(missing_grads)}: "
-                               "unused parameters cannot be compared; remove them")
+                               "unused parameters cannot be compared; remove them or freeze "
+                               "them (requires_grad=False on both sides)")
     for name, param in params:
         record(name, "grad", param.grad.numpy())
     optimizer.step()
@@ -145,6 +146,11 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
         if state.get("momentum_buffer") is not None:
             record(f"{name}.momentum_buffer", "optimizer_state",
                    state["momentum_buffer"].numpy())
+    # a frozen parameter is state the step keeps, as MindSpore records its own (requires_grad
+    # False): a buffer
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            record(name, "buffer", param.detach().numpy())
     for name, buffer in model.named_buffers():
         if not is_ignored(name):
             record(name, "buffer", buffer.detach().numpy())

@@ -14,7 +14,8 @@ import numpy as np
 
 from parity.compare import optimizer, sums
 from parity.compare.batches import batch_difference, further_input_difference
-from parity.compare.structure import different_drop_rates, different_operations, op_family
+from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
+                                      different_operations, op_family)
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
@@ -356,6 +357,12 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
             detail=f"{first.name}'s gradient is the first (in backward order) to differ: a "
                    "custom bprop, a stop-gradient, or a non-differentiable op in the port.",
             confidence="guess")
+    if t.kind != m.kind:
+        trained, frozen = (f"torch trains {t.name}", f"MindSpore's {m.name}") \
+            if t.kind == "weight" else (f"MindSpore trains {m.name}", f"torch's {t.name}")
+        return Diagnosis(cause=FROZEN_ON_ONE_SIDE,
+                         detail=f"{trained} while {frozen} has requires_grad=False: freeze it "
+                                "on both sides or on neither.", confidence="certain")
     if first.kind in ("update", "optimizer_state", "weight"):
         return _update_cause(first, t, m, torch_run, ms_run, ms_config)
     return _buffer_cause(first, t, m, torch_run, ms_run)

@@ -124,16 +124,43 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
                               (KIND_RANK[kind], positions[record.name])))
         matched_torch = set(by_torch_name) & {r.name for r in torch_records}
         missing_torch = tuple(r.name for r in torch_records if r.name not in matched_torch)
-        missing_ms = tuple(r.name for r in ms_by_kind.get(kind, [])
-                           if r.name not in mapping.get(kind, {}))
+        missing_ms = tuple(r.name for r in ms_by_kind.get(kind, [])   # or torch has no such record
+                           if mapping.get(kind, {}).get(r.name) not in matched_torch)
         if missing_torch:
             unmatched[f"torch {kind}"] = missing_torch
         if missing_ms:
             unmatched[f"mindspore {kind}"] = missing_ms
     for kind in set(ms_by_kind) - set(torch_by_kind):
         unmatched[f"mindspore {kind}"] = tuple(r.name for r in ms_by_kind[kind])
+    for pair in _trained_on_one_side(torch_by_kind, ms_by_kind, mapping):
+        pairs.append(pair)
+        for side, record in (("torch", pair.torch), ("mindspore", pair.mindspore)):
+            key = f"{side} {record.kind}"
+            unmatched[key] = tuple(n for n in unmatched.get(key, ()) if n != record.name)
+            if not unmatched[key]:
+                del unmatched[key]
     pairs.sort(key=lambda p: p.rank)
     return pairs, unmatched
+
+
+def _trained_on_one_side(torch_by_kind: Dict[str, List[RecordInfo]],
+                         ms_by_kind: Dict[str, List[RecordInfo]],
+                         mapping: Dict[str, Dict[str, str]]) -> List[Pair]:
+    """A parameter trained on one side (a ``weight`` record) and frozen on the other (a
+    ``buffer``: requires_grad False): the values after the step are paired, and the pair fails
+    whatever they say (compare/structure.py). Unpaired, both records were only 'unmatched'
+    and the run passed."""
+    pairs = []
+    for torch_kind, ms_kind in (("weight", "buffer"), ("buffer", "weight")):
+        same_kind = set(mapping.get(torch_kind, {}).values())
+        ms_records = {r.name: r for r in ms_by_kind.get(ms_kind, [])}
+        by_torch_name = {t: ms_records[m] for m, t in mapping.get(ms_kind, {}).items()
+                         if m in ms_records}
+        for index, record in enumerate(torch_by_kind.get(torch_kind, [])):
+            if record.name not in same_kind and record.name in by_torch_name:
+                pairs.append(Pair(record, by_torch_name[record.name],
+                                  (KIND_RANK[torch_kind], float(index))))
+    return pairs
 
 
 def _backward_positions(grads: List[RecordInfo]) -> Dict[str, float]:

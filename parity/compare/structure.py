@@ -49,8 +49,16 @@ def different_operations(t: RecordInfo, m: RecordInfo) -> bool:
         and not {t.op, m.op} & STRUCTURAL_OPS
 
 
+FROZEN_ON_ONE_SIDE = "frozen on one side only"
+
+
 def violation(t: RecordInfo, m: RecordInfo) -> str:
     """Why the pair fails whatever its numbers, or ""."""
+    if t.kind != m.kind:            # a parameter's weight record against a buffer record
+        trained = "torch" if t.kind == "weight" else "MindSpore"
+        frozen = "MindSpore" if t.kind == "weight" else "torch"
+        return (f"{FROZEN_ON_ONE_SIDE}: {trained} trains this parameter, {frozen} does not "
+                "(requires_grad=False)")
     rates = different_drop_rates(t, m)
     if rates is not None:
         return f"dropout rate differs: torch {rates[0]:g}, MindSpore {rates[1]:g}"
