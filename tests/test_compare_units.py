@@ -343,3 +343,21 @@ def test_modules_in_the_same_place_computing_different_things_are_flagged(torch_
         return RecordInfo(name="features.0.2", kind="forward", shape=(2, 4), dtype="float32",
                           order=0, shard="", key="", op=op)
     assert different_operations(forward(torch_op), forward(ms_op)) is flagged
+
+
+def test_an_input_sketch_shows_a_difference_at_about_its_size():
+    """Two ±1 projections and the norm: a difference of 1 % RMS shows at that order whatever
+    its pattern (random, or a permutation), float32 rounding at ~1e-7, integers not at all."""
+    from parity.capture.common import input_sketch
+
+    x = np.random.default_rng(0).standard_normal(10_000, dtype=np.float32)
+    base = np.asarray(input_sketch(x))
+
+    def shown(y: np.ndarray) -> float:
+        return float(np.max(np.abs(np.asarray(input_sketch(y)) - base)) / base[0])
+
+    noise = np.random.default_rng(1).standard_normal(10_000, dtype=np.float32)
+    assert 1e-3 < shown(x + 0.01 * noise) < 0.1
+    assert shown(np.roll(x, 1)) > 0.1
+    assert shown((x.astype(np.float64) * (1 + 1e-7)).astype(np.float32)) < 1e-5
+    assert input_sketch(np.arange(4)) is None

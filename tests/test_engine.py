@@ -369,6 +369,28 @@ def test_frozen_parameters_are_compared_as_state_and_must_be_frozen_on_both_side
         assert result.diagnosis.cause == "frozen on one side only"
 
 
+@pytest.mark.parametrize("ms_model, cause", [
+    ("ms_encoder", None), ("ms_encoder_unscaled_attention", "computation between modules differs")])
+def test_a_transformer_encoder_layer_and_attention_written_in_its_forward(ms_model, cause):
+    """Attention computed in the model's forward, not in modules: the correct port passes; one
+    scaling the scores by 1/width instead of 1/√width first shows at the LayerNorm after it,
+    whose input (sketched as it entered) already differed: the code before it is named."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    mask = np.ones((4, tiny.TOKENS), np.float32)
+    mask[1, 4:] = mask[3, 2:] = 0
+    batch = ((rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)), mask), rng.integers(0, 5, 4))
+    result = parity.check(tiny.torch_encoder(), getattr(tiny, ms_model)(), inputs=batch)
+    assert result.passed == (cause is None)
+    if cause is not None:
+        assert result.first_divergence.name == "attention_norm"
+        assert result.diagnosis.cause == cause
+        assert "attention_norm's input already differs" in result.diagnosis.detail
+
+
 def test_python_api_refuses_a_setting_given_twice_or_out_of_range():
     import parity
     from parity.errors import ParityInputError

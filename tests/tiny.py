@@ -253,3 +253,70 @@ def torch_two_heads() -> tnn.Module:
 
 def ms_two_heads() -> msnn.Cell:
     return _MsTwoHeads()
+
+
+# A Transformer encoder layer over token ids and an attention mask: attention written in the
+# forward (matmul, softmax, masking), LayerNorm, a GELU feed-forward, masked mean pooling.
+class _TorchEncoder(tnn.Module):
+    def __init__(self, width: int = WIDTH) -> None:
+        import torch
+        super().__init__()
+        self.embedding = tnn.Embedding(VOCABULARY, width)
+        self.position = tnn.Parameter(0.02 * torch.randn(TOKENS, width))
+        self.query, self.key, self.value = (tnn.Linear(width, width) for _ in range(3))
+        self.attention_norm = tnn.LayerNorm(width)
+        self.feed_forward = tnn.Sequential(tnn.Linear(width, 4 * width), tnn.GELU(),
+                                           tnn.Linear(4 * width, width))
+        self.output_norm = tnn.LayerNorm(width)
+        self.classifier = tnn.Linear(width, 5)
+
+    def forward(self, tokens, mask):
+        import torch
+        h = self.embedding(tokens) + self.position
+        scores = self.query(h) @ self.key(h).transpose(1, 2) / h.shape[-1] ** 0.5
+        scores = scores.masked_fill(mask[:, None, :] == 0, -1e9)
+        h = self.attention_norm(h + torch.softmax(scores, -1) @ self.value(h))
+        h = self.output_norm(h + self.feed_forward(h))
+        pooled = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+        return self.classifier(pooled)
+
+
+class _MsEncoder(msnn.Cell):
+    def __init__(self, width: int = WIDTH, scale: Optional[float] = None) -> None:
+        import mindspore as ms
+        from mindspore.common.initializer import Normal
+        super().__init__()
+        self.embedding = msnn.Embedding(VOCABULARY, width)
+        self.position = ms.Parameter(ms.Tensor(shape=(TOKENS, width), dtype=ms.float32,
+                                               init=Normal(0.02)), name="position")
+        self.query, self.key, self.value = (msnn.Dense(width, width) for _ in range(3))
+        self.attention_norm = msnn.LayerNorm((width,), epsilon=1e-5)
+        self.feed_forward = msnn.SequentialCell([
+            msnn.Dense(width, 4 * width), msnn.GELU(approximate=False),
+            msnn.Dense(4 * width, width)])
+        self.output_norm = msnn.LayerNorm((width,), epsilon=1e-5)
+        self.classifier = msnn.Dense(width, 5)
+        self.scale = scale if scale is not None else width ** -0.5
+
+    def construct(self, tokens, mask):
+        from mindspore import ops
+        h = self.embedding(tokens) + self.position
+        scores = ops.matmul(self.query(h), self.key(h).swapaxes(1, 2)) * self.scale
+        scores = ops.masked_fill(scores, (mask == 0).expand_dims(1), -1e9)
+        h = self.attention_norm(h + ops.matmul(ops.softmax(scores, -1), self.value(h)))
+        h = self.output_norm(h + self.feed_forward(h))
+        pooled = (h * mask.expand_dims(-1)).sum(1) / mask.sum(1, keepdims=True)
+        return self.classifier(pooled)
+
+
+def torch_encoder() -> tnn.Module:
+    return _TorchEncoder()
+
+
+def ms_encoder() -> msnn.Cell:
+    return _MsEncoder()
+
+
+def ms_encoder_unscaled_attention() -> msnn.Cell:
+    """Attention scores scaled by 1/width instead of 1/√width."""
+    return _MsEncoder(scale=1 / WIDTH)

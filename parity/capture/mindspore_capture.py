@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from parity.capture.common import (ACTIVATION, Batch, PhaseClock, batch_for,
-                                   dropout_modules, input_name, manifest_meta, output_recorder,
+                                   dropout_modules, input_name, manifest_meta, recording_hooks,
                                    refuse_several_outputs, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
@@ -63,8 +63,7 @@ def _hooks(net, record: Callable[..., None], loss_scale: float) -> List:
             record(name, "grad", _unscaled(grad.asnumpy(), loss_scale), attrs=ACTIVATION)
         tensor.register_hook(on_gradient)
 
-    return [cell.register_forward_hook(output_recorder(name, cell, record, to_numpy, watch))
-            for name, cell in net.cells_and_names() if name]
+    return recording_hooks(net.cells_and_names(), record, to_numpy, watch)
 
 
 def _unscaled(gradient: np.ndarray, loss_scale: float) -> np.ndarray:

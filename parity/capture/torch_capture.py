@@ -16,7 +16,7 @@ from threadpoolctl import threadpool_limits
 
 from parity import kinks
 from parity.capture.common import (ACTIVATION, Batch, PhaseClock, batch_for, dropout_modules,
-                                   fingerprint, manifest_meta, output_recorder,
+                                   fingerprint, manifest_meta, recording_hooks,
                                    refuse_several_outputs, several_outputs, weight_update)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
@@ -83,8 +83,7 @@ def _forward_hooks(model, record: Callable[..., None]) -> List:
             tensor.register_hook(lambda grad: record(name, "grad", to_numpy(grad),
                                                      attrs=ACTIVATION))
 
-    return [module.register_forward_hook(output_recorder(name, module, record, to_numpy, watch))
-            for name, module in model.named_modules() if name]
+    return recording_hooks(model.named_modules(), record, to_numpy, watch)
 
 
 def _loss_function(config: StepConfig, dtype) -> Callable:

@@ -30,6 +30,14 @@ def _median_ratio(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.median(b[mask] / a[mask])) if mask.any() else float("nan")
 
 
+# A module's input differing by this share of its output's relative error or more is taken
+# as the cause: a ±1 projection shows a difference at about its RMS (an order below by chance
+# with probability 8 % per projection, two are taken), float32 noise at ~1e-6 of the norm.
+INPUT_SHARE = 0.1
+# ... and it must be well beyond what every earlier output's difference could pass on: outputs
+# within float32 noise differ by up to ~3e-4 of their RMS (ResNet50 at batch 2, 64²).
+NOISE_MARGIN = 10
+
 NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
 
 
@@ -116,8 +124,9 @@ def _as_pair(value) -> Tuple:
     return flat if len(flat) > 1 else flat * 2
 
 
-def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
-                   ms_run: RunReader, unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
+def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
+                   comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
+                   unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
     proven = _attribute_cause(t, m)
     if proven is not None:
         return proven
@@ -142,6 +151,17 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: R
                                 f"matched and before {m.name}, and torch has no counterpart: "
                                 "what that cell adds (a scale, an extra op) is the likely cause.",
                          confidence="likely")
+    fed = _input_difference(t, m)
+    if fed is not None and first.ref_rms and fed >= INPUT_SHARE * first.rms / first.ref_rms \
+            and fed >= NOISE_MARGIN * _largest_error_before(first, comparisons):
+        parent = first.name.rpartition(".")[0]
+        where = f"{parent}'s forward" if parent else "the model's own forward"
+        return Diagnosis(cause="computation between modules differs",
+                         detail=f"{m.name}'s input already differs from torch's ({fed:.2g} of "
+                                "its norm) while every module output before it matched: the "
+                                f"operations that feed it outside any module, in {where} "
+                                "(matmul, softmax, masking, scaling, reshapes, residual adds), "
+                                "are the likely cause.", confidence="likely")
     if t.op != m.op:
         return Diagnosis(cause="different operation",
                          detail=f"torch {t.name} is {t.op or '?'}, MindSpore {m.name} is "
@@ -159,6 +179,23 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: R
                             f"{first.max_rel:.2g}): precision settings (fp16/HF32), a different "
                             "reduction order, or a tolerance too tight for this depth.",
                      confidence="guess")
+
+
+def _largest_error_before(first: Comparison, comparisons: Sequence[Comparison]) -> float:
+    """The largest relative RMS difference of the forward records before ``first``: how far
+    inputs may differ with every earlier output matching (float32 noise, grown with depth)."""
+    return max((c.rms / c.ref_rms for c in comparisons if c.kind == "forward"
+                and c.order < first.order and c.ref_rms), default=0.0)
+
+
+def _input_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
+    """How far the module's input on the MindSpore side is from torch's, relative to its norm,
+    from the sketches the captures took as it entered (parity/capture/common.py); None when
+    either side has none (an integer input, a capture from before the sketches)."""
+    a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
+    if not a or not b or len(a) != len(b) or not a[0]:
+        return None
+    return max(abs(x - y) for x, y in zip(a, b)) / a[0]
 
 
 def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -> List[str]:
@@ -259,13 +296,14 @@ def _loss_targets(torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis
 ILL_CONDITIONED = 1e-3
 # Diagnoses that only say where to look: an ill-conditioned record explains the divergence
 # better than they do.
-FALLBACK_CAUSES = ("loss function differs", "running statistics update differs")
+FALLBACK_CAUSES = ("loss function differs", "running statistics update differs",
+                   "computation between modules differs")
 
 
 def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
              comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
              unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
-    found = _diagnose(first, t, m, torch_run, ms_run, unmatched)
+    found = _diagnose(first, t, m, comparisons, torch_run, ms_run, unmatched)
     if found.confidence == "guess" or found.cause in FALLBACK_CAUSES:
         return _random_step(torch_run, ms_run) or _ill_conditioned(first, torch_run) or found
     return found
@@ -303,7 +341,8 @@ def _ill_conditioned(first: Comparison, torch_run: RunReader) -> Optional[Diagno
                "network reliably.", confidence="likely")
 
 
-def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
+              comparisons: Sequence[Comparison], torch_run: RunReader,
               ms_run: RunReader, unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
     ms_config = ms_run.manifest.get("config", {})
     if first.nan_torch + first.nan_mindspore + first.inf_torch + first.inf_mindspore:
@@ -326,7 +365,7 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunRea
                                 f"{how(torch_run.tensor(t), ms_run.tensor(m))}",
                          confidence="certain")
     if first.kind == "forward":
-        return _forward_cause(first, t, m, torch_run, ms_run, unmatched)
+        return _forward_cause(first, t, m, comparisons, torch_run, ms_run, unmatched)
     if first.kind == "loss":
         torch_loss, ms_loss = (float(np.asarray(run.tensor(r)).reshape(-1)[0])
                                for run, r in ((torch_run, t), (ms_run, m)))
