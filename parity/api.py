@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from parity.capture.common import Batch, model_input
+from parity.capture.batch import Batch, model_input
 from parity.compare.engine import compare_runs
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig

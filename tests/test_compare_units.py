@@ -348,7 +348,7 @@ def test_modules_in_the_same_place_computing_different_things_are_flagged(torch_
 def test_an_input_sketch_shows_a_difference_at_about_its_size():
     """Two ±1 projections and the norm: a difference of 1 % RMS shows at that order whatever
     its pattern (random, or a permutation), float32 rounding at ~1e-7, integers not at all."""
-    from parity.capture.common import input_sketch
+    from parity.capture.hooks import input_sketch
 
     x = np.random.default_rng(0).standard_normal(10_000, dtype=np.float32)
     base = np.asarray(input_sketch(x))

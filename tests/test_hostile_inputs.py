@@ -114,7 +114,7 @@ def test_batch_file_without_labels(tmp_path):
     ({"x1": np.ones((3, 4))}, "x (2, 4), x1 (3, 4) and y (2,) must share the batch size"),
 ])
 def test_batch_file_with_inputs_parity_cannot_place(tmp_path, arrays, message):
-    from parity.capture.common import load_batch
+    from parity.capture.batch import load_batch
     np.savez(tmp_path / "batch.npz", x=np.zeros((2, 4), np.int64), y=np.array([1, 2]),
              **arrays)
     with pytest.raises(ParityInputError, match=re.escape(message)):

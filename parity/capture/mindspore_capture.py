@@ -11,9 +11,10 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.common import (ACTIVATION, Batch, PhaseClock, batch_for,
-                                   dropout_modules, input_name, manifest_meta, recording_hooks,
-                                   refuse_several_outputs, weight_update)
+from parity.capture.batch import Batch, batch_for, input_name
+from parity.capture.common import (PhaseClock, manifest_meta, refuse_several_outputs,
+                                   weight_update)
+from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError

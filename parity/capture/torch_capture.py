@@ -15,9 +15,10 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from parity import kinks
-from parity.capture.common import (ACTIVATION, Batch, PhaseClock, batch_for, dropout_modules,
-                                   fingerprint, manifest_meta, recording_hooks,
-                                   refuse_several_outputs, several_outputs, weight_update)
+from parity.capture.batch import Batch, batch_for
+from parity.capture.common import (PhaseClock, fingerprint, manifest_meta, refuse_several_outputs,
+                                   several_outputs, weight_update)
+from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError

@@ -124,7 +124,8 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
                               (KIND_RANK[kind], positions[record.name])))
         matched_torch = set(by_torch_name) & {r.name for r in torch_records}
         missing_torch = tuple(r.name for r in torch_records if r.name not in matched_torch)
-        missing_ms = tuple(r.name for r in ms_by_kind.get(kind, [])   # or torch has no such record
+        # no torch name, or a torch name torch recorded nothing under
+        missing_ms = tuple(r.name for r in ms_by_kind.get(kind, [])
                            if mapping.get(kind, {}).get(r.name) not in matched_torch)
         if missing_torch:
             unmatched[f"torch {kind}"] = missing_torch
@@ -148,8 +149,8 @@ def _trained_on_one_side(torch_by_kind: Dict[str, List[RecordInfo]],
                          mapping: Dict[str, Dict[str, str]]) -> List[Pair]:
     """A parameter trained on one side (a ``weight`` record) and frozen on the other (a
     ``buffer``: requires_grad False): the values after the step are paired, and the pair fails
-    whatever they say (compare/structure.py). Unpaired, both records were only 'unmatched'
-    and the run passed."""
+    whatever they say (compare/structure.py). Left unpaired, both would only be listed as
+    unmatched, and the run would pass."""
     pairs = []
     for torch_kind, ms_kind in (("weight", "buffer"), ("buffer", "weight")):
         same_kind = set(mapping.get(torch_kind, {}).values())
