@@ -229,6 +229,17 @@ def test_a_running_variance_is_called_biased_only_when_it_stepped_by_n_minus_1_o
     assert diagnosis(0.9).cause == "running statistics update differs"
 
 
+def _input_diagnosis(name: str, torch_value: np.ndarray, ms_value: np.ndarray):
+    """The diagnosis of a run whose first divergence is the input record ``name``."""
+    from parity.compare.diagnosis import diagnose
+
+    record = RecordInfo(name=name, kind="input", shape=torch_value.shape,
+                        dtype=str(torch_value.dtype), order=0, shard="", key="")
+    first = _first(torch_value, ms_value, record, "input")
+    return diagnose(first, record, record, [first], _Run({name: torch_value}, [record]),
+                    _Run({name: ms_value}, [record]), {})
+
+
 @pytest.mark.parametrize("preprocess, named", [
     (lambda x: np.roll(x, 1, axis=3), "MindSpore's pixel (i, j) is torch's (i, j-1): a crop"),
     (lambda x: np.roll(x, -2, axis=2), "MindSpore's pixel (i, j) is torch's (i+2, j): a crop"),
@@ -239,15 +250,8 @@ def test_a_running_variance_is_called_biased_only_when_it_stepped_by_n_minus_1_o
 ])
 def test_a_preprocessing_difference_is_named_by_what_maps_one_batch_onto_the_other(preprocess,
                                                                                   named):
-    from parity.compare.diagnosis import diagnose
-
     x = np.random.default_rng(0).uniform(0, 1, (2, 3, 8, 8)).astype(np.float32)
-    batch = RecordInfo(name="input", kind="input", shape=x.shape, dtype="float32", order=0,
-                       shard="", key="")
-    ms_x = np.ascontiguousarray(preprocess(x), dtype=np.float32)
-    first = _first(x, ms_x, batch, "input")
-    found = diagnose(first, batch, batch, [first], _Run({"input": x}, [batch]),
-                     _Run({"input": ms_x}, [batch]), {})
+    found = _input_diagnosis("input", x, np.ascontiguousarray(preprocess(x), dtype=np.float32))
     assert found.cause == "preprocessing differs"
     assert named in found.detail
 
@@ -259,30 +263,16 @@ def test_a_preprocessing_difference_is_named_by_what_maps_one_batch_onto_the_oth
                                        "MindSpore 7): the tokenizer or its vocabulary differs"),
 ])
 def test_token_ids_that_differ_are_named_by_how(tokenize, named):
-    from parity.compare.diagnosis import diagnose
-
     x = np.array([[3, 5, 0], [0, 9, 3]])
-    ms_x = np.where(x == 0, 0, tokenize(x))         # padding (0) stays 0 on both sides
-    batch = RecordInfo(name="input", kind="input", shape=x.shape, dtype="int64", order=0,
-                       shard="", key="")
-    first = _first(x, ms_x, batch, "input")
-    found = diagnose(first, batch, batch, [first], _Run({"input": x}, [batch]),
-                     _Run({"input": ms_x}, [batch]), {})
+    found = _input_diagnosis("input", x, np.where(x == 0, 0, tokenize(x)))  # padding stays 0
     assert found.cause == "preprocessing differs"
     assert named in found.detail
 
 
 def test_a_further_input_that_differs_is_named_by_where():
     """An attention mask (input1) is neither an image nor token ids: no signature is claimed."""
-    from parity.compare.diagnosis import diagnose
-
     mask = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
-    ms_mask = 1 - mask                              # the port's convention: 1 masks a token
-    record = RecordInfo(name="input1", kind="input", shape=mask.shape, dtype="float32", order=1,
-                        shard="", key="")
-    first = _first(mask, ms_mask, record, "input")
-    found = diagnose(first, record, record, [first], _Run({"input1": mask}, [record]),
-                     _Run({"input1": ms_mask}, [record]), {})
+    found = _input_diagnosis("input1", mask, 1 - mask)   # the port's convention: 1 masks
     assert found.cause == "preprocessing differs"
     assert found.detail == ("the model input1 differs before the first layer: 6 of 6 values "
                             "differ, the first at (0, 0) (torch 1.0, MindSpore 0.0): each side "
