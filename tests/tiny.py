@@ -86,8 +86,8 @@ def ms_tiny() -> msnn.Cell:
 
 def frozen_stem(model):
     """``model`` with its first conv frozen (requires_grad False), as when fine-tuning."""
-    for param in model[0].parameters() if hasattr(model[0], "named_modules") \
-            else model[0].get_parameters():
+    stem = model[0]
+    for param in stem.parameters() if isinstance(stem, tnn.Module) else stem.get_parameters():
         param.requires_grad = False
     return model
 
