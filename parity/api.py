@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from parity.capture.batch import Batch, model_input
+from parity.capture.batch import Batch
 from parity.compare.engine import compare_runs
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
@@ -186,9 +186,7 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
     batch = None
     if inputs is not None:
         x, y = inputs
-        batch = Batch(tuple(model_input(np.asarray(a))
-                            for a in (x if isinstance(x, tuple) else (x,))),
-                      np.asarray(y, dtype=np.int64))
+        batch = Batch.of(x if isinstance(x, tuple) else (x,), y)
     with tempfile.TemporaryDirectory(prefix="parity-") as scratch:
         root = Path(out) if out is not None else Path(scratch)
         _prepare_run_dir(root, config, "parity.check(...)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -24,6 +24,12 @@ class Batch:
 
     inputs: Tuple[np.ndarray, ...]
     labels: np.ndarray
+
+    @classmethod
+    def of(cls, inputs: Sequence[Any], labels: Any) -> "Batch":
+        """A user's arrays in the dtypes both models take (``model_input``), labels as int64."""
+        return cls(tuple(model_input(np.asarray(x)) for x in inputs),
+                   np.asarray(labels).astype(np.int64, copy=False))
 
     def named(self) -> List[Tuple[str, np.ndarray]]:
         """(record name, array) of each input, then of the labels (``target``)."""
@@ -85,7 +91,7 @@ def load_batch(path: Path) -> Batch:
                                "(y holds class indices: one per sample, or per pixel or token)")
     if not np.issubdtype(y.dtype, np.integer):
         raise ParityInputError(f"{path}: y must hold integer class indices, not {y.dtype}")
-    return Batch(tuple(model_input(x) for x in inputs), y.astype(np.int64, copy=False))
+    return Batch.of(inputs, y)
 
 
 def batch_for(config, batch_file: Optional[Path], num_classes: int) -> Batch:

@@ -15,7 +15,7 @@ import numpy as np
 from parity.compare import optimizer, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
-                                      different_operations, op_family)
+                                      different_operations, frozen_on_one_side, op_family)
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
@@ -396,12 +396,14 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
             detail=f"{first.name}'s gradient is the first (in backward order) to differ: a "
                    "custom bprop, a stop-gradient, or a non-differentiable op in the port.",
             confidence="guess")
-    if t.kind != m.kind:
-        trained, frozen = (f"torch trains {t.name}", f"MindSpore's {m.name}") \
-            if t.kind == "weight" else (f"MindSpore trains {m.name}", f"torch's {t.name}")
+    sides = frozen_on_one_side(t, m)
+    if sides is not None:
+        names = {"torch": t.name, "MindSpore": m.name}
+        trained, frozen = sides
         return Diagnosis(cause=FROZEN_ON_ONE_SIDE,
-                         detail=f"{trained} while {frozen} has requires_grad=False: freeze it "
-                                "on both sides or on neither.", confidence="certain")
+                         detail=f"{trained} trains {names[trained]} while {frozen}'s "
+                                f"{names[frozen]} has requires_grad=False: freeze it on both "
+                                "sides or on neither.", confidence="certain")
     if first.kind in ("update", "optimizer_state", "weight"):
         return _update_cause(first, t, m, torch_run, ms_run, ms_config)
     return _buffer_cause(first, t, m, torch_run, ms_run)

@@ -52,12 +52,19 @@ def different_operations(t: RecordInfo, m: RecordInfo) -> bool:
 FROZEN_ON_ONE_SIDE = "frozen on one side only"
 
 
+def frozen_on_one_side(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[str, str]]:
+    """(the side that trains, the side that froze) of a parameter paired as a ``weight``
+    record on one side and a ``buffer`` (requires_grad False) on the other, else None."""
+    if t.kind == m.kind:
+        return None
+    return ("torch", "MindSpore") if t.kind == "weight" else ("MindSpore", "torch")
+
+
 def violation(t: RecordInfo, m: RecordInfo) -> str:
     """Why the pair fails whatever its numbers, or ""."""
-    if t.kind != m.kind:            # a parameter's weight record against a buffer record
-        trained = "torch" if t.kind == "weight" else "MindSpore"
-        frozen = "MindSpore" if t.kind == "weight" else "torch"
-        return (f"{FROZEN_ON_ONE_SIDE}: {trained} trains this parameter, {frozen} does not "
+    sides = frozen_on_one_side(t, m)
+    if sides is not None:
+        return (f"{FROZEN_ON_ONE_SIDE}: {sides[0]} trains this parameter, {sides[1]} does not "
                 "(requires_grad=False)")
     rates = different_drop_rates(t, m)
     if rates is not None:
