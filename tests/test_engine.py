@@ -390,6 +390,36 @@ def test_a_transformer_encoder_layer_and_attention_written_in_its_forward(ms_mod
         assert "attention_norm's input already differs" in result.diagnosis.detail
 
 
+@pytest.mark.parametrize("ms_model, first, cause, named", [
+    ("ms_unet", None, None, None),
+    ("ms_unet_output_padding", "up", "Conv2dTranspose output_padding appends zeros",
+     "Use pad_mode='pad', padding=(1, 0, 1, 0) and no output_padding"),
+    ("ms_unet_same_padding", "up", "Conv2dTranspose pad_mode='same' crops differently",
+     "crops (0, 1, 0, 1) rows and columns (top, bottom, left, right) of the full output, torch "
+     "up (1, 0, 1, 0)"),
+    ("ms_unet_align_corners", "resize", "Upsample align_corners differs",
+     "write align_corners=False"),
+])
+def test_a_unet_decoders_upsampling_conventions_are_named(ms_model, first, cause, named):
+    """A U-Net's transposed convolution and bilinear upsampling, ported with torch's arguments
+    or MindSpore's defaults: each shifts or resamples the decoder's output, and the setting
+    recorded at capture names the cause."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    size = tiny.UNET_IMAGE
+    batch = (rng.standard_normal((2, 3, size, size), dtype=np.float32),
+             rng.integers(0, tiny.SEGMENT_CLASSES, (2, size, size)))
+    result = parity.check(tiny.torch_unet(), getattr(tiny, ms_model)(), inputs=batch)
+    assert result.passed == (cause is None), result.diagnosis
+    if cause is not None:
+        assert (result.first_divergence.name, result.first_divergence.kind) == (first, "forward")
+        assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "certain")
+        assert named in result.diagnosis.detail
+
+
 def test_python_api_refuses_a_setting_given_twice_or_out_of_range():
     import parity
     from parity.errors import ParityInputError

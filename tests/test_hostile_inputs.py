@@ -252,6 +252,16 @@ def test_a_model_that_takes_other_inputs_is_pointed_to_input(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_batch_too_small_for_batch_norm_is_pointed_to_the_batch_options(tmp_path):
+    """ResNet18's last BatchNorm sees one value per channel at batch 1, 32²: the line says to
+    enlarge the batch, beside the --input hint."""
+    process = parity_cli("run", "--model", "resnet18", "--batch-size", "1", "--image-size", "32",
+                         "--out", tmp_path / "run")
+    assert_one_line_error(process, "Expected more than 1 value per channel",
+                          "a larger --batch-size or --image-size")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("options, message", [
     ((), "the torch model returns a tuple of 2 outputs, so the synthetic labels' class count "
          "cannot be read from it: pass --num-classes K"),

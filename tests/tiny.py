@@ -1,6 +1,6 @@
 """Tiny pairs in both frameworks, fast enough for the plugin, API and end-to-end tests: a conv
-net (and its ported variants), token-id classifiers (one with an attention mask), a segmenter,
-small MLPs and a net with an auxiliary head."""
+net (and its ported variants), token-id classifiers (one with an attention mask), a segmenter
+and a small U-Net, small MLPs, a net with an auxiliary head and a Transformer encoder layer."""
 
 from __future__ import annotations
 
@@ -180,6 +180,81 @@ def ms_segmenter() -> msnn.Cell:
         msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True),
         msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU(),
         msnn.Conv2d(8, SEGMENT_CLASSES, 1, has_bias=True)])
+
+
+# A small U-Net over 8×8 images: a skip connection concatenated in the forward, a transposed
+# convolution (kernel 3, stride 2, padding 1, output_padding 1, as decoders often have) and a
+# bilinear upsampling of a side output; one label per pixel.
+UNET_IMAGE = 8
+
+
+class _TorchUNet(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False), tnn.BatchNorm2d(8),
+                                   tnn.ReLU())
+        self.pool = tnn.MaxPool2d(2)
+        self.middle = tnn.Sequential(tnn.Conv2d(8, 16, 3, padding=1, bias=False),
+                                     tnn.BatchNorm2d(16), tnn.ReLU())
+        self.up = tnn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1)
+        self.head = tnn.Conv2d(16, SEGMENT_CLASSES, 1)
+        self.side = tnn.Conv2d(16, SEGMENT_CLASSES, 1)
+        self.resize = tnn.Upsample(scale_factor=2, mode="bilinear")
+
+    def forward(self, x):
+        import torch
+        skip = self.down(x)
+        deep = self.middle(self.pool(skip))
+        return self.head(torch.cat([skip, self.up(deep)], 1)) + self.resize(self.side(deep))
+
+
+class _MsUNet(msnn.Cell):
+    """MindSpore's nn.Upsample takes no scale_factor for bilinear 4-D input: a size instead."""
+
+    def __init__(self, up: Optional[msnn.Cell] = None, align_corners: bool = False) -> None:
+        super().__init__()
+        self.down = msnn.SequentialCell([
+            msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1), msnn.BatchNorm2d(8, momentum=0.9),
+            msnn.ReLU()])
+        self.pool = msnn.MaxPool2d(2, 2)
+        self.middle = msnn.SequentialCell([
+            msnn.Conv2d(8, 16, 3, pad_mode="pad", padding=1), msnn.BatchNorm2d(16, momentum=0.9),
+            msnn.ReLU()])
+        # torch's padding 1 with output_padding 1 crops one row and column before, none after
+        self.up = up or msnn.Conv2dTranspose(16, 8, 3, stride=2, pad_mode="pad",
+                                             padding=(1, 0, 1, 0), has_bias=True)
+        self.head = msnn.Conv2d(16, SEGMENT_CLASSES, 1, has_bias=True)
+        self.side = msnn.Conv2d(16, SEGMENT_CLASSES, 1, has_bias=True)
+        self.resize = msnn.Upsample(size=(UNET_IMAGE, UNET_IMAGE), mode="bilinear",
+                                    align_corners=align_corners)
+
+    def construct(self, x):
+        from mindspore import ops
+        skip = self.down(x)
+        deep = self.middle(self.pool(skip))
+        return self.head(ops.cat((skip, self.up(deep)), 1)) + self.resize(self.side(deep))
+
+
+def torch_unet() -> tnn.Module:
+    return _TorchUNet()
+
+
+def ms_unet() -> msnn.Cell:
+    return _MsUNet()
+
+
+def ms_unet_output_padding() -> msnn.Cell:
+    """torch's arguments copied: MindSpore's output_padding appends zeros after the bias."""
+    return _MsUNet(up=msnn.Conv2dTranspose(16, 8, 3, stride=2, pad_mode="pad", padding=1,
+                                           output_padding=1, has_bias=True))
+
+
+def ms_unet_same_padding() -> msnn.Cell:
+    return _MsUNet(up=msnn.Conv2dTranspose(16, 8, 3, stride=2, pad_mode="same", has_bias=True))
+
+
+def ms_unet_align_corners() -> msnn.Cell:
+    return _MsUNet(align_corners=True)
 
 
 # Small MLPs over 16 features, with the layer under test between two linear layers.

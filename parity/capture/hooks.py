@@ -11,6 +11,9 @@ import numpy as np
 # Operation types that mean the same thing in both frameworks, keyed by class name.
 OPS = {
     "Conv1d": "conv1d", "Conv2d": "conv2d", "Conv3d": "conv3d",
+    "ConvTranspose1d": "convtranspose1d", "ConvTranspose2d": "convtranspose2d",
+    "Conv1dTranspose": "convtranspose1d", "Conv2dTranspose": "convtranspose2d",
+    "Upsample": "upsample", "UpsamplingBilinear2d": "upsample", "UpsamplingNearest2d": "upsample",
     "BatchNorm1d": "batchnorm1d", "BatchNorm2d": "batchnorm2d", "LayerNorm": "layernorm",
     "GroupNorm": "groupnorm",
     "ReLU": "relu", "ReLU6": "relu6", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid",
@@ -28,7 +31,8 @@ OPS = {
 # Module settings worth recording: they let the diagnosis name a cause instead of guessing.
 ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "groups", "group",
                    "eps", "epsilon", "momentum", "training", "use_batch_statistics", "ceil_mode",
-                   "inplace", "negative_slope", "p", "keep_prob", "approximate")
+                   "inplace", "negative_slope", "p", "keep_prob", "approximate",
+                   "output_padding", "mode", "align_corners")
 
 
 def op_type(module: Any) -> str:

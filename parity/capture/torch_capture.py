@@ -205,8 +205,9 @@ def _noise_recorder(writer: RunWriter) -> Callable[..., None]:
 
 @contextmanager
 def _synthetic_batch_errors(config: StepConfig) -> Iterator[None]:
-    """A model failing on the synthetic image batch most often takes other inputs or labels:
-    say so, and how to give them, instead of only the framework's error."""
+    """A model failing on the synthetic image batch most often takes other inputs or labels,
+    or needs a larger batch (BatchNorm in training wants more than one value per channel):
+    say so, and how to give them, besides the framework's error."""
     try:
         yield
     except ParityInputError:
@@ -216,7 +217,8 @@ def _synthetic_batch_errors(config: StepConfig) -> Iterator[None]:
             f"the torch model failed on parity's synthetic batch ({config.batch_size}×3×"
             f"{config.image_size}×{config.image_size} float32 images, one label per sample): "
             f"{type(error).__name__}: {error}. A model that takes other inputs or labels needs "
-            "them from --input FILE.npz") from error
+            "them from --input FILE.npz; one that needs a larger batch, a larger --batch-size "
+            "or --image-size") from error
 
 
 @contextmanager

@@ -94,14 +94,90 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                              detail=f"{m.name} normalised with its running statistics while "
                                     "torch used batch statistics; call net.set_train(True).",
                              confidence="certain")
+    resampling = _upsample_cause(t, m) or _transposed_conv_cause(t, m)
+    if resampling is not None:
+        return resampling
     for key in ("stride", "padding", "kernel_size", "dilation"):
-        if key == "padding" and str(ma.get("pad_mode", "pad")).lower() != "pad":
+        if key == "padding" and (str(ma.get("pad_mode", "pad")).lower() != "pad"
+                                 or m.op.startswith("convtranspose")):
             continue
         if key in ta and key in ma and _as_pair(ta[key]) != _as_pair(ma[key]):
             return Diagnosis(cause=f"{m.op or 'module'} {key} differs",
                              detail=f"torch {t.name} {key}={ta[key]}, MindSpore {m.name} "
                                     f"{key}={ma[key]}.", confidence="certain")
     return None
+
+
+LINEAR_MODES = ("linear", "bilinear", "bicubic", "trilinear")
+
+
+def _upsample_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+    if not t.op == m.op == "upsample":
+        return None
+    modes = str(t.attrs.get("mode")), str(m.attrs.get("mode"))
+    if modes[0] != modes[1]:
+        return Diagnosis(cause="Upsample mode differs",
+                         detail=f"torch {t.name} interpolates with mode='{modes[0]}', MindSpore "
+                                f"{m.name} with '{modes[1]}'.", confidence="certain")
+    corners = bool(t.attrs.get("align_corners")), bool(m.attrs.get("align_corners"))
+    if modes[0] in LINEAR_MODES and corners[0] != corners[1]:
+        return Diagnosis(cause="Upsample align_corners differs",
+                         detail=f"torch {t.name} interpolates with align_corners={corners[0]} "
+                                f"(torch's default, None, is False), MindSpore {m.name} with "
+                                f"{corners[1]}: the two sample different points; write "
+                                f"align_corners={corners[0]}.", confidence="certain")
+    return None
+
+
+def _transposed_conv_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+    """A transposed convolution crops its full output, (H − 1)·stride + dilation·(kernel − 1)
+    + 1 rows. torch crops ``padding`` rows at the top and ``padding − output_padding`` at the
+    bottom (output_padding gives computed rows back); MindSpore's pad mode crops its (top,
+    bottom, left, right) ``padding``, then appends ``output_padding`` rows of zeros after the
+    bias (nn.Conv2dTranspose.construct, 2.8.0); its same mode crops kernel − stride rows, the
+    odd one at the bottom. Compared as the four crops each side takes."""
+    if not t.op == m.op == "convtranspose2d":
+        return None
+    ta, ma = t.attrs, m.attrs
+    padding, extra = _as_pair(ta.get("padding", 0)), _as_pair(ta.get("output_padding", 0))
+    wanted = (padding[0], padding[0] - extra[0], padding[1], padding[1] - extra[1])
+    fix = f" Use pad_mode='pad', padding={wanted} and no output_padding." \
+        if min(wanted) >= 0 else ""
+    mode = str(ma.get("pad_mode", "same")).lower()
+    if mode == "pad" and any(_as_pair(ma.get("output_padding", 0))):
+        return Diagnosis(cause="Conv2dTranspose output_padding appends zeros",
+                         detail=f"MindSpore {m.name}'s output_padding={ma['output_padding']} "
+                                "pads its output with zeros after the bias, where torch "
+                                f"{t.name}'s output_padding={ta.get('output_padding')} computes "
+                                f"those rows and columns.{fix}", confidence="certain")
+    crops = _ms_transposed_crops(ma, mode)
+    if crops is None or crops == wanted:
+        return None
+    return Diagnosis(cause=f"Conv2dTranspose pad_mode='{mode}' crops differently" if mode != "pad"
+                     else "Conv2dTranspose padding differs",
+                     detail=f"MindSpore {m.name} crops {crops} rows and columns (top, bottom, "
+                            f"left, right) of the full output, torch {t.name} {wanted} "
+                            f"(padding={ta.get('padding')}, output_padding="
+                            f"{ta.get('output_padding')}): the output shifts.{fix}",
+                     confidence="certain")
+
+
+def _ms_transposed_crops(attrs: Dict, mode: str) -> Optional[Tuple[int, ...]]:
+    """(top, bottom, left, right) rows and columns a MindSpore Conv2dTranspose crops."""
+    if mode == "valid":
+        return (0, 0, 0, 0)
+    if mode == "pad":
+        padding = attrs.get("padding", 0)
+        flat = tuple(padding) if isinstance(padding, list) else (padding,)
+        return flat * 4 if len(flat) == 1 else flat if len(flat) == 4 else None
+    if mode != "same":
+        return None
+    crops: Tuple[int, ...] = ()
+    for kernel, stride, dilation in zip(*(_as_pair(attrs.get(key, 1))
+                                          for key in ("kernel_size", "stride", "dilation"))):
+        total = max(dilation * (kernel - 1) + 1 - stride, 0)
+        crops += (total // 2, total - total // 2)
+    return crops
 
 
 def _gelu_form(approximate) -> Optional[str]:
