@@ -9,6 +9,7 @@ any pair. Whatever stays unmatched is listed, never dropped silently.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import OrderedDict
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -19,6 +20,11 @@ from parity.records import Alignment, RecordInfo
 MINDSPORE_PARAM_ROLES = {"gamma": "weight", "beta": "bias", "moving_mean": "running_mean",
                          "moving_variance": "running_var", "embedding_table": "weight"}
 GENERIC_OP = "module"
+# A module whose output has another number of elements on each side (a stride, padding or
+# kernel that differs) is still paired when it is the same module, well below any same-shape
+# match: the first divergence is then named where the shape changed, not left unmatched.
+# Outputs that only differ in layout (the same number of elements) stay unmatched as before.
+SHAPE_DIFFERS = 0.25
 
 
 def normalise(name: str) -> str:
@@ -134,14 +140,24 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     def call(name: str) -> str:
         return name.partition("#")[2]
 
+    def pinned_to(t: RecordInfo, m: RecordInfo) -> Optional[bool]:
+        """Whether ``m`` is pinned to ``t``; None when ``m`` is not pinned at all."""
+        if m.name not in pinned and base(m.name) not in pinned:
+            return None
+        target = pinned.get(m.name, pinned.get(base(m.name)))
+        return target in (t.name, base(t.name)) and call(t.name) == call(m.name)
+
     def score(i: int, j: int) -> float:
         t, m = torch_records[i], mindspore_records[j]
+        pinned_here = pinned_to(t, m)
         if t.shape != m.shape:
-            return 0.0
-        if m.name in pinned or base(m.name) in pinned:
-            target = pinned.get(m.name, pinned.get(base(m.name)))
-            return 10.0 if target in (t.name, base(t.name)) and call(t.name) == call(m.name) \
-                else 0.0
+            same_module = pinned_here if pinned_here is not None else \
+                t.op == m.op != GENERIC_OP and normalise(t.name) == normalise(m.name) \
+                and call(t.name) == call(m.name)
+            resized = math.prod(t.shape) != math.prod(m.shape)
+            return SHAPE_DIFFERS if same_module and resized else 0.0
+        if pinned_here is not None:
+            return 10.0 if pinned_here else 0.0
         if t.op == m.op:
             value = 3.0
         elif GENERIC_OP in (t.op, m.op):

@@ -17,7 +17,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parity.align import align_parameters
+from parity.align import align_parameters, split_param
 from parity.errors import ParityInputError
 
 # torch bookkeeping with no MindSpore counterpart: a step counter, not a weight.
@@ -112,9 +112,14 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     for name in alignment.unmatched_mindspore:
         problems.append(f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch "
                         "tensor (missing key)")
+    transferred = set(alignment.mindspore_to_torch.values())
     for name in alignment.unmatched_torch:
+        module, role = split_param(name)
+        no_bias = f": the MindSpore layer taking {module}.weight has no bias (nn.Conv2d and " \
+            "nn.Conv2dTranspose default to has_bias=False: pass has_bias=True)" \
+            if role == "bias" and f"{module}.weight" in transferred else ""
         problems.append(f"torch tensor {name} {tuple(state_dict[name].shape)} is used by no "
-                        "MindSpore parameter (extra key)")
+                        f"MindSpore parameter (extra key){no_bias}")
     seen: Dict[str, str] = {}
     for ms_name, torch_name in alignment.mindspore_to_torch.items():
         if torch_name not in state_dict:

@@ -153,6 +153,27 @@ def test_forward_alignment_by_order_op_and_shape():
     assert pinned.mindspore_to_torch["act"] == "conv1"
 
 
+def test_a_module_whose_output_size_differs_is_paired_but_a_reshape_is_not():
+    """The same module (op and name) with another number of output elements is paired, so the
+    first divergence is where the shape changed; one whose output only has another layout, as
+    a flatten keeping (2, 8, 1, 1) where torch's gives (2, 8), stays unmatched."""
+    torch_records = [_forward("conv", "conv2d", (2, 8, 4, 4), 0),
+                     _forward("pool", "avgpool2d", (2, 8, 2, 2), 1),
+                     _forward("flatten", "flatten", (2, 8), 2),
+                     _forward("fc", "dense", (2, 10), 3)]
+    ms_records = [_forward("conv", "conv2d", (2, 8, 4, 4), 0),
+                  _forward("pool", "avgpool2d", (2, 8, 3, 3), 1),
+                  _forward("flatten", "flatten", (2, 8, 1, 1), 2),
+                  _forward("fc", "dense", (2, 10), 3)]
+    alignment = align_forward(torch_records, ms_records, param_map={})
+    assert alignment.mindspore_to_torch == {"conv": "conv", "pool": "pool", "fc": "fc"}
+    assert alignment.unmatched_mindspore == ("flatten",)
+    renamed = [_forward("conv", "conv2d", (2, 8, 4, 4), 0),
+               _forward("avg_pool_other", "avgpool2d", (2, 8, 3, 3), 1)]
+    assert "avg_pool_other" not in align_forward(torch_records, renamed,
+                                                 param_map={}).mindspore_to_torch
+
+
 class _Run:
     """The little of a RunReader that diagnose reads: records and their tensors."""
 

@@ -239,6 +239,41 @@ def test_mindspores_defaults_that_differ_from_torchs_are_named(tmp_path, torch_m
         assert named in report["diagnosis"]["detail"]
 
 
+@pytest.mark.parametrize("ms_model, first, cause, named", [
+    ("ms_defaults", None, None, None),
+    ("ms_defaults_conv_padding", "0", "Conv2d pad_mode='same' pads differently",
+     "pads (2, 2) rows and columns in all (the odd one at the bottom/right), torch 0 "
+     "padding=[0, 0] on each side. Use pad_mode='valid'"),
+    ("ms_defaults_leaky_relu", "2", "LeakyReLU slope differs",
+     "torch 2 has negative_slope=0.01, MindSpore 2 alpha=0.2"),
+    ("ms_defaults_avg_pool", "3", "avgpool2d stride differs",
+     "torch 3 stride=2, MindSpore 3 stride=1 (MindSpore's nn.AvgPool2d defaults to stride 1"),
+])
+def test_a_conv_net_ported_with_mindspores_defaults_is_named(ms_model, first, cause, named):
+    """Layers left to MindSpore's defaults: a padding or a stride that differs changes the
+    output's shape, and the pair is still compared (shape differs) at that layer, not left
+    unmatched with the blame on a later one."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_defaults(), getattr(tiny, ms_model)(), image_size=16)
+    assert result.passed == (cause is None), result.diagnosis
+    if cause is not None:
+        assert (result.first_divergence.name, result.first_divergence.kind) == (first, "forward")
+        assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "certain")
+        assert named in result.diagnosis.detail
+
+
+def test_a_conv_ported_without_its_bias_names_mindspores_default():
+    import parity
+    from parity.errors import ParityInputError
+    from tests import tiny
+    with pytest.raises(ParityInputError, match=r"torch tensor 0\.bias \(8,\) is used by no "
+                       r"MindSpore parameter \(extra key\): the MindSpore layer taking 0\.weight "
+                       r"has no bias \(nn\.Conv2d and nn\.Conv2dTranspose default to "
+                       r"has_bias=False: pass has_bias=True\)"):
+        parity.check(tiny.torch_defaults(), tiny.ms_defaults_conv_bias(), image_size=16)
+
+
 @pytest.mark.parametrize("ms_loss, passed", [("two_heads", True),
                                              ("two_heads_aux_weight_mistyped", False)])
 def test_a_model_with_an_auxiliary_head_is_checked_with_its_losses(tmp_path, ms_loss, passed):

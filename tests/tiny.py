@@ -1,5 +1,6 @@
 """Tiny pairs in both frameworks, fast enough for the plugin, API and end-to-end tests: a conv
-net (and its ported variants), token-id classifiers (one with an attention mask), a segmenter
+net (and its ported variants), one with layers whose MindSpore defaults differ, token-id
+classifiers (one with an attention mask), a segmenter
 and a small U-Net, small MLPs, a net with an auxiliary head and a Transformer encoder layer."""
 
 from __future__ import annotations
@@ -95,6 +96,43 @@ def frozen_stem(model):
 def ms_tiny_same_padding() -> msnn.Cell:
     """The stride-2 conv (cell "3") with pad_mode='same'."""
     return _ms_tiny(pad_mode="same")
+
+
+# A conv net whose layers' MindSpore defaults differ from torch's: nn.Conv2d (pad_mode 'same',
+# no bias), nn.LeakyReLU (alpha 0.2), nn.AvgPool2d (stride 1). The port gives each explicitly;
+# each variant leaves one to its default.
+def torch_defaults() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3), tnn.BatchNorm2d(8), tnn.LeakyReLU(),
+                          tnn.AvgPool2d(2), tnn.AdaptiveAvgPool2d(1), tnn.Flatten(),
+                          tnn.Linear(8, 10))
+
+
+def _ms_defaults(conv: Optional[msnn.Cell] = None, activation: Optional[msnn.Cell] = None,
+                 pool: Optional[msnn.Cell] = None) -> msnn.Cell:
+    return msnn.SequentialCell([
+        conv or msnn.Conv2d(3, 8, 3, pad_mode="valid", has_bias=True),
+        msnn.BatchNorm2d(8, momentum=0.9), activation or msnn.LeakyReLU(0.01),
+        pool or msnn.AvgPool2d(2, 2), GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
+
+
+def ms_defaults() -> msnn.Cell:
+    return _ms_defaults()
+
+
+def ms_defaults_conv_padding() -> msnn.Cell:
+    return _ms_defaults(conv=msnn.Conv2d(3, 8, 3, has_bias=True))
+
+
+def ms_defaults_conv_bias() -> msnn.Cell:
+    return _ms_defaults(conv=msnn.Conv2d(3, 8, 3, pad_mode="valid"))
+
+
+def ms_defaults_leaky_relu() -> msnn.Cell:
+    return _ms_defaults(activation=msnn.LeakyReLU())
+
+
+def ms_defaults_avg_pool() -> msnn.Cell:
+    return _ms_defaults(pool=msnn.AvgPool2d(2))
 
 
 # A token-id model: integer inputs (embedding lookup) instead of an image batch.

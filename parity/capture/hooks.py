@@ -31,7 +31,7 @@ OPS = {
 # Module settings worth recording: they let the diagnosis name a cause instead of guessing.
 ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "groups", "group",
                    "eps", "epsilon", "momentum", "training", "use_batch_statistics", "ceil_mode",
-                   "inplace", "negative_slope", "p", "keep_prob", "approximate",
+                   "inplace", "negative_slope", "alpha", "p", "keep_prob", "approximate",
                    "output_padding", "mode", "align_corners")
 
 

@@ -73,6 +73,22 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                 detail=f"MindSpore {m.name} pads bottom/right only, torch {t.name} pads both "
                        f"sides (padding={ta.get('padding')}): the window shifts one pixel. Use "
                        f"pad_mode='pad', padding={ta.get('padding')}.", confidence="certain")
+        unlike_torch = _same_padding_unlike_torch(ta, ma)
+        if unlike_torch is not None:
+            return Diagnosis(
+                cause="Conv2d pad_mode='same' pads differently",
+                detail=f"MindSpore {m.name} has pad_mode='same' (nn.Conv2d's default), which "
+                       f"pads {unlike_torch} rows and columns in all (the odd one at the "
+                       f"bottom/right), torch {t.name} padding={ta.get('padding')} on each side. "
+                       f"Use {_explicit_padding(ta.get('padding', 0))}.", confidence="certain")
+    slopes = ta.get("negative_slope"), ma.get("negative_slope", ma.get("alpha"))
+    if t.op == m.op == "leakyrelu" and None not in slopes and \
+            not np.isclose(*slopes, rtol=1e-6, atol=0):
+        return Diagnosis(cause="LeakyReLU slope differs",
+                         detail=f"torch {t.name} has negative_slope={slopes[0]:g}, MindSpore "
+                                f"{m.name} alpha={slopes[1]:g} (nn.LeakyReLU's default alpha is "
+                                f"0.2, torch's 0.01); write nn.LeakyReLU({slopes[0]:g}).",
+                         confidence="certain")
     norm = NORM_NAMES.get(op_family(t.op)) if op_family(t.op) == op_family(m.op) else None
     t_eps, m_eps = ta.get("eps"), ma.get("eps", ma.get("epsilon"))   # MindSpore LayerNorm: epsilon
     if norm and t_eps is not None and m_eps is not None and \
@@ -102,10 +118,35 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                  or m.op.startswith("convtranspose")):
             continue
         if key in ta and key in ma and _as_pair(ta[key]) != _as_pair(ma[key]):
+            default = " (MindSpore's nn.AvgPool2d defaults to stride 1, torch's to the kernel " \
+                "size)" if key == "stride" and m.op == "avgpool2d" and \
+                _as_pair(ma[key]) == (1, 1) else ""
             return Diagnosis(cause=f"{m.op or 'module'} {key} differs",
                              detail=f"torch {t.name} {key}={ta[key]}, MindSpore {m.name} "
-                                    f"{key}={ma[key]}.", confidence="certain")
+                                    f"{key}={ma[key]}{default}.", confidence="certain")
     return None
+
+
+def _explicit_padding(padding) -> str:
+    """MindSpore's arguments for torch's explicit conv padding."""
+    rows, columns = _as_pair(padding)
+    if rows == columns == 0:
+        return "pad_mode='valid'"
+    return f"pad_mode='pad', padding={rows if rows == columns else (rows, rows, columns, columns)}"
+
+
+def _same_padding_unlike_torch(ta: Dict, ma: Dict) -> Optional[Tuple[int, int]]:
+    """The total padding (rows, columns) of a stride-1 MindSpore conv in pad_mode 'same',
+    dilation·(kernel − 1), when torch's explicit padding is not half of it on each side;
+    None when they agree or torch's padding is a mode ('same', 'valid')."""
+    padding = ta.get("padding", 0)
+    if isinstance(padding, str) or any(s > 1 for s in _as_pair(ma.get("stride", 1))):
+        return None
+    totals = tuple(d * (k - 1) for k, d in zip(_as_pair(ma.get("kernel_size", 1)),
+                                                _as_pair(ma.get("dilation", 1))))
+    if all(total % 2 == 0 and total // 2 == p for total, p in zip(totals, _as_pair(padding))):
+        return None
+    return totals
 
 
 LINEAR_MODES = ("linear", "bilinear", "bicubic", "trilinear")
@@ -206,6 +247,12 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     proven = _attribute_cause(t, m)
     if proven is not None:
         return proven
+    if tuple(t.shape) != tuple(m.shape):
+        return Diagnosis(cause=f"{m.op or 'module'} output shape differs",
+                         detail=f"torch {t.name} returns {tuple(t.shape)}, MindSpore {m.name} "
+                                f"{tuple(m.shape)}, while every earlier output matched: compare "
+                                "their settings (stride, padding, kernel size, ceil_mode, output "
+                                "size).", confidence="guess")
     missing_inside = [n for n in unmatched.get("torch forward", ())
                       if n.startswith(first.name + ".")]
     a, b = torch_run.tensor(t), ms_run.tensor(m)
