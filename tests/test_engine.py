@@ -239,6 +239,16 @@ def test_mindspores_defaults_that_differ_from_torchs_are_named(tmp_path, torch_m
         assert named in report["diagnosis"]["detail"]
 
 
+def _assert_named_at_forward(result, first: str, cause: str, named: str) -> None:
+    """A correct port (cause None) passes; a bugged one first diverges at the forward output of
+    ``first``, and the settings recorded there name ``cause`` for certain."""
+    assert result.passed == (cause is None), result.diagnosis
+    if cause is not None:
+        assert (result.first_divergence.name, result.first_divergence.kind) == (first, "forward")
+        assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "certain")
+        assert named in result.diagnosis.detail
+
+
 @pytest.mark.parametrize("ms_model, first, cause, named", [
     ("ms_defaults", None, None, None),
     ("ms_defaults_conv_padding", "0", "Conv2d pad_mode='same' pads differently",
@@ -256,11 +266,7 @@ def test_a_conv_net_ported_with_mindspores_defaults_is_named(ms_model, first, ca
     import parity
     from tests import tiny
     result = parity.check(tiny.torch_defaults(), getattr(tiny, ms_model)(), image_size=16)
-    assert result.passed == (cause is None), result.diagnosis
-    if cause is not None:
-        assert (result.first_divergence.name, result.first_divergence.kind) == (first, "forward")
-        assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "certain")
-        assert named in result.diagnosis.detail
+    _assert_named_at_forward(result, first, cause, named)
 
 
 def test_a_conv_ported_without_its_bias_names_mindspores_default():
@@ -448,11 +454,7 @@ def test_a_unet_decoders_upsampling_conventions_are_named(ms_model, first, cause
     batch = (rng.standard_normal((2, 3, size, size), dtype=np.float32),
              rng.integers(0, tiny.SEGMENT_CLASSES, (2, size, size)))
     result = parity.check(tiny.torch_unet(), getattr(tiny, ms_model)(), inputs=batch)
-    assert result.passed == (cause is None), result.diagnosis
-    if cause is not None:
-        assert (result.first_divergence.name, result.first_divergence.kind) == (first, "forward")
-        assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "certain")
-        assert named in result.diagnosis.detail
+    _assert_named_at_forward(result, first, cause, named)
 
 
 def test_python_api_refuses_a_setting_given_twice_or_out_of_range():
