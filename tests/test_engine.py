@@ -239,6 +239,29 @@ def test_mindspores_defaults_that_differ_from_torchs_are_named(tmp_path, torch_m
         assert named in report["diagnosis"]["detail"]
 
 
+@pytest.mark.parametrize("ms_model, passed", [("ms_padded_tokens", True),
+                                             ("ms_padded_tokens_unmasked", False)])
+def test_an_embeddings_padding_row_gets_no_gradient_on_either_side(ms_model, passed):
+    """Token ids padded with torch's padding_idx: MindSpore's nn.Embedding(padding_idx=0) still
+    gives row 0 a gradient, which is named; the port that masks that row before the lookup
+    (the fix the diagnosis gives) passes."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, tiny.VOCABULARY, (4, tiny.TOKENS))
+    ids[1, 3:] = ids[3, 5:] = 0
+    result = parity.check(tiny.torch_padded_tokens(), getattr(tiny, ms_model)(),
+                          inputs=(ids, rng.integers(0, 5, 4)))
+    assert result.passed == passed, result.diagnosis
+    if not passed:
+        assert (result.first_divergence.name, result.first_divergence.kind) == ("0.weight", "grad")
+        assert (result.diagnosis.cause, result.diagnosis.confidence) == \
+            ("Embedding padding row gets a gradient", "certain")
+        assert "row 0 does" in result.diagnosis.detail
+
+
 def _assert_named_at_forward(result, first: str, cause: str, named: str) -> None:
     """A correct port (cause None) passes; a bugged one first diverges at the forward output of
     ``first``, and the settings recorded there name ``cause`` for certain."""

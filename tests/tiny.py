@@ -164,6 +164,37 @@ def ms_tokens_scaled() -> msnn.Cell:
     return ms_tokens(_ScaledEmbedding())
 
 
+# Token ids padded with id 0, torch's padding_idx: that row of the table gets no gradient.
+def torch_padded_tokens() -> tnn.Module:
+    return tnn.Sequential(tnn.Embedding(VOCABULARY, WIDTH, padding_idx=0), tnn.Flatten(),
+                          tnn.Linear(WIDTH * TOKENS, 5))
+
+
+class _PaddingRowEmbedding(msnn.Embedding):
+    """MindSpore's nn.Embedding gives the padding row a gradient (padding_idx or not): looking
+    the ids up in the table times a mask that zeroes that row stops it, as torch does, and
+    leaves the output and its gradient as they are."""
+
+    def __init__(self) -> None:
+        import numpy as np
+        super().__init__(VOCABULARY, WIDTH, padding_idx=0)
+        keep = np.ones((VOCABULARY, 1), np.float32)
+        keep[0] = 0
+        self.keep = mindspore.Tensor(keep)
+
+    def construct(self, tokens):
+        return mindspore.ops.gather(self.embedding_table * self.keep, tokens, 0)
+
+
+def ms_padded_tokens() -> msnn.Cell:
+    return ms_tokens(_PaddingRowEmbedding())
+
+
+def ms_padded_tokens_unmasked() -> msnn.Cell:
+    """padding_idx=0 given, as torch's: the padding row still gets a gradient."""
+    return ms_tokens(msnn.Embedding(VOCABULARY, WIDTH, padding_idx=0))
+
+
 # Two inputs, as a Transformer takes them: token ids and an attention mask (1 keeps a token).
 class _TorchMasked(tnn.Module):
     def __init__(self) -> None:

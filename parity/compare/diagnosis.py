@@ -511,8 +511,9 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "gradient match torch's: a custom bprop or a stop_gradient in "
                                 "that BatchNorm.", confidence="likely")
     if first.kind == "grad":
-        found = _ratio_cause(_median_ratio(torch_run.tensor(t), ms_run.tensor(m)), ms_config,
-                             "gradients", _label_count(torch_run)) or \
+        ratio = _median_ratio(torch_run.tensor(t), ms_run.tensor(m))
+        found = _padding_row_cause(t, m, torch_run, ms_run) or \
+            _ratio_cause(ratio, ms_config, "gradients", _label_count(torch_run)) or \
             _loss_targets(torch_run, ms_run)
         return found or Diagnosis(
             cause="backward differs while forward matches",
@@ -530,6 +531,35 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
     if first.kind in ("update", "optimizer_state", "weight"):
         return _update_cause(first, t, m, torch_run, ms_run, ms_config)
     return _buffer_cause(first, t, m, torch_run, ms_run)
+
+
+def _padding_row_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                       ms_run: RunReader) -> Optional[Diagnosis]:
+    """An embedding table's gradient that differs in its padding row only, where torch's is
+    zero: torch's nn.Embedding(padding_idx=k) gives row k no gradient, MindSpore's gives it
+    one, with padding_idx or without (nn.Embedding, 2.8.0, measured: the row summed the output
+    gradients of the padding positions)."""
+    embedding = _record(torch_run, t.name.rpartition(".")[0], "forward")
+    if t.attrs.get("activation") or not t.name.endswith(".weight") or embedding is None \
+            or embedding.op != "embedding" or embedding.attrs.get("padding_idx") is None:
+        return None
+    row = int(embedding.attrs["padding_idx"])
+    a, b = torch_run.tensor(t), ms_run.tensor(m)
+    if a.shape != b.shape or a.ndim != 2 or not 0 <= row < a.shape[0] or np.any(a[row]):
+        return None
+    difference = np.abs(b.astype(np.float64) - a)
+    in_row, elsewhere = difference[row].max(), np.delete(difference, row, axis=0).max(initial=0)
+    if not in_row > 1e3 * elsewhere:
+        return None
+    return Diagnosis(cause="Embedding padding row gets a gradient",
+                     detail=f"torch's {embedding.name} has padding_idx={row}, so its row {row} "
+                            f"gets no gradient; MindSpore's {m.name} row {row} does (largest "
+                            f"element {in_row:.3g}), and the rest of the table matches: "
+                            "MindSpore's nn.Embedding passes the padding positions' gradient on, "
+                            "padding_idx or not. In the port, look the ids up in the table times "
+                            f"a mask that zeroes row {row} (ops.gather(table * keep, ids, 0)): "
+                            "the row then gets no gradient, as in torch.",
+                     confidence="certain")
 
 
 def _record(run: RunReader, name: str, kind: str) -> Optional[RecordInfo]:
