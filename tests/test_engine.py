@@ -292,6 +292,17 @@ def test_a_conv_net_ported_with_mindspores_defaults_is_named(ms_model, first, ca
     _assert_named_at_forward(result, first, cause, named)
 
 
+@pytest.mark.parametrize("ms_model, cause", [
+    ("ms_reflect_padded", None), ("ms_reflect_padded_with_zeros", "conv padding values differ")])
+def test_a_conv_padding_with_reflected_values(ms_model, cause):
+    """torch's padding_mode='reflect' has no MindSpore conv setting: a port padding with zeros
+    differs at the image border and is named; one that pads first with ops.pad passes."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_reflect_padded(), getattr(tiny, ms_model)(), image_size=16)
+    _assert_named_at_forward(result, "0", cause, "ops.pad(x, ..., mode='reflect')")
+
+
 def test_a_conv_ported_without_its_bias_names_mindspores_default():
     import parity
     from parity.errors import ParityInputError

@@ -135,6 +135,36 @@ def ms_defaults_avg_pool() -> msnn.Cell:
     return _ms_defaults(pool=msnn.AvgPool2d(2))
 
 
+# A conv padding with reflected values (image generators do): MindSpore's convolutions pad
+# with zeros, so the port pads first.
+def torch_reflect_padded() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, padding_mode="reflect"),
+                          tnn.BatchNorm2d(8), tnn.ReLU(), tnn.AdaptiveAvgPool2d(1), tnn.Flatten(),
+                          tnn.Linear(8, 10))
+
+
+class _ReflectPaddedConv(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = msnn.Conv2d(3, 8, 3, pad_mode="valid", has_bias=True)
+
+    def construct(self, x):
+        return self.conv(mindspore.ops.pad(x, (1, 1, 1, 1), mode="reflect"))
+
+
+def _ms_reflect_padded(conv: msnn.Cell) -> msnn.Cell:
+    return msnn.SequentialCell([conv, msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU(),
+                                GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
+
+
+def ms_reflect_padded() -> msnn.Cell:
+    return _ms_reflect_padded(_ReflectPaddedConv())
+
+
+def ms_reflect_padded_with_zeros() -> msnn.Cell:
+    return _ms_reflect_padded(msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True))
+
+
 # A token-id model: integer inputs (embedding lookup) instead of an image batch.
 VOCABULARY, WIDTH, TOKENS = 50, 8, 6
 

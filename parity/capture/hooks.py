@@ -32,7 +32,7 @@ OPS = {
 ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "groups", "group",
                    "eps", "epsilon", "momentum", "training", "use_batch_statistics", "ceil_mode",
                    "inplace", "negative_slope", "alpha", "p", "keep_prob", "approximate",
-                   "output_padding", "mode", "align_corners", "padding_idx")
+                   "output_padding", "mode", "align_corners", "padding_idx", "padding_mode")
 
 
 def op_type(module: Any) -> str:

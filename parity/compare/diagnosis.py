@@ -8,6 +8,7 @@ message says where to look ("guess").
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -81,6 +82,9 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                        f"pads {unlike_torch} rows and columns in all (the odd one at the "
                        f"bottom/right), torch {t.name} padding={ta.get('padding')} on each side. "
                        f"Use {_explicit_padding(ta.get('padding', 0))}.", confidence="certain")
+    padded = _padding_mode_cause(t, m)
+    if padded is not None:
+        return padded
     slopes = ta.get("negative_slope"), ma.get("negative_slope", ma.get("alpha"))
     if t.op == m.op == "leakyrelu" and None not in slopes and \
             not np.isclose(*slopes, rtol=1e-6, atol=0):
@@ -125,6 +129,23 @@ def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                              detail=f"torch {t.name} {key}={ta[key]}, MindSpore {m.name} "
                                     f"{key}={ma[key]}{default}.", confidence="certain")
     return None
+
+
+def _padding_mode_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+    """torch's conv pads with reflected, replicated or circular values when padding_mode says
+    so; MindSpore's nn.Conv1d/2d/3d have no padding mode: their padding is zeros."""
+    mode = t.attrs.get("padding_mode", "zeros")
+    if t.op != m.op or not re.fullmatch(r"conv[123]d", t.op) or mode == "zeros" or \
+            m.attrs.get("padding_mode", "zeros") != "zeros":
+        return None
+    pad_mode = str(m.attrs.get("pad_mode", "same")).lower()
+    if pad_mode == "valid" or (pad_mode == "pad" and not any(_as_pair(m.attrs.get("padding", 0)))):
+        return None
+    return Diagnosis(cause="conv padding values differ",
+                     detail=f"torch {t.name} pads with padding_mode='{mode}', MindSpore {m.name} "
+                            "with zeros (its convolutions have no padding mode): pad the input "
+                            f"first, ops.pad(x, ..., mode='{mode}'), and convolve with "
+                            "pad_mode='valid'.", confidence="certain")
 
 
 def _explicit_padding(padding) -> str:
