@@ -303,6 +303,16 @@ def test_a_conv_padding_with_reflected_values(ms_model, cause):
     _assert_named_at_forward(result, "0", cause, "ops.pad(x, ..., mode='reflect')")
 
 
+def test_a_port_run_in_float16_is_named():
+    """amp.auto_mixed_precision O2 casts the port to float16 (BatchNorm kept float32): its first
+    conv differs by float16's rounding, and the records' dtype says why."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_tiny(), tiny.ms_tiny_mixed_precision_o2(), image_size=16)
+    _assert_named_at_forward(result, "0", "MindSpore computes in half precision",
+                             "MindSpore's _backbone.0 returns float16, torch's 0 float32")
+
+
 def test_a_conv_ported_without_its_bias_names_mindspores_default():
     import parity
     from parity.errors import ParityInputError

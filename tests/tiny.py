@@ -85,6 +85,34 @@ def ms_tiny() -> msnn.Cell:
     return _ms_tiny()
 
 
+def ms_tiny_mixed_precision_o1() -> msnn.Cell:
+    """Rewritten by amp.auto_mixed_precision at level O1: no forward hook fires in it."""
+    from mindspore import amp
+    return amp.auto_mixed_precision(ms_tiny(), "O1")
+
+
+def ms_tiny_mixed_precision_o2() -> msnn.Cell:
+    """Cast to float16 by amp.auto_mixed_precision at level O2 (BatchNorm kept float32)."""
+    from mindspore import amp
+    return amp.auto_mixed_precision(ms_tiny(), "O2")
+
+
+class _Compiled(msnn.Cell):
+    """The tiny port with its construct compiled by @jit: its cells run inside the graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = ms_tiny()
+
+    @mindspore.jit
+    def construct(self, x):
+        return self.net(x)
+
+
+def ms_tiny_compiled() -> msnn.Cell:
+    return _Compiled()
+
+
 def frozen_stem(model):
     """``model`` with its first conv frozen (requires_grad False), as when fine-tuning."""
     stem = model[0]

@@ -144,9 +144,10 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         clock.next("hooked step")
         _train_step(net, optimizer, initial, batch, config, tee(writer.add, hooked))
         if not any(r.kind == "forward" for r in writer.records):
-            raise ParityInputError("no forward hook fired in the MindSpore model (a construct "
-                                   "compiled with @jit / GRAPH_MODE hides its cells); run it "
-                                   "in PyNative mode")
+            raise ParityInputError("no forward hook fired in the MindSpore model: a construct "
+                                   "compiled with @jit / GRAPH_MODE, or a network rewritten by "
+                                   "amp.auto_mixed_precision at level O1, hides its cells; "
+                                   "check the plain network, in PyNative mode")
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
             _restore(net, initial, optimizer)

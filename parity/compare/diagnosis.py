@@ -39,6 +39,8 @@ INPUT_SHARE = 0.1
 # reach 2.7e-4 of their RMS (ResNet50 at batch 2, 64²: the forward ms_error of make run's JSON).
 NOISE_MARGIN = 10
 
+HALF_DTYPES = ("float16", "bfloat16")
+
 NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
 
 
@@ -265,6 +267,13 @@ def _as_pair(value) -> Tuple:
 def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                    comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
                    unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
+    if m.dtype in HALF_DTYPES and t.dtype not in HALF_DTYPES:
+        return Diagnosis(cause="MindSpore computes in half precision",
+                         detail=f"MindSpore's {m.name} returns {m.dtype}, torch's {t.name} "
+                                f"{t.dtype}: mixed precision (amp.auto_mixed_precision, to_float,"
+                                f" a float16 cast) costs {first.max_rel:.2g} here, against "
+                                "float32's ~1e-7. To check the port itself, run it in float32.",
+                         confidence="certain")
     proven = _attribute_cause(t, m)
     if proven is not None:
         return proven
