@@ -313,6 +313,23 @@ def test_a_port_run_in_float16_is_named():
                              "MindSpore's _backbone.0 returns float16, torch's 0 float32")
 
 
+@pytest.mark.parametrize("init", [0, 2, 4, 8])
+def test_a_biased_conv_before_batch_norm_passes(init):
+    """The BatchNorm after the conv removes its bias, so the bias gradient is zero but for
+    rounding, and MindSpore's sums round differently: these initialisations of the correct port
+    failed there (noise ratio 8.2 to 11.5) before the allowance for cancelling sums, with its
+    sums' own rounding, covered conv biases."""
+    import torch
+
+    import parity
+    from tests import tiny
+    torch.manual_seed(init)
+    result = parity.check(tiny.torch_defaults(), tiny.ms_defaults(), image_size=16)
+    assert result.passed, result.diagnosis
+    bias = result.records[(result.records.name == "0.bias") & (result.records.kind == "grad")]
+    assert bias.sum_allowance.iloc[0] > 0
+
+
 def test_a_conv_ported_without_its_bias_names_mindspores_default():
     import parity
     from parity.errors import ParityInputError

@@ -8,6 +8,7 @@ the update Δw, optimizer state, weight, and finally buffers (BatchNorm running 
 from __future__ import annotations
 
 import dataclasses
+import re
 import resource
 import time
 from collections import deque
@@ -337,17 +338,23 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
                            torch_run: RunReader, ms_run: RunReader,
                            initial: Optional[SafetensorsFile]
                            ) -> Tuple[List[Comparison], int]:
-    """Failing BatchNorm weight/bias gradients (and their updates, momentum buffers) judged
-    again with their output gradient's float32 error (plus its ReLU-flip allowance) carried
-    through the sum they are; the gradient must then be the sum of MindSpore's own terms
-    (compare/sums.py). Also returns the bytes read."""
+    """Failing gradients that are sums over batch and space (a BatchNorm's weight and bias, a
+    conv's or dense layer's bias; their updates and momentum buffers) judged again with their
+    output gradient's float32 error (plus its ReLU-flip allowance) carried through the sum they
+    are; the gradient must then be the sum of MindSpore's own terms (compare/sums.py). Also
+    returns the bytes read."""
     config = torch_run.manifest.get("config", {})
     pairs = {(p.pair.torch.kind, p.pair.torch.name, bool(p.pair.torch.attrs.get("activation"))):
              p.pair for p in plan}
-    batchnorms = {p.pair.torch.name for p in plan
-                  if p.pair.torch.kind == "forward" and p.pair.torch.op.startswith("batchnorm")}
+    ops = {p.pair.torch.name: p.pair.torch.op for p in plan if p.pair.torch.kind == "forward"}
+
+    def is_sum(module: str, role: str) -> bool:
+        op = ops.get(module, "")
+        return (op.startswith("batchnorm") and role in ("weight", "bias")) or \
+            (role == "bias" and (op == "dense" or re.fullmatch(r"conv(transpose)?[123]d", op)))
+
     flips = {c.name: c.flip_allowance for c in comparisons if c.kind == "grad"}
-    if not batchnorms or initial is None:
+    if initial is None:
         return comparisons, 0
     read = 0
 
@@ -370,14 +377,15 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
         output = pairs.get(("grad", module, True))
         if comparison.passed or planned.noise is None or not planned.noise.exact_rms \
                 or comparison.kind not in ("grad", "update", "optimizer_state") \
-                or module not in batchnorms or role not in ("weight", "bias") or output is None \
+                or not is_sum(module, role) or output is None \
                 or not output.torch.fp32_noise_rms or not output.torch.exact_rms \
                 or not {f"{module}.weight", f"{module}.bias"} <= set(initial):
             judged.append(comparison)
             continue
         if param not in allowed:
             error = output.torch.fp32_noise_rms / output.torch.exact_rms + flips.get(module, 0.0)
-            allowed[param] = sums.allowed_error(terms(torch_run, module, role, "torch"), error)
+            allowed[param] = sums.allowed_error(terms(torch_run, module, role, "torch"), error,
+                                                sums.channel_axis(ops[module]))
         # a gradient error δ is δ in the momentum buffer and lr·δ in the update
         scale = lr if comparison.kind == "update" else 1.0
         allowance = scale * allowed[param] / (
@@ -387,7 +395,8 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
                            comparison.flip_allowance + allowance), sum_allowance=allowance)
         if comparison.kind == "grad":
             off = sums.off_own_sum(ms_run.tensor(planned.pair.mindspore),
-                                   terms(ms_run, module, role, "mindspore"))
+                                   terms(ms_run, module, role, "mindspore"),
+                                   sums.channel_axis(ops[module]))
             if off > 1:
                 comparison = _failed(comparison, sums.reason(off))
         judged.append(comparison)
