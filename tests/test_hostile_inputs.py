@@ -245,9 +245,11 @@ def test_failing_user_model_code_is_one_line(tmp_path):
 @pytest.mark.parametrize("ms_model", ["ms_tiny_compiled", "ms_tiny_mixed_precision_o1"])
 def test_a_mindspore_model_whose_hooks_never_fire_is_refused(tmp_path, ms_model):
     """No forward hook fires in a construct compiled with @jit, nor in a network rewritten by
-    amp.auto_mixed_precision O1: an empty capture would compare nothing, so it is refused."""
+    amp.auto_mixed_precision O1: an empty capture would compare nothing, so it is refused.
+    (O1's rewrite writes its source under ./rewritten_network: run where that can go.)"""
     process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny", "--ms-model",
-                         f"tests.tiny:{ms_model}", "--image-size", "16", "--out", tmp_path / "run")
+                         f"tests.tiny:{ms_model}", "--image-size", "16", "--out", tmp_path / "run",
+                         cwd=tmp_path)
     assert_one_line_error(process, "mindspore capture: no forward hook fired",
                           "auto_mixed_precision at level O1")
     assert not (tmp_path / "run" / "mindspore").exists()
