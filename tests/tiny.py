@@ -1,7 +1,7 @@
 """Tiny pairs in both frameworks, fast enough for the plugin, API and end-to-end tests: a conv
 net (and its ported variants), one with layers whose MindSpore defaults differ, token-id
-classifiers (one with an attention mask), a segmenter
-and a small U-Net, small MLPs, a net with an auxiliary head and a Transformer encoder layer."""
+classifiers (one with an attention mask), a segmenter and a small U-Net, small MLPs, a net with
+an auxiliary head and a Transformer encoder layer."""
 
 from __future__ import annotations
 

@@ -535,11 +535,14 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
         module = first.name.rpartition(".")[0]
         terms = "its output gradient times x̂" if first.name.endswith("weight") else \
             "its output gradient"
-        return Diagnosis(cause="BatchNorm backward differs",
+        forward = _record(torch_run, module, "forward")
+        layer = "BatchNorm" if forward is not None and forward.op.startswith("batchnorm") \
+            else "layer"
+        return Diagnosis(cause=f"{layer} backward differs",
                          detail=f"MindSpore's {m.name} gradient is not the sum over batch and "
                                 f"space of {terms}, while {module}'s forward and output "
                                 "gradient match torch's: a custom bprop or a stop_gradient in "
-                                "that BatchNorm.", confidence="likely")
+                                f"that {layer}.", confidence="likely")
     if first.kind == "grad":
         ratio = _median_ratio(torch_run.tensor(t), ms_run.tensor(m))
         found = _padding_row_cause(t, m, torch_run, ms_run) or \

@@ -34,9 +34,10 @@ REASON = "MindSpore's gradient is not the sum of its own terms"
 
 def terms(output_grad: np.ndarray, output: Optional[np.ndarray], gamma: np.ndarray,
           beta: np.ndarray, role: str) -> np.ndarray:
-    """The terms of a BatchNorm's ``role`` ("weight" or "bias") gradient, float64: g·x̂ or g,
-    x̂ recovered from the output and the weight and bias before the step (0 where γ = 0); the
-    output is needed for the weight only."""
+    """The terms of a ``role`` ("weight" or "bias") gradient, float64: g for a bias (a
+    BatchNorm's, a conv's, a dense layer's), g·x̂ for a BatchNorm's weight, x̂ recovered from the
+    output and the weight and bias before the step (0 where γ = 0); the output, gamma and beta
+    are needed for the BatchNorm weight only."""
     g = np.asarray(output_grad, np.float64)
     if role == "weight":
         shape = (1, -1) + (1,) * (g.ndim - 2)
