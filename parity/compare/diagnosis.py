@@ -1,22 +1,21 @@
 """Naming the likely cause of the first divergence.
 
 Evidence first, numbers second: module settings recorded at capture (padding mode, eps, BN
-momentum, training flag) prove a cause outright ("certain"); otherwise the numerical signature
-of each classic ResNet migration bug (DESIGN.md) is matched ("likely"); failing both, the
-message says where to look ("guess").
+momentum, training flag; compare/settings.py) prove a cause outright ("certain"); otherwise the
+numerical signature of each classic ResNet migration bug (DESIGN.md) is matched ("likely");
+failing both, the message says where to look ("guess").
 """
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from parity.compare import optimizer, sums
 from parity.compare.batches import batch_difference, further_input_difference
-from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
-                                      different_operations, frozen_on_one_side, op_family)
+from parity.compare.settings import settings_cause
+from parity.compare.structure import FROZEN_ON_ONE_SIDE, frozen_on_one_side
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
@@ -41,229 +40,6 @@ NOISE_MARGIN = 10
 
 HALF_DTYPES = ("float16", "bfloat16")
 
-NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
-
-
-def _attribute_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
-    ta, ma = t.attrs, m.attrs
-    rates = different_drop_rates(t, m)
-    if rates is not None:
-        keep_prob = " MindSpore's nn.Dropout takes keep_prob as its first argument: write " \
-            f"nn.Dropout(p={rates[0]:g})." if "p" not in ma else ""
-        return Diagnosis(cause="Dropout rate differs",
-                         detail=f"torch {t.name} drops {rates[0]:g} of its inputs, MindSpore "
-                                f"{m.name} {rates[1]:g}.{keep_prob}", confidence="certain")
-    if different_operations(t, m):
-        return Diagnosis(cause="different operation",
-                         detail=f"torch {t.name} is {t.op}, MindSpore {m.name} is {m.op}: "
-                                "use the same operation. One batch through random initial "
-                                "weights need not show the difference (ReLU and ReLU6 agree "
-                                "below 6).", confidence="certain")
-    forms = _gelu_form(ta.get("approximate")), _gelu_form(ma.get("approximate"))
-    if t.op == m.op == "gelu" and None not in forms and forms[0] != forms[1]:
-        return Diagnosis(cause="GELU approximation differs",
-                         detail=f"torch {t.name} computes GELU with approximate='{forms[0]}', "
-                                f"MindSpore {m.name} with '{forms[1]}' (MindSpore's nn.GELU "
-                                "defaults to the tanh form); write nn.GELU(approximate="
-                                f"{forms[0] == 'tanh'}).", confidence="certain")
-    if m.op in ("conv2d", "maxpool2d") and str(ma.get("pad_mode", "")).lower() == "same":
-        stride = ma.get("stride", 1)
-        strided = any(s > 1 for s in (stride if isinstance(stride, list) else [stride]))
-        what = "Conv2d" if m.op == "conv2d" else "MaxPool2d"
-        if strided or m.op == "maxpool2d":
-            return Diagnosis(
-                cause=f"{what} pad_mode='same' with stride > 1",
-                detail=f"MindSpore {m.name} pads bottom/right only, torch {t.name} pads both "
-                       f"sides (padding={ta.get('padding')}): the window shifts one pixel. Use "
-                       f"pad_mode='pad', padding={ta.get('padding')}.", confidence="certain")
-        unlike_torch = _same_padding_unlike_torch(ta, ma)
-        if unlike_torch is not None:
-            return Diagnosis(
-                cause="Conv2d pad_mode='same' pads differently",
-                detail=f"MindSpore {m.name} has pad_mode='same' (nn.Conv2d's default), which "
-                       f"pads {unlike_torch} rows and columns in all (the odd one at the "
-                       f"bottom/right), torch {t.name} padding={ta.get('padding')} on each side. "
-                       f"Use {_explicit_padding(ta.get('padding', 0))}.", confidence="certain")
-    padded = _padding_mode_cause(t, m)
-    if padded is not None:
-        return padded
-    slopes = ta.get("negative_slope"), ma.get("negative_slope", ma.get("alpha"))
-    if t.op == m.op == "leakyrelu" and None not in slopes and \
-            not np.isclose(*slopes, rtol=1e-6, atol=0):
-        return Diagnosis(cause="LeakyReLU slope differs",
-                         detail=f"torch {t.name} has negative_slope={slopes[0]:g}, MindSpore "
-                                f"{m.name} alpha={slopes[1]:g} (nn.LeakyReLU's default alpha is "
-                                f"0.2, torch's 0.01); write nn.LeakyReLU({slopes[0]:g}).",
-                         confidence="certain")
-    norm = NORM_NAMES.get(op_family(t.op)) if op_family(t.op) == op_family(m.op) else None
-    t_eps, m_eps = ta.get("eps"), ma.get("eps", ma.get("epsilon"))   # MindSpore LayerNorm: epsilon
-    if norm and t_eps is not None and m_eps is not None and \
-            not np.isclose(t_eps, m_eps, rtol=1e-3):
-        keyword = "eps" if "eps" in ma else "epsilon"
-        return Diagnosis(cause=f"{norm} eps differs",
-                         detail=f"torch {t.name} eps={t_eps:g}, MindSpore {m.name} "
-                                f"{keyword}={m_eps:g}; set {keyword}={t_eps:g}.",
-                         confidence="certain")
-    if m.op.startswith("batchnorm") and t.op.startswith("batchnorm"):
-        if ta.get("training") and ma.get("use_batch_statistics") is False:
-            return Diagnosis(cause="MindSpore network not in training mode",
-                             detail=f"{m.name} has use_batch_statistics=False: it normalises "
-                                    "with its running statistics even in training, where torch "
-                                    "uses batch statistics; leave it None.",
-                             confidence="certain")
-        if ta.get("training") and ma.get("training") is False:
-            return Diagnosis(cause="MindSpore network not in training mode",
-                             detail=f"{m.name} normalised with its running statistics while "
-                                    "torch used batch statistics; call net.set_train(True).",
-                             confidence="certain")
-    resampling = _upsample_cause(t, m) or _transposed_conv_cause(t, m)
-    if resampling is not None:
-        return resampling
-    for key in ("stride", "padding", "kernel_size", "dilation"):
-        if key == "padding" and (str(ma.get("pad_mode", "pad")).lower() != "pad"
-                                 or m.op.startswith("convtranspose")):
-            continue
-        if key in ta and key in ma and _as_pair(ta[key]) != _as_pair(ma[key]):
-            default = " (MindSpore's nn.AvgPool2d defaults to stride 1, torch's to the kernel " \
-                "size)" if key == "stride" and m.op == "avgpool2d" and \
-                _as_pair(ma[key]) == (1, 1) else ""
-            return Diagnosis(cause=f"{m.op or 'module'} {key} differs",
-                             detail=f"torch {t.name} {key}={ta[key]}, MindSpore {m.name} "
-                                    f"{key}={ma[key]}{default}.", confidence="certain")
-    return None
-
-
-def _padding_mode_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
-    """torch's conv pads with reflected, replicated or circular values when padding_mode says
-    so; MindSpore's nn.Conv1d/2d/3d have no padding mode: their padding is zeros."""
-    mode = t.attrs.get("padding_mode", "zeros")
-    if t.op != m.op or not re.fullmatch(r"conv[123]d", t.op) or mode == "zeros" or \
-            m.attrs.get("padding_mode", "zeros") != "zeros":
-        return None
-    pad_mode = str(m.attrs.get("pad_mode", "same")).lower()
-    if pad_mode == "valid" or (pad_mode == "pad" and not any(_as_pair(m.attrs.get("padding", 0)))):
-        return None
-    return Diagnosis(cause="conv padding values differ",
-                     detail=f"torch {t.name} pads with padding_mode='{mode}', MindSpore {m.name} "
-                            "with zeros (its convolutions have no padding mode): pad the input "
-                            f"first, ops.pad(x, ..., mode='{mode}'), and convolve with "
-                            "pad_mode='valid'.", confidence="certain")
-
-
-def _explicit_padding(padding) -> str:
-    """MindSpore's arguments for torch's explicit conv padding."""
-    rows, columns = _as_pair(padding)
-    if rows == columns == 0:
-        return "pad_mode='valid'"
-    return f"pad_mode='pad', padding={rows if rows == columns else (rows, rows, columns, columns)}"
-
-
-def _same_padding_unlike_torch(ta: Dict, ma: Dict) -> Optional[Tuple[int, int]]:
-    """The total padding (rows, columns) of a stride-1 MindSpore conv in pad_mode 'same',
-    dilation·(kernel − 1), when torch's explicit padding is not half of it on each side;
-    None when they agree or torch's padding is a mode ('same', 'valid')."""
-    padding = ta.get("padding", 0)
-    if isinstance(padding, str) or any(s > 1 for s in _as_pair(ma.get("stride", 1))):
-        return None
-    totals = tuple(d * (k - 1) for k, d in zip(_as_pair(ma.get("kernel_size", 1)),
-                                                _as_pair(ma.get("dilation", 1))))
-    if all(total % 2 == 0 and total // 2 == p for total, p in zip(totals, _as_pair(padding))):
-        return None
-    return totals
-
-
-LINEAR_MODES = ("linear", "bilinear", "bicubic", "trilinear")
-
-
-def _upsample_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
-    if not t.op == m.op == "upsample":
-        return None
-    modes = str(t.attrs.get("mode")), str(m.attrs.get("mode"))
-    if modes[0] != modes[1]:
-        return Diagnosis(cause="Upsample mode differs",
-                         detail=f"torch {t.name} interpolates with mode='{modes[0]}', MindSpore "
-                                f"{m.name} with '{modes[1]}'.", confidence="certain")
-    corners = bool(t.attrs.get("align_corners")), bool(m.attrs.get("align_corners"))
-    if modes[0] in LINEAR_MODES and corners[0] != corners[1]:
-        return Diagnosis(cause="Upsample align_corners differs",
-                         detail=f"torch {t.name} interpolates with align_corners={corners[0]} "
-                                f"(torch's default, None, is False), MindSpore {m.name} with "
-                                f"{corners[1]}: the two sample different points; write "
-                                f"align_corners={corners[0]}.", confidence="certain")
-    return None
-
-
-def _transposed_conv_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
-    """A transposed convolution crops its full output, (H − 1)·stride + dilation·(kernel − 1)
-    + 1 rows. torch crops ``padding`` rows at the top and ``padding − output_padding`` at the
-    bottom (output_padding gives computed rows back); MindSpore's pad mode crops its (top,
-    bottom, left, right) ``padding``, then appends ``output_padding`` rows of zeros after the
-    bias (nn.Conv2dTranspose.construct, 2.8.0); its same mode crops kernel − stride rows, the
-    odd one at the bottom. Compared as the four crops each side takes."""
-    if not t.op == m.op == "convtranspose2d":
-        return None
-    ta, ma = t.attrs, m.attrs
-    padding, extra = _as_pair(ta.get("padding", 0)), _as_pair(ta.get("output_padding", 0))
-    wanted = (padding[0], padding[0] - extra[0], padding[1], padding[1] - extra[1])
-    fix = f" Use pad_mode='pad', padding={wanted} and no output_padding." \
-        if min(wanted) >= 0 else ""
-    mode = str(ma.get("pad_mode", "same")).lower()
-    if mode == "pad" and any(_as_pair(ma.get("output_padding", 0))):
-        return Diagnosis(cause="Conv2dTranspose output_padding appends zeros",
-                         detail=f"MindSpore {m.name}'s output_padding={ma['output_padding']} "
-                                "pads its output with zeros after the bias, where torch "
-                                f"{t.name}'s output_padding={ta.get('output_padding')} computes "
-                                f"those rows and columns.{fix}", confidence="certain")
-    crops = _ms_transposed_crops(ma, mode)
-    if crops is None or crops == wanted:
-        return None
-    return Diagnosis(cause=f"Conv2dTranspose pad_mode='{mode}' crops differently" if mode != "pad"
-                     else "Conv2dTranspose padding differs",
-                     detail=f"MindSpore {m.name} crops {crops} rows and columns (top, bottom, "
-                            f"left, right) of the full output, torch {t.name} {wanted} "
-                            f"(padding={ta.get('padding')}, output_padding="
-                            f"{ta.get('output_padding')}): the output shifts.{fix}",
-                     confidence="certain")
-
-
-def _ms_transposed_crops(attrs: Dict, mode: str) -> Optional[Tuple[int, ...]]:
-    """(top, bottom, left, right) rows and columns a MindSpore Conv2dTranspose crops."""
-    if mode == "valid":
-        return (0, 0, 0, 0)
-    if mode == "pad":
-        padding = attrs.get("padding", 0)
-        flat = tuple(padding) if isinstance(padding, list) else (padding,)
-        return flat * 4 if len(flat) == 1 else flat if len(flat) == 4 else None
-    if mode != "same":
-        return None
-    crops: Tuple[int, ...] = ()
-    for kernel, stride, dilation in zip(*(_as_pair(attrs.get(key, 1))
-                                          for key in ("kernel_size", "stride", "dilation"))):
-        total = max(dilation * (kernel - 1) + 1 - stride, 0)
-        crops += (total // 2, total - total // 2)
-    return crops
-
-
-def _gelu_form(approximate) -> Optional[str]:
-    """'tanh' or 'none' from either framework's setting (MindSpore: True/False, or the string)."""
-    if isinstance(approximate, bool):
-        return "tanh" if approximate else "none"
-    return str(approximate).lower() if approximate is not None else None
-
-
-def _as_pair(value) -> Tuple:
-    """Spatial settings in one shape: 1 -> (1, 1); MindSpore's (top, bottom, left, right)
-    padding -> (top, left) when symmetric; MaxPool's 3-entry padding -> its last two."""
-    if not isinstance(value, list):
-        return (value, value)
-    flat = tuple(value)
-    if len(flat) == 4 and flat[0] == flat[1] and flat[2] == flat[3]:
-        return (flat[0], flat[2])
-    if len(flat) == 3:
-        return flat[1:]
-    return flat if len(flat) > 1 else flat * 2
-
-
 def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                    comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
                    unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
@@ -274,7 +50,7 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f" a float16 cast) costs {first.max_rel:.2g} here, against "
                                 "float32's ~1e-7. To check the port itself, run it in float32.",
                          confidence="certain")
-    proven = _attribute_cause(t, m)
+    proven = settings_cause(t, m)
     if proven is not None:
         return proven
     if tuple(t.shape) != tuple(m.shape):
