@@ -320,10 +320,11 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "gradient match torch's: a custom bprop or a stop_gradient in "
                                 f"that {layer}.", confidence="likely")
     if first.kind == "grad":
-        ratio = _median_ratio(torch_run.tensor(t), ms_run.tensor(m))
-        found = _padding_row_cause(t, m, torch_run, ms_run) or \
-            _ratio_cause(ratio, ms_config, "gradients", _label_count(torch_run)) or \
-            _loss_targets(torch_run, ms_run)
+        found = _padding_row_cause(t, m, torch_run, ms_run)
+        if found is None:
+            ratio = _median_ratio(torch_run.tensor(t), ms_run.tensor(m))
+            found = _ratio_cause(ratio, ms_config, "gradients", _label_count(torch_run)) or \
+                _loss_targets(torch_run, ms_run)
         return found or Diagnosis(
             cause="backward differs while forward matches",
             detail=f"{first.name}'s gradient is the first (in backward order) to differ: a "

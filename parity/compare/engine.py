@@ -8,7 +8,6 @@ the update Δw, optimizer state, weight, and finally buffers (BatchNorm running 
 from __future__ import annotations
 
 import dataclasses
-import re
 import resource
 import time
 from collections import deque
@@ -349,9 +348,9 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
     ops = {p.pair.torch.name: p.pair.torch.op for p in plan if p.pair.torch.kind == "forward"}
 
     def is_sum(module: str, role: str) -> bool:
-        op = ops.get(module, "")
-        return (op.startswith("batchnorm") and role in ("weight", "bias")) or \
-            (role == "bias" and (op == "dense" or re.fullmatch(r"conv(transpose)?[123]d", op)))
+        family = structure.op_family(ops.get(module, ""))
+        return (family == "batchnorm" and role in ("weight", "bias")) or \
+            (role == "bias" and family in ("conv", "convtranspose", "dense"))
 
     flips = {c.name: c.flip_allowance for c in comparisons if c.kind == "grad"}
     if initial is None:

@@ -5,7 +5,6 @@ upsampling and transposed-convolution conventions. Each names the MindSpore argu
 
 from __future__ import annotations
 
-import re
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -110,7 +109,7 @@ def _padding_mode_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     """torch's conv pads with reflected, replicated or circular values when padding_mode says
     so; MindSpore's nn.Conv1d/2d/3d have no padding mode: their padding is zeros."""
     mode = t.attrs.get("padding_mode", "zeros")
-    if t.op != m.op or not re.fullmatch(r"conv[123]d", t.op) or mode == "zeros" or \
+    if t.op != m.op or op_family(t.op) != "conv" or mode == "zeros" or \
             m.attrs.get("padding_mode", "zeros") != "zeros":
         return None
     pad_mode = str(m.attrs.get("pad_mode", "same")).lower()
