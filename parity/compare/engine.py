@@ -10,16 +10,11 @@ from __future__ import annotations
 import dataclasses
 import resource
 import time
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
-from typing import (Any, Callable, Deque, Dict, Iterator, List, Mapping, NamedTuple, Optional,
-                    Tuple)
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from parity import kinks
 from parity.align import align_forward
@@ -39,7 +34,6 @@ MAX_DETAILED = 40          # failing records that get a histogram and worst elem
 # If fewer than this share of torch parameters are found in the MindSpore capture, the two
 # runs are of different models, and a comparison would be meaningless.
 MIN_SHARED_PARAMS = 0.5
-WORKERS = 2                # threads reading and comparing pairs
 
 
 @dataclass(frozen=True)
@@ -225,18 +219,6 @@ def _shape_mismatch(torch_shape: Tuple[int, ...], ms_shape: Tuple[int, ...]) -> 
                        inf_torch=0, inf_mindspore=0, needed_rtol=float("inf"),
                        fp32_noise=nan, ms_error=nan, noise_ratio=nan,
                        reason=f"shape differs: torch {torch_shape} vs MindSpore {ms_shape}")
-
-
-def _in_order(pool: ThreadPoolExecutor, tasks: Iterator[Callable[[], Any]],
-              ahead: int) -> Iterator[Any]:
-    """The results of ``tasks`` in order, with up to ``ahead`` of them submitted at a time."""
-    pending: Deque[Future] = deque()
-    for task in tasks:
-        pending.append(pool.submit(task))
-        if len(pending) >= ahead:
-            yield pending.popleft().result()
-    while pending:
-        yield pending.popleft().result()
 
 
 def _detail(torch_value: np.ndarray, ms_value: np.ndarray) -> RecordDetail:
@@ -498,30 +480,26 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
 
     already: Dict[Tuple, TensorStats] = {}
     flipped: Dict[Tuple, np.ndarray] = {}
-    # Two pairs are read and compared at once (numpy and the CRC release the GIL): at batch 8,
-    # 224², 2.8 s against 3.6 s with one worker. numpy's BLAS is held to one thread: its idle
-    # threads spin and starved the workers (11 s instead of 4.6 s, measured before the float32
-    # kernel). Memory holds at most four pairs.
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool, \
-            threadpool_limits(limits=1, user_api="blas"):
-        measured = _in_order(pool, (partial(measure, p.pair, p.tolerance, p.noise,
-                                            kink_ops.get(p.identity, ""))
-                                    for p in plan if p.first), ahead=WORKERS + 1)
-        for order, planned_pair in enumerate(plan):
-            pair, values = planned_pair.pair, None
-            if planned_pair.first:
-                already[planned_pair.identity], size, values, units = next(measured)
-                if units is not None and units.size:
-                    flipped[planned_pair.identity] = units
-                compared_bytes += size
-            comparison = _structure_checked(pair, _comparison(
-                pair, order, already[planned_pair.identity], planned_pair.tolerance))
-            comparisons.append(comparison)
-            if not comparison.passed and len(details) < MAX_DETAILED \
-                    and pair.torch.shape == pair.mindspore.shape:
-                details[f"{comparison.kind}:{comparison.name}"] = _detail(*(values or read(pair)))
-            if progress is not None:
-                progress(len(comparisons), len(pairs))
+    # One pair at a time, in this thread: two worker threads were slower at both sizes measured
+    # (batch 8, 224²: 1.6-1.8 against 1.8-2.1 GB/s; batch 2, 64²: 0.9-1.0 against 1.1-1.3),
+    # the GIL's hand-offs costing more than the second core gave.
+    for order, planned_pair in enumerate(plan):
+        pair, values = planned_pair.pair, None
+        if planned_pair.first:
+            already[planned_pair.identity], size, values, units = measure(
+                pair, planned_pair.tolerance, planned_pair.noise,
+                kink_ops.get(planned_pair.identity, ""))
+            if units is not None and units.size:
+                flipped[planned_pair.identity] = units
+            compared_bytes += size
+        comparison = _structure_checked(pair, _comparison(
+            pair, order, already[planned_pair.identity], planned_pair.tolerance))
+        comparisons.append(comparison)
+        if not comparison.passed and len(details) < MAX_DETAILED \
+                and pair.torch.shape == pair.mindspore.shape:
+            details[f"{comparison.kind}:{comparison.name}"] = _detail(*(values or read(pair)))
+        if progress is not None:
+            progress(len(comparisons), len(pairs))
 
     sites, read_at_sites = _flip_sites(plan, kink_ops, flipped, torch_run)
     if sites:
