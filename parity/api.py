@@ -135,8 +135,13 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
         raise
     report("torch capture", "done")
     report("mindspore capture", "start")
-    capture_in_subprocess("mindspore", config, ms_dir, options, reference=torch_dir,
-                          map_file=map_file, debug=debug)
+    try:
+        capture_in_subprocess("mindspore", config, ms_dir, options, reference=torch_dir,
+                              map_file=map_file, debug=debug)
+    except ParityInputError as error:
+        raise ParityInputError(f"{error}; the torch capture is kept in {torch_dir} ('parity "
+                               f"capture --framework mindspore --reference {torch_dir}' reruns "
+                               "MindSpore alone, with this run's options)") from None
     report("mindspore capture", "done")
     report("compare", "start")
     result = compare_runs(torch_dir, ms_dir, policy=policy, forward_overrides=options.name_map,

@@ -25,6 +25,14 @@ TINY = ["--torch-model", "tests.tiny:torch_tiny", "--ms-model", "tests.tiny:ms_t
         "--image-size", "16"]
 
 
+@pytest.fixture(autouse=True)
+def _seeded_torch() -> None:
+    """The tiny models draw their initial weights from torch's global generator: seeded before
+    each test, a test's numbers do not depend on which tests ran before it in this process."""
+    import torch
+    torch.manual_seed(0)
+
+
 def parity_cli(*args: str, cwd: Path = REPO, timeout: int = 900) -> subprocess.CompletedProcess:
     """``python -m parity ARGS`` in a fresh process, as a user would run it."""
     env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}

@@ -239,7 +239,9 @@ def test_failing_user_model_code_is_one_line(tmp_path):
     process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny", "--ms-model",
                          "tests.ports:broken_factory", "--image-size", "16",
                          "--out", tmp_path / "run")
-    assert_one_line_error(process, "mindspore capture", "TypeError", "'depth'")
+    assert_one_line_error(process, "mindspore capture", "TypeError", "'depth'",
+                          f"the torch capture is kept in {tmp_path / 'run' / 'torch'}")
+    assert (tmp_path / "run" / "torch" / "manifest.json").exists()
 
 
 @pytest.mark.parametrize("ms_model", ["ms_tiny_compiled", "ms_tiny_mixed_precision_o1"])

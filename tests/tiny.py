@@ -12,6 +12,7 @@ from typing import Optional
 
 import mindspore  # noqa: F401  (before torch)
 import mindspore.nn as msnn
+import mindspore.ops as ops
 import torch.nn as tnn
 
 from models.resnet_mindspore import GlobalAvgPool
@@ -136,11 +137,12 @@ def torch_defaults() -> tnn.Module:
 
 
 def _ms_defaults(conv: Optional[msnn.Cell] = None, activation: Optional[msnn.Cell] = None,
-                 pool: Optional[msnn.Cell] = None) -> msnn.Cell:
+                 pool: Optional[msnn.Cell] = None, dense: Optional[msnn.Cell] = None
+                 ) -> msnn.Cell:
     return msnn.SequentialCell([
         conv or msnn.Conv2d(3, 8, 3, pad_mode="valid", has_bias=True),
         msnn.BatchNorm2d(8, momentum=0.9), activation or msnn.LeakyReLU(0.01),
-        pool or msnn.AvgPool2d(2, 2), GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
+        pool or msnn.AvgPool2d(2, 2), GlobalAvgPool(), msnn.Flatten(), dense or msnn.Dense(8, 10)])
 
 
 def ms_defaults() -> msnn.Cell:
@@ -161,6 +163,19 @@ def ms_defaults_leaky_relu() -> msnn.Cell:
 
 def ms_defaults_avg_pool() -> msnn.Cell:
     return _ms_defaults(pool=msnn.AvgPool2d(2))
+
+
+class _HalfBiasGradientDense(msnn.Dense):
+    """A dense layer whose forward is right and whose bias gets half its gradient (a wrong
+    custom backward): the bias is used as 0.5·b + 0.5·stop_gradient(b)."""
+
+    def construct(self, x):
+        bias = self.bias * 0.5 + ops.stop_gradient(self.bias) * 0.5
+        return ops.matmul(x, self.weight.T) + bias
+
+
+def ms_defaults_half_dense_bias_gradient() -> msnn.Cell:
+    return _ms_defaults(dense=_HalfBiasGradientDense(8, 10))
 
 
 # A conv padding with reflected values (image generators do): MindSpore's convolutions pad
