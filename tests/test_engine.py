@@ -535,6 +535,28 @@ def test_a_unet_decoders_upsampling_conventions_are_named(ms_model, first, cause
     _assert_named_at_forward(result, first, cause, named)
 
 
+@pytest.mark.parametrize("torch_model, ms_model, cause, named", [
+    ("torch_unet_bicubic", "ms_unet_bicubic", "bicubic kernels differ", "a = -0.5"),
+    ("torch_unet_bicubic_aligned", "ms_unet_bicubic_aligned", "bicubic kernels differ",
+     "4e-4 to 6e-4 of the output's RMS"),
+    ("torch_unet_bicubic", "ms_unet_torch_bicubic", None, None),
+])
+def test_bicubic_upsampling_is_not_torchs_and_a_port_of_torchs_kernel_passes(
+        torch_model, ms_model, cause, named):
+    """MindSpore's bicubic kernel is not torch's, whatever the settings: named at the
+    upsampling; torch's kernel written as two interpolation matrices passes."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    size = tiny.UNET_IMAGE
+    batch = (rng.standard_normal((2, 3, size, size), dtype=np.float32),
+             rng.integers(0, tiny.SEGMENT_CLASSES, (2, size, size)))
+    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(), inputs=batch)
+    _assert_named_at_forward(result, "resize", cause, named)
+
+
 def test_python_api_refuses_a_setting_given_twice_or_out_of_range():
     import parity
     from parity.errors import ParityInputError

@@ -13,6 +13,7 @@ from typing import Optional
 import mindspore  # noqa: F401  (before torch)
 import mindspore.nn as msnn
 import mindspore.ops as ops
+import numpy as np
 import torch.nn as tnn
 
 from models.resnet_mindspore import GlobalAvgPool
@@ -331,7 +332,7 @@ UNET_IMAGE = 8
 
 
 class _TorchUNet(tnn.Module):
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "bilinear", align_corners: Optional[bool] = None) -> None:
         super().__init__()
         self.down = tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False), tnn.BatchNorm2d(8),
                                    tnn.ReLU())
@@ -341,7 +342,7 @@ class _TorchUNet(tnn.Module):
         self.up = tnn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1)
         self.head = tnn.Conv2d(16, SEGMENT_CLASSES, 1)
         self.side = tnn.Conv2d(16, SEGMENT_CLASSES, 1)
-        self.resize = tnn.Upsample(scale_factor=2, mode="bilinear")
+        self.resize = tnn.Upsample(scale_factor=2, mode=mode, align_corners=align_corners)
 
     def forward(self, x):
         import torch
@@ -353,7 +354,8 @@ class _TorchUNet(tnn.Module):
 class _MsUNet(msnn.Cell):
     """MindSpore's nn.Upsample takes no scale_factor for bilinear 4-D input: a size instead."""
 
-    def __init__(self, up: Optional[msnn.Cell] = None, align_corners: bool = False) -> None:
+    def __init__(self, up: Optional[msnn.Cell] = None, align_corners: bool = False,
+                 resize: Optional[msnn.Cell] = None) -> None:
         super().__init__()
         self.down = msnn.SequentialCell([
             msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1), msnn.BatchNorm2d(8, momentum=0.9),
@@ -367,11 +369,10 @@ class _MsUNet(msnn.Cell):
                                              padding=(1, 0, 1, 0), has_bias=True)
         self.head = msnn.Conv2d(16, SEGMENT_CLASSES, 1, has_bias=True)
         self.side = msnn.Conv2d(16, SEGMENT_CLASSES, 1, has_bias=True)
-        self.resize = msnn.Upsample(size=(UNET_IMAGE, UNET_IMAGE), mode="bilinear",
-                                    align_corners=align_corners)
+        self.resize = resize or msnn.Upsample(size=(UNET_IMAGE, UNET_IMAGE), mode="bilinear",
+                                              align_corners=align_corners)
 
     def construct(self, x):
-        from mindspore import ops
         skip = self.down(x)
         deep = self.middle(self.pool(skip))
         return self.head(ops.cat((skip, self.up(deep)), 1)) + self.resize(self.side(deep))
@@ -397,6 +398,58 @@ def ms_unet_same_padding() -> msnn.Cell:
 
 def ms_unet_align_corners() -> msnn.Cell:
     return _MsUNet(align_corners=True)
+
+
+def torch_unet_bicubic() -> tnn.Module:
+    return _TorchUNet(mode="bicubic")
+
+
+def torch_unet_bicubic_aligned() -> tnn.Module:
+    return _TorchUNet(mode="bicubic", align_corners=True)
+
+
+def ms_unet_bicubic(align_corners: bool = False) -> msnn.Cell:
+    """MindSpore's nn.Upsample takes no scale_factor for bicubic 4-D input either."""
+    return _MsUNet(resize=msnn.Upsample(size=(UNET_IMAGE, UNET_IMAGE), mode="bicubic",
+                                        align_corners=align_corners))
+
+
+def ms_unet_bicubic_aligned() -> msnn.Cell:
+    return ms_unet_bicubic(align_corners=True)
+
+
+def _torch_cubic_weights(size_in: int, size_out: int) -> np.ndarray:
+    """torch's bicubic resampling along one axis as a (size_out, size_in) matrix: Keys' kernel
+    with a = -0.75, half-pixel centres, the border pixels repeated."""
+    def kernel(d: float) -> float:
+        a, d = -0.75, abs(d)
+        if d <= 1:
+            return (a + 2) * d ** 3 - (a + 3) * d ** 2 + 1
+        return a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a if d < 2 else 0.0
+    weights = np.zeros((size_out, size_in), np.float32)
+    for row in range(size_out):
+        source = (row + 0.5) * size_in / size_out - 0.5
+        left = int(np.floor(source))
+        for tap in range(left - 1, left + 3):
+            weights[row, min(max(tap, 0), size_in - 1)] += kernel(source - tap)
+    return weights
+
+
+class _TorchBicubic(msnn.Cell):
+    """torch's bicubic upsampling in MindSpore: two fixed interpolation matrices."""
+
+    def __init__(self, size_in: int, size_out: int) -> None:
+        super().__init__()
+        import mindspore as ms
+        weights = _torch_cubic_weights(size_in, size_out)
+        self.rows, self.columns = ms.Tensor(weights), ms.Tensor(weights.T.copy())
+
+    def construct(self, x):
+        return ops.matmul(ops.matmul(self.rows, x), self.columns)
+
+
+def ms_unet_torch_bicubic() -> msnn.Cell:
+    return _MsUNet(resize=_TorchBicubic(UNET_IMAGE // 2, UNET_IMAGE))
 
 
 # Small MLPs over 16 features, with the layer under test between two linear layers.

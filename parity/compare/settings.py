@@ -145,6 +145,13 @@ def _same_padding_unlike_torch(ta: Dict, ma: Dict) -> Optional[Tuple[int, int]]:
 
 
 LINEAR_MODES = ("linear", "bilinear", "bicubic", "trilinear")
+# Measured on MindSpore 2.8.0 against torch 2.14.1 (nn.Upsample, 4×4 → 8×8 and 8×8 → 16×16)
+BICUBIC = ("MindSpore's is Keys' cubic with a = -0.5, the taps outside the image left out and "
+           "the rest renormalised; torch's has a = -0.75 and repeats the border pixels (each "
+           "equals its formula within 5e-7; the two differ by up to 0.23 on unit-variance "
+           "input).")
+BICUBIC_ALIGNED = ("MindSpore's differs from torch's (a = -0.75) by 4e-4 to 6e-4 of the output's "
+                   "RMS in the two cases measured, the corners excepted.")
 
 
 def _upsample_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
@@ -162,6 +169,13 @@ def _upsample_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                 f"(torch's default, None, is False), MindSpore {m.name} with "
                                 f"{corners[1]}: the two sample different points; write "
                                 f"align_corners={corners[0]}.", confidence="certain")
+    if modes[0] == "bicubic":
+        return Diagnosis(cause="bicubic kernels differ", detail=(
+            f"torch {t.name} and MindSpore {m.name} both upsample bicubically, with "
+            f"align_corners={corners[0]}, but not with the same kernel: "
+            + (BICUBIC_ALIGNED if corners[0] else BICUBIC) + " No MindSpore setting gives "
+            "torch's: apply torch's interpolation as two fixed matrices (ops.matmul), or upsample "
+            "bilinearly on both sides."), confidence="certain")
     return None
 
 
