@@ -481,8 +481,8 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
     already: Dict[Tuple, TensorStats] = {}
     flipped: Dict[Tuple, np.ndarray] = {}
     # One pair at a time, in this thread: two worker threads were slower at both sizes measured
-    # (batch 8, 224²: 1.6-1.8 against 1.8-2.1 GB/s; batch 2, 64²: 0.9-1.0 against 1.1-1.3),
-    # the GIL's hand-offs costing more than the second core gave.
+    # (ResNet50, batch 8, 224²: median 1.65 against 1.92 GB/s, twelve calls each; batch 2, 64²:
+    # 0.91-0.95 against 1.19-1.32), the GIL's hand-offs costing more than the second core gave.
     for order, planned_pair in enumerate(plan):
         pair, values = planned_pair.pair, None
         if planned_pair.first:
