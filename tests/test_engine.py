@@ -333,11 +333,8 @@ def test_a_biased_conv_before_batch_norm_passes(init):
 def test_a_bias_gradient_that_is_not_the_sum_of_its_terms_names_the_layers_backward():
     """The dense layer's forward and output gradient match torch's; its bias gradient is half
     the sum of that output gradient: the layer's backward, not what flows into it."""
-    import torch
-
     import parity
     from tests import tiny
-    torch.manual_seed(0)
     result = parity.check(tiny.torch_defaults(), tiny.ms_defaults_half_dense_bias_gradient(),
                           image_size=16)
     assert (result.first_divergence.name, result.first_divergence.kind) == ("6.bias", "grad")
