@@ -13,9 +13,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -195,12 +196,35 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
     with tempfile.TemporaryDirectory(prefix="parity-") as scratch:
         root = Path(out) if out is not None else Path(scratch)
         _prepare_run_dir(root, config, "parity.check(...)")
-        torch_dir = capture_torch(config, root / "torch", model=torch_model, batch=batch,
-                                  fp64_reference=fp64_reference)
-        ms_dir = capture_mindspore(config, root / "mindspore", model=ms_model,
-                                   reference=torch_dir, overrides=name_map)
+        with _callers_settings_kept():
+            torch_dir = capture_torch(config, root / "torch", model=torch_model, batch=batch,
+                                      fp64_reference=fp64_reference)
+            ms_dir = capture_mindspore(config, root / "mindspore", model=ms_model,
+                                       reference=torch_dir, overrides=name_map)
         return compare_runs(torch_dir, ms_dir, policy=policy, forward_overrides=name_map,
                             command="parity.check(...)")
+
+
+@contextmanager
+def _callers_settings_kept() -> Iterator[None]:
+    """``check`` captures in the caller's process, often a test suite: the process-wide
+    settings the captures change are put back afterwards (torch's and numpy's global random
+    generators, torch's deterministic-algorithms mode, MindSpore's execution mode), so the
+    caller's later numbers do not depend on having called it. MindSpore's global seed, which
+    has no public way back to unset, stays at the check's seed."""
+    import mindspore as ms
+    import torch
+    mode = ms.get_context("mode")
+    deterministic = (torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled())
+    numpy_state = np.random.get_state()
+    with torch.random.fork_rng():
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+            np.random.set_state(numpy_state)
+            ms.set_context(mode=mode)
 
 
 def load_result(source: Path, policy: Optional[TolerancePolicy] = None) -> CheckResult:

@@ -311,7 +311,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     if args.framework == "torch":
         from parity.capture.torch_capture import capture_torch
         out = capture_torch(config, args.out, factory=torch_factory, weights=args.weights,
-                            batch_file=args.input, fp64_reference=not args.no_fp64_reference)
+                            batch_file=args.input, fp64_reference=not args.no_fp64_reference,
+                            own_process=True)
     else:
         from parity.capture.mindspore_capture import capture_mindspore
         out = capture_mindspore(config, args.out, factory=ms_factory, reference=args.reference,

@@ -554,6 +554,37 @@ def test_bicubic_upsampling_is_not_torchs_and_a_port_of_torchs_kernel_passes(
     _assert_named_at_forward(result, "resize", cause, named)
 
 
+def test_python_api_leaves_the_callers_process_settings_as_they_were(monkeypatch):
+    """parity.check runs in the caller's process (a test suite, say): the random generators,
+    torch's deterministic mode, MindSpore's execution mode and glibc's malloc are as they were
+    before the call."""
+    from contextlib import nullcontext
+
+    import mindspore as ms
+    import numpy as np
+    import torch
+
+    import parity
+    from parity.capture import torch_capture
+    from tests import tiny
+    tuned = []
+    monkeypatch.setattr(torch_capture, "_float64_step_memory",
+                        lambda: tuned.append(True) or nullcontext())
+    torch_model, ms_model = tiny.torch_tiny(), tiny.ms_tiny()
+    torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        assert parity.check(torch_model, ms_model, image_size=16).passed
+        assert ms.get_context("mode") == ms.GRAPH_MODE
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    assert np.array_equal(np.random.get_state()[1], numpy_state[1])
+    assert np.random.get_state()[2] == numpy_state[2]
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert tuned == []
+
+
 def test_python_api_refuses_a_setting_given_twice_or_out_of_range():
     import parity
     from parity.errors import ParityInputError

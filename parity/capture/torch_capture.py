@@ -280,14 +280,16 @@ def _write_starting_point(writer: RunWriter, initial: Dict[str, np.ndarray],
 
 def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=None,
                   weights: Optional[Path] = None, batch_file: Optional[Path] = None,
-                  batch: Optional[Batch] = None,
-                  fp64_reference: bool = True) -> Path:
+                  batch: Optional[Batch] = None, fp64_reference: bool = True,
+                  own_process: bool = False) -> Path:
     """The torch step in float32, plus (by default) the same step in float64.
 
     The float64 rerun measures how far float32 itself is from the exact result, record by
     record (rms(t32 - t64), kept in the manifest): the comparison then judges MindSpore's
     difference from torch against torch's own float32 error instead of a constant (the
-    approach of torch dynamo's accuracy checker).
+    approach of torch dynamo's accuracy checker). ``own_process``: the capture is the process
+    (``parity capture``), so it may tune glibc's malloc for the float64 step; in a caller's
+    process (``parity.check``) malloc is left alone.
     """
     import torch
     from parity.models_loader import build_torch_model, load_factory
@@ -333,7 +335,8 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
             _restore(model, initial)
             # numpy's BLAS (the noise's dot products) on one thread: its idle threads spun
             # between torch's ops (torch capture at 8 / 224², median of 5: 21.3 → 19.2 s)
-            with _float64_step_memory(), threadpool_limits(limits=1, user_api="blas"):
+            with _float64_step_memory() if own_process else nullcontext(), \
+                    threadpool_limits(limits=1, user_api="blas"):
                 _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
                 model.float()
         clock.next("writes")
