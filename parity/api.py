@@ -218,7 +218,9 @@ def _callers_settings_kept() -> Iterator[None]:
     deterministic = (torch.are_deterministic_algorithms_enabled(),
                      torch.is_deterministic_algorithms_warn_only_enabled())
     numpy_state = np.random.get_state()
-    with torch.random.fork_rng():
+    # CUDA's generators only where CUDA is already up: reading them would start it
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=cuda):
         try:
             yield
         finally:
