@@ -491,6 +491,43 @@ def ms_gelu_mlp_default() -> msnn.Cell:
     return _ms_mlp(msnn.GELU())
 
 
+def torch_selu_mlp() -> tnn.Module:
+    return _torch_mlp(tnn.SELU())
+
+
+def ms_selu_mlp() -> msnn.Cell:
+    """nn.SeLU as is: MindSpore 2.8.0's gradient of it is wrong below zero."""
+    return _ms_mlp(msnn.SeLU())
+
+
+class _SeluByExpm1(msnn.Cell):
+    """SELU from operations whose gradients are right: scale·(relu(x) + alpha·expm1(min(x, 0)))."""
+
+    def construct(self, x):
+        alpha, scale = 1.6732632423543772, 1.0507009873554805
+        return scale * (ops.relu(x) + alpha * ops.expm1(ops.minimum(x, 0.0)))
+
+
+def ms_selu_mlp_by_expm1() -> msnn.Cell:
+    return _ms_mlp(_SeluByExpm1())
+
+
+class _HalfGradientReLU(msnn.Cell):
+    """ReLU whose forward is right and whose backward passes half the gradient."""
+
+    def construct(self, x):
+        y = ops.relu(x)
+        return y * 0.5 + ops.stop_gradient(y) * 0.5
+
+
+def torch_relu_mlp() -> tnn.Module:
+    return _torch_mlp(tnn.ReLU())
+
+
+def ms_relu_mlp_half_gradient() -> msnn.Cell:
+    return _ms_mlp(_HalfGradientReLU())
+
+
 # Two outputs, as a classifier with an auxiliary head returns in training (GoogLeNet's).
 class _TorchTwoHeads(tnn.Module):
     def __init__(self) -> None:

@@ -324,7 +324,8 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
         if found is None:
             ratio = _median_ratio(torch_run.tensor(t), ms_run.tensor(m))
             found = _ratio_cause(ratio, ms_config, "gradients", _label_count(torch_run)) or \
-                _loss_targets(torch_run, ms_run)
+                _loss_targets(torch_run, ms_run) or _next_modules_backward(t, torch_run,
+                                                                          comparisons)
         return found or Diagnosis(
             cause="backward differs while forward matches",
             detail=f"{first.name}'s gradient is the first (in backward order) to differ: a "
@@ -370,6 +371,41 @@ def _padding_row_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                             f"a mask that zeroes row {row} (ops.gather(table * keep, ids, 0)): "
                             "the row then gets no gradient, as in torch.",
                      confidence="certain")
+
+
+# Measured on MindSpore 2.8.0 (CPU): nn.SeLU's and ops.selu's forward equal torch's, their
+# gradient below zero is scale·(y + 1) where the derivative is y + scale·alpha
+SELU_GRADIENT = ("MindSpore's SeLU passes back scale·(y + 1) below zero where the derivative "
+                 "is y + scale·alpha (MindSpore 2.8.0, measured; its forward is right). Write "
+                 "SELU as scale * (ops.relu(x) + alpha * ops.expm1(ops.minimum(x, 0))), whose "
+                 "gradient is right (nn.ELU takes only alpha=1 on CPU).")
+
+
+def _next_modules_backward(t: RecordInfo, torch_run: RunReader,
+                           comparisons: Sequence[Comparison]) -> Optional[Diagnosis]:
+    """The gradient w.r.t. a module's output is the first to differ, while the gradient w.r.t.
+    the output of the module run right after it matches: that module's backward (which turns
+    one into the other in a sequential stretch) is where the port's backward differs."""
+    if not t.attrs.get("activation"):
+        return None
+    forwards = [r for r in torch_run.records if r.kind == "forward"]
+    index = next((i for i, r in enumerate(forwards) if r.name == t.name), None)
+    if index is None or index + 1 == len(forwards):
+        return None
+    after = forwards[index + 1]
+    if not any(c.kind == "grad" and c.name == after.name and c.passed for c in comparisons):
+        return None
+    if after.op == "selu":
+        return Diagnosis(cause="MindSpore's SeLU gradient is wrong",
+                         detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
+                                f"w.r.t. {after.name}'s (a SELU) matches: {SELU_GRADIENT}",
+                         confidence="certain")
+    return Diagnosis(cause=f"{after.name}'s backward differs",
+                     detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
+                            f"w.r.t. {after.name}'s, the module run after it, matches: "
+                            f"{after.name}'s backward (a custom bprop, a stop_gradient, an "
+                            "operation whose gradient differs) turns one into the other, if it "
+                            f"is what consumes {t.name}'s output.", confidence="likely")
 
 
 def _record(run: RunReader, name: str, kind: str) -> Optional[RecordInfo]:
