@@ -370,6 +370,28 @@ def test_a_backward_that_differs_is_placed_after_the_gradient_that_matched(
         assert named in result.diagnosis.detail
 
 
+@pytest.mark.parametrize("ms_model, passed, named", [
+    ("ms_tanh_mlp", False, True), ("ms_tanh_mlp_by_expm1", True, False),
+    ("ms_tanh_mlp_slightly_scaled", False, False)])
+def test_mindspores_inaccurate_cpu_tanh_is_named(ms_model, passed, named):
+    """MindSpore 2.8.0's CPU tanh is off by up to 1e-4 where 2 < |x| < 8: with inputs large
+    enough to reach there, a plain nn.Tanh fails at its output and the kernel is named; tanh
+    written from expm1 passes; a port's own error there (its input scaled by 1.001) is not
+    blamed on the kernel."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    batch = (8 * rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
+             rng.integers(0, 5, 4))
+    result = parity.check(tiny.torch_tanh_mlp(), getattr(tiny, ms_model)(), inputs=batch)
+    assert result.passed == passed, result.diagnosis
+    if not passed:
+        assert (result.first_divergence.name, result.first_divergence.kind) == ("1", "forward")
+        assert (result.diagnosis.cause == "MindSpore's CPU tanh is inaccurate") == named
+
+
 def test_a_conv_ported_without_its_bias_names_mindspores_default():
     import parity
     from parity.errors import ParityInputError

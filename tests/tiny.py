@@ -512,6 +512,38 @@ def ms_selu_mlp_by_expm1() -> msnn.Cell:
     return _ms_mlp(_SeluByExpm1())
 
 
+def torch_tanh_mlp() -> tnn.Module:
+    return _torch_mlp(tnn.Tanh())
+
+
+def ms_tanh_mlp() -> msnn.Cell:
+    """nn.Tanh as is: MindSpore 2.8.0's CPU tanh is off by up to 1e-4 where 2 < |x| < 8."""
+    return _ms_mlp(msnn.Tanh())
+
+
+class _TanhByExpm1(msnn.Cell):
+    """tanh as e / (e + 2), e = expm1(2x), x clamped to ±9 (where tanh rounds to ±1)."""
+
+    def construct(self, x):
+        e = ops.expm1(2 * ops.clamp(x, -9.0, 9.0))
+        return e / (e + 2)
+
+
+def ms_tanh_mlp_by_expm1() -> msnn.Cell:
+    return _ms_mlp(_TanhByExpm1())
+
+
+class _SlightlyScaledTanh(_TanhByExpm1):
+    """A port's own small error in a tanh layer: its input scaled by 1.001."""
+
+    def construct(self, x):
+        return super().construct(x * 1.001)
+
+
+def ms_tanh_mlp_slightly_scaled() -> msnn.Cell:
+    return _ms_mlp(_SlightlyScaledTanh())
+
+
 class _HalfGradientReLU(msnn.Cell):
     """ReLU whose forward is right and whose backward passes half the gradient."""
 
