@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from parity.compare import optimizer, sums
+from parity.compare import kernels, optimizer, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.settings import settings_cause
 from parity.compare.structure import FROZEN_ON_ONE_SIDE, frozen_on_one_side
@@ -97,7 +97,7 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"{m.op or '?'}; everything before it matched.",
                          confidence="guess")
     if t.op == m.op == "tanh":
-        found = _tanh_kernel(first.name, a, b)
+        found = kernels.tanh_cause(first.name, a, b)
         if found is not None:
             return found
     if first.max_rel > 1e-2:
@@ -112,35 +112,6 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                             f"{first.max_rel:.2g}): precision settings (fp16/HF32), a different "
                             "reduction order, or a tolerance too tight for this depth.",
                      confidence="guess")
-
-
-# MindSpore 2.8.0's CPU tanh (nn.Tanh and ops.tanh), against float64 on 240,001 points in
-# [-12, 12]: within 3 ulps where |x| < 2, up to 1.0e-4 (1,688 ulps) near |x| = 5, 2.3e-7
-# beyond 8; torch's is within 0.51 ulp everywhere
-TANH_SATURATING = float(np.tanh(2.0))     # |tanh(x)| above this: |x| > 2
-TANH_WORST = 2e-4                          # the most that kernel is off (with some margin)
-TANH_CONCENTRATION = 10                    # outside |x| < 2 the difference is this much larger
-
-
-def _tanh_kernel(name: str, torch_out: np.ndarray, ms_out: np.ndarray) -> Optional[Diagnosis]:
-    """A tanh whose outputs differ where |x| > 2 far more than elsewhere, and by no more than
-    MindSpore's CPU kernel is off: that kernel's error, not the port's."""
-    off = np.abs(np.asarray(torch_out, np.float64) - ms_out)
-    saturating = np.abs(torch_out) > TANH_SATURATING
-    if not saturating.any():
-        return None
-    outer = float(off[saturating].max())
-    inner = float(off[~saturating].max()) if (~saturating).any() else 0.0
-    if outer > TANH_WORST or outer < TANH_CONCENTRATION * inner:
-        return None
-    return Diagnosis(cause="MindSpore's CPU tanh is inaccurate",
-                     detail=f"{name} differs by up to {outer:.2g} where |x| > 2 and {inner:.2g} "
-                            "elsewhere: MindSpore 2.8.0's CPU tanh is off by up to 1.0e-4 for "
-                            "2 < |x| < 8 (1,688 ulps near |x| = 5, measured; torch's within "
-                            "0.51 ulp). Not the port's error: check again on the device you "
-                            "train on, or write tanh as e / (e + 2), e = "
-                            "ops.expm1(2 * ops.clamp(x, -9, 9)) (within 2.5 ulps for |x| ≥ 1).",
-                     confidence="likely")
 
 
 def _largest_error_before(first: Comparison, comparisons: Sequence[Comparison]) -> float:
@@ -406,14 +377,6 @@ def _padding_row_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                      confidence="certain")
 
 
-# Measured on MindSpore 2.8.0 (CPU): nn.SeLU's and ops.selu's forward equal torch's, their
-# gradient below zero is scale·(y + 1) where the derivative is y + scale·alpha
-SELU_GRADIENT = ("MindSpore's SeLU passes back scale·(y + 1) below zero where the derivative "
-                 "is y + scale·alpha (MindSpore 2.8.0, measured; its forward is right). Write "
-                 "SELU as scale * (ops.relu(x) + alpha * ops.expm1(ops.minimum(x, 0))), whose "
-                 "gradient is right (nn.ELU takes only alpha=1 on CPU).")
-
-
 def _next_modules_backward(t: RecordInfo, torch_run: RunReader,
                            comparisons: Sequence[Comparison]) -> Optional[Diagnosis]:
     """The gradient w.r.t. a module's output is the first to differ, while the gradient w.r.t.
@@ -431,7 +394,7 @@ def _next_modules_backward(t: RecordInfo, torch_run: RunReader,
     if after.op == "selu":
         return Diagnosis(cause="MindSpore's SeLU gradient is wrong",
                          detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
-                                f"w.r.t. {after.name}'s (a SELU) matches: {SELU_GRADIENT}",
+                                f"w.r.t. {after.name}'s (a SELU) matches: {kernels.SELU_GRADIENT}",
                          confidence="certain")
     return Diagnosis(cause=f"{after.name}'s backward differs",
                      detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
