@@ -166,13 +166,16 @@ def ms_defaults_avg_pool() -> msnn.Cell:
     return _ms_defaults(pool=msnn.AvgPool2d(2))
 
 
+def _half_gradient(x):
+    """x's value with half its gradient (a wrong custom backward): 0.5·x + 0.5·stop_gradient(x)."""
+    return x * 0.5 + ops.stop_gradient(x) * 0.5
+
+
 class _HalfBiasGradientDense(msnn.Dense):
-    """A dense layer whose forward is right and whose bias gets half its gradient (a wrong
-    custom backward): the bias is used as 0.5·b + 0.5·stop_gradient(b)."""
+    """A dense layer whose forward is right and whose bias gets half its gradient."""
 
     def construct(self, x):
-        bias = self.bias * 0.5 + ops.stop_gradient(self.bias) * 0.5
-        return ops.matmul(x, self.weight.T) + bias
+        return ops.matmul(x, self.weight.T) + _half_gradient(self.bias)
 
 
 def ms_defaults_half_dense_bias_gradient() -> msnn.Cell:
@@ -548,8 +551,7 @@ class _HalfGradientReLU(msnn.Cell):
     """ReLU whose forward is right and whose backward passes half the gradient."""
 
     def construct(self, x):
-        y = ops.relu(x)
-        return y * 0.5 + ops.stop_gradient(y) * 0.5
+        return _half_gradient(ops.relu(x))
 
 
 def torch_relu_mlp() -> tnn.Module:

@@ -101,11 +101,12 @@ def _as_dtype_of(buffer: np.ndarray, block: np.ndarray) -> np.ndarray:
     return view
 
 
-class _Workspace:
+class Workspace:
     """Block buffers of one dtype, one set per thread, reused from block to block and from call
-    to call. Fresh temporaries per block made the kernel 30 % slower (1.05 vs 1.5 GB/s on
-    ResNet50's conv1 output at batch 8, 224²); fresh buffers per call cost 0.8 ms, which made a
-    32 K-element tensor compare at 0.28 GB/s."""
+    to call (by compare_tensors, and by optimizer.step_error: never one inside the other).
+    Fresh temporaries per block made the kernel 30 % slower (1.05 vs 1.5 GB/s on ResNet50's
+    conv1 output at batch 8, 224²); fresh buffers per call cost 0.8 ms, which made a 32
+    K-element tensor compare at 0.28 GB/s."""
 
     _per_thread = threading.local()
 
@@ -115,7 +116,7 @@ class _Workspace:
         self.ok = np.empty(CHUNK, dtype=bool)
 
     @classmethod
-    def get(cls, dtype: type) -> "_Workspace":
+    def get(cls, dtype: type) -> "Workspace":
         sets = cls._per_thread.__dict__.setdefault("sets", {})
         if dtype not in sets:
             sets[dtype] = cls(dtype)
@@ -170,7 +171,7 @@ def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: To
     # Two finite float32 tensors are compared in float32, anything else in float64.
     dtype = np.float32 if all_finite and torch_value.dtype == ms_value.dtype == np.float32 \
         else np.float64
-    work = _Workspace.get(dtype)
+    work = Workspace.get(dtype)
     counts = np.zeros(4, dtype=np.int64)          # NaN torch, NaN ms, Inf torch, Inf ms
     if not all_finite:
         sum_aa = 0.0

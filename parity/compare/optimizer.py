@@ -14,14 +14,14 @@ differ from it by float32 rounding only: g + wd·w0, lr·d, w0 - lr·d and w1 - 
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Mapping, Tuple
+from typing import Any, Mapping
 
 import numpy as np
 
+from parity.compare.metrics import CHUNK, Workspace
+
 ULPS = 4                                   # the four roundings above, one ulp each
 EPS32 = float(np.finfo(np.float32).eps)    # a unit in the last place, relative
-BLOCK = 1 << 16                            # elements at a time: temporaries stay in cache
 TINY = 1e-30                               # the scale where w and the step are both zero
 
 
@@ -48,10 +48,11 @@ def step_error(grad: np.ndarray, w0: np.ndarray, update: np.ndarray,
     over ResNet50's 25.6 M parameters)."""
     grad, w0, update = (np.asarray(a).reshape(-1) for a in (grad, w0, update))
     scale, decay = _scale(config), float(config["weight_decay"])
-    w_all, step_all, off_all = _buffers()
+    work = Workspace.get(np.float64)
+    w_all, step_all, off_all = work.a, work.b, work.diff
     worst = 0.0
-    for start in range(0, update.size, BLOCK):
-        stop = min(start + BLOCK, update.size)
+    for start in range(0, update.size, CHUNK):
+        stop = min(start + CHUNK, update.size)
         w, step, off = w_all[:stop - start], step_all[:stop - start], off_all[:stop - start]
         np.copyto(w, w0[start:stop])
         np.multiply(w, decay, out=step)                   # the step as torch_step computes it
@@ -62,15 +63,6 @@ def step_error(grad: np.ndarray, w0: np.ndarray, update: np.ndarray,
         np.divide(off, np.maximum(w, TINY, out=w), out=off)
         worst = max(worst, float(off.max()))
     return worst / (ULPS * EPS32)
-
-
-_per_thread = threading.local()
-
-
-def _buffers() -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    if not hasattr(_per_thread, "buffers"):
-        _per_thread.buffers = tuple(np.empty(BLOCK, np.float64) for _ in range(3))
-    return _per_thread.buffers
 
 
 def reason(error: float) -> str:
