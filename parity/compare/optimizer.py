@@ -43,9 +43,9 @@ def _scale(config: Mapping[str, Any]) -> float:
 def step_error(grad: np.ndarray, w0: np.ndarray, update: np.ndarray,
                config: Mapping[str, Any]) -> float:
     """The largest |Δ - torch's step| over the float32 rounding allowed there: above 1, the
-    update is not that step. Computed in float64, a block at a time, in buffers reused from
-    block to block and call to call (temporaries per block made it 2.3x slower: 0.29 vs 0.13 s
-    over ResNet50's 25.6 M parameters)."""
+    update is not that step. Computed in float64, a block at a time, in compare's buffers
+    reused from block to block and call to call (temporaries per block made it 2 to 3 times
+    slower: 0.23-0.34 s against 0.10-0.13 s over ResNet50's 25.6 M parameters)."""
     grad, w0, update = (np.asarray(a).reshape(-1) for a in (grad, w0, update))
     scale, decay = _scale(config), float(config["weight_decay"])
     work = Workspace.get(np.float64)
