@@ -604,8 +604,8 @@ def test_bicubic_upsampling_is_not_torchs_and_a_port_of_torchs_kernel_passes(
 
 def test_python_api_leaves_the_callers_process_settings_as_they_were(monkeypatch):
     """parity.check runs in the caller's process (a test suite, say): the random generators,
-    torch's deterministic mode, MindSpore's execution mode and glibc's malloc are as they were
-    before the call."""
+    torch's deterministic mode, MindSpore's execution mode and synchronous setting and glibc's
+    malloc are as they were before the call."""
     from contextlib import nullcontext
 
     import mindspore as ms
@@ -622,9 +622,11 @@ def test_python_api_leaves_the_callers_process_settings_as_they_were(monkeypatch
     torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
     torch.use_deterministic_algorithms(False)
     ms.set_context(mode=ms.GRAPH_MODE)
+    synchronous = ms.get_context("pynative_synchronize")
     try:
         assert parity.check(torch_model, ms_model, image_size=16).passed
         assert ms.get_context("mode") == ms.GRAPH_MODE
+        assert ms.get_context("pynative_synchronize") == synchronous
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     assert torch.equal(torch.get_rng_state(), torch_state)

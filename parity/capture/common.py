@@ -8,6 +8,7 @@ import time
 from typing import Any, Dict, Optional
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from parity.errors import ParityInputError
 from parity.rundir import crc32
@@ -51,6 +52,19 @@ def fingerprint(*blobs: Any) -> str:
     for blob in blobs:
         crc = crc32(np.ascontiguousarray(blob) if isinstance(blob, np.ndarray) else blob, crc)
     return f"{crc:08x}"
+
+
+def numpy_on_one_thread() -> threadpool_limits:
+    """numpy's BLAS on one thread while the steps run (a context manager).
+
+    The hooks' numpy work (input sketches, the float64 step's noise) is a few small BLAS
+    calls between the framework's ops; numpy's OpenBLAS threads then spin idle on the cores
+    torch's and MindSpore's own threads need. Measured (ResNet50, batch 8, 224², the hooks
+    with records discarded, two runs each): torch hooked step 5.00-5.13 s → 4.43-4.47 s
+    (4.03-4.16 s with no hooks); the float64 step's, median of 5 torch captures, 21.3 → 19.2 s.
+    Both captures set it, so the sketches of equal inputs are computed alike.
+    """
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def framework_versions(framework: str) -> Dict[str, str]:

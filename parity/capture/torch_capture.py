@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from parity import kinks
 from parity.capture.batch import Batch, batch_for
-from parity.capture.common import (PhaseClock, fingerprint, manifest_meta, refuse_several_outputs,
-                                   several_outputs, weight_update)
+from parity.capture.common import (PhaseClock, fingerprint, manifest_meta, numpy_on_one_thread,
+                                   refuse_several_outputs, several_outputs, weight_update)
 from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
@@ -314,7 +313,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         batch = batch_for(config, batch_file, num_classes)
     initial = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
 
-    with RunWriter(out, "torch") as writer:
+    with RunWriter(out, "torch") as writer, numpy_on_one_thread():
         starts_from = _write_starting_point(writer, initial, batch)
         initial = _StateOnDisk(writer.partial / INITIAL_WEIGHTS, list(initial))
         hooked = Fingerprints()
@@ -333,10 +332,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
             # the model itself, not a copy: one set of parameters in memory, not two
             model.zero_grad(set_to_none=True)
             _restore(model, initial)
-            # numpy's BLAS (the noise's dot products) on one thread: its idle threads spun
-            # between torch's ops (torch capture at 8 / 224², median of 5: 21.3 → 19.2 s)
-            with _float64_step_memory() if own_process else nullcontext(), \
-                    threadpool_limits(limits=1, user_api="blas"):
+            with _float64_step_memory() if own_process else nullcontext():
                 _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
                 model.float()
         clock.next("writes")
