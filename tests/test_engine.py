@@ -689,15 +689,19 @@ def test_mobilenet_v2_passes_and_a_relu_for_its_relu6_is_found(tmp_path):
 
 def test_a_batchnorm_weight_gradient_that_cancels_is_judged_by_what_float32_can_say(tmp_path):
     """MobileNetV2 at batch 8, 224²: features.2.conv.0.1's weight gradient is 1/140000 of its
-    terms; the correct port's differs from torch's by 7.4 %, 9.3× torch's own float32 error,
-    and failed the run before its output gradient's error was carried through that sum."""
+    terms. How far the correct port's is from torch's depends on the float32 kernels the CPU
+    gets: on the machine this test was written on, 7.4 %, 9.3× torch's own float32 error, which
+    failed the run before its output gradient's error was carried through that sum (the
+    allowance passes it there); on an AVX2 AMD EPYC (2026-12-01) 0.27 %, noise ratio 0.44,
+    within tolerance without the allowance. Either way the correct port passes."""
     process = parity_cli("run", "--model", "mobilenet_v2", "--batch-size", "8", "--image-size",
                          "224", "--out", tmp_path / "run", "--json", tmp_path / "report.json",
                          "--quiet")
     assert process.returncode == 0, process.stdout + process.stderr
     records = read_json(tmp_path / "report.json")["records"]
-    allowed = {(r["name"], r["kind"]) for r in records if r["sum_allowance"]}
-    assert ("features.2.conv.0.1.weight", "grad") in allowed
+    gradient = next(r for r in records
+                    if (r["name"], r["kind"]) == ("features.2.conv.0.1.weight", "grad"))
+    assert gradient["passed"], gradient
     batchnorms = {r["name"] for r in records if r["kind"] == "forward"
                   and r["name"].endswith((".1", "conv.3"))}     # BatchNorms in MobileNetV2
     assert all(name.removesuffix(".momentum_buffer").rpartition(".")[0] in batchnorms
