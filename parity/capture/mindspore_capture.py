@@ -42,7 +42,7 @@ def _synchronous_on_cpu() -> Iterator[None]:
     it to drain: on two cores the dispatching and waiting take CPU from the kernels. Measured
     on MindSpore 2.8.0 CPU, ResNet50 at batch 8, 224², two runs each in one hour: the hooked
     step with its records discarded 12.0-13.0 s queued against 8.4-8.9 s synchronous; with
-    the run writer 16.2-16.6 s against 13.1-13.7 s; the bare step 9.2-10.4 s against 8.3-8.7
+    the run writer 16.2-16.9 s against 13.1-13.7 s; the bare step 9.2-10.4 s against 8.3-8.7
     s. Every record is the same bit for bit either way (1,115 records at batch 2, 64²). The
     hook-free rerun stays synchronous too: queued again after the hooked step it took 10.4-11.4
     s of a capture against 7.4-8.6 s. On Ascend a synchronous launch would stall the device:
@@ -53,11 +53,28 @@ def _synchronous_on_cpu() -> Iterator[None]:
         yield
         return
     before = ms.get_context("pynative_synchronize")
-    ms.set_context(pynative_synchronize=True)
+    _set_synchronous(True)
     try:
         yield
     finally:
-        ms.set_context(pynative_synchronize=before)
+        _set_synchronous(before)
+
+
+def _set_synchronous(synchronous: bool) -> None:
+    """set_context(pynative_synchronize=...) without the warning MindSpore 2.8 logs at each
+    call (the setting is to move to runtime.launch_blocking(), which cannot be undone, so a
+    capture in the caller's process could not put it back)."""
+    import logging
+
+    import mindspore as ms
+    from mindspore import log
+    logger = log._get_logger() if hasattr(log, "_get_logger") else logging.getLogger("unused")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        ms.set_context(pynative_synchronize=synchronous)
+    finally:
+        logger.setLevel(level)
 
 
 def _reference_inputs(reference: Path) -> Tuple[Path, Batch, Dict]:
