@@ -61,7 +61,7 @@ def numpy_on_one_thread() -> threadpool_limits:
     calls between the framework's ops; numpy's OpenBLAS threads then spin idle on the cores
     torch's and MindSpore's own threads need. Measured (ResNet50, batch 8, 224², the hooks
     with records discarded, two runs each): torch hooked step 5.00-5.13 s → 4.43-4.47 s
-    (4.03-4.16 s with no hooks); the float64 step's, median of 5 torch captures, 21.3 → 19.2 s.
+    (3.9-4.2 s with no hooks); the float64 step's, median of 5 torch captures, 21.3 → 19.2 s.
     Both captures set it, so the sketches of equal inputs are computed alike.
     """
     return threadpool_limits(limits=1, user_api="blas")
