@@ -210,8 +210,10 @@ def _callers_settings_kept() -> Iterator[None]:
     """``check`` captures in the caller's process, often a test suite: the process-wide
     settings the captures change are put back afterwards (torch's and numpy's global random
     generators, torch's deterministic-algorithms mode, MindSpore's execution mode), so the
-    caller's later numbers do not depend on having called it. MindSpore's global seed (and the
-    dataset seed it sets), which has no public way back to unset, stays at the check's seed."""
+    caller's later numbers do not depend on having called it. The settings a capture changes
+    only while it steps (numpy's BLAS threads, MindSpore's pynative_synchronize) it puts back
+    itself. MindSpore's global seed (and the dataset seed it sets), which has no public way back
+    to unset, stays at the check's seed."""
     import mindspore as ms
     import torch
     mode = ms.get_context("mode")
