@@ -12,7 +12,7 @@ import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -20,7 +20,8 @@ from parity import kinks
 from parity.align import align_forward
 from parity.compare import optimizer, structure, sums
 from parity.compare.diagnosis import diagnose
-from parity.compare.metrics import (Float64Noise, Tolerance, compare_tensors, error_histogram,
+from parity.compare.measure import Helper, Job, Runs, StepCheck, helper_for, run_all
+from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
                                     with_allowance, worst_elements)
 from parity.compare.tolerance import TolerancePolicy
 from parity.errors import ParityInputError
@@ -211,16 +212,6 @@ def _structure_checked(pair: Pair, comparison: Comparison) -> Comparison:
     return _failed(comparison, reason) if reason else comparison
 
 
-def _shape_mismatch(torch_shape: Tuple[int, ...], ms_shape: Tuple[int, ...]) -> TensorStats:
-    nan = float("nan")
-    return TensorStats(passed=False, max_abs=nan, max_rel=nan, mean_abs=nan, rms=nan,
-                       ref_rms=nan, cosine=nan, frac_within=0.0, worst_index=(),
-                       worst_torch=nan, worst_mindspore=nan, nan_torch=0, nan_mindspore=0,
-                       inf_torch=0, inf_mindspore=0, needed_rtol=float("inf"),
-                       fp32_noise=nan, ms_error=nan, noise_ratio=nan,
-                       reason=f"shape differs: torch {torch_shape} vs MindSpore {ms_shape}")
-
-
 def _detail(torch_value: np.ndarray, ms_value: np.ndarray) -> RecordDetail:
     counts, edges = error_histogram(torch_value, ms_value)
     return RecordDetail(histogram_counts=tuple(int(c) for c in counts),
@@ -384,32 +375,19 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
     return judged, read
 
 
-def _check_optimizer_steps(plan: List[_Planned], comparisons: List[Comparison],
-                           torch_run: RunReader, ms_run: RunReader,
-                           weights: Optional[SafetensorsFile]
-                           ) -> Tuple[List[Comparison], int]:
-    """Each MindSpore update against torch's SGD step of MindSpore's own gradient
-    (compare/optimizer.py), where the initial weights, the step settings and that gradient are
-    at hand. Also returns the bytes read."""
-    config = torch_run.manifest.get("config", {})
+def _step_checks(plan: List[_Planned], config: Mapping[str, Any],
+                 weights: Optional[SafetensorsFile]) -> Dict[int, StepCheck]:
+    """Per update record (by plan index), the check of MindSpore's update against torch's SGD
+    step of MindSpore's own gradient (compare/optimizer.py), where the initial weights, the step
+    settings and that gradient are at hand."""
     if not {"lr", "momentum", "weight_decay"} <= set(config) or weights is None:
-        return comparisons, 0
+        return {}
     grads = {p.pair.torch.name: p.pair.mindspore for p in plan
              if p.pair.torch.kind == "grad" and not p.pair.torch.attrs.get("activation")}
-    checked, read = [], 0
-    for planned, comparison in zip(plan, comparisons):
-        if comparison.kind == "update" and comparison.name in grads \
-                and comparison.name in weights:
-            update = ms_run.tensor(planned.pair.mindspore)
-            grad = ms_run.tensor(grads[comparison.name])
-            w0 = weights[comparison.name]
-            read += grad.nbytes + w0.nbytes + update.nbytes
-            error = optimizer.step_error(grad, w0, update, config) \
-                if grad.shape == w0.shape == update.shape else 0.0
-            if error > 1:
-                comparison = _failed(comparison, optimizer.reason(error))
-        checked.append(comparison)
-    return checked, read
+    return {index: StepCheck(p.pair.mindspore, grads[p.pair.torch.name], p.pair.torch.name,
+                             dict(config))
+            for index, p in enumerate(plan) if p.pair.torch.kind == "update"
+            and p.pair.torch.name in grads and p.pair.torch.name in weights}
 
 
 def _first_few(items: List[str], shown: int = 4) -> str:
@@ -433,19 +411,24 @@ def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> st
 
 def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] = None,
                  forward_overrides: Optional[Mapping[str, str]] = None,
-                 command: str = "", use_fp64_reference: bool = True,
-                 progress: Optional[Callable[[int, int], None]] = None) -> CheckResult:
-    policy = policy or TolerancePolicy()
+                 command: str = "", use_fp64_reference: bool = True) -> CheckResult:
+    """Compare a torch capture with a MindSpore capture (given in either order)."""
+    started = time.perf_counter()
     torch_run, ms_run = open_pair(Path(run_a), Path(run_b))
+    # started before the pairing, which its start-up overlaps
+    with helper_for(torch_run, ms_run) as helper:
+        return _compare(torch_run, ms_run, helper, started, policy or TolerancePolicy(),
+                        forward_overrides, command, use_fp64_reference)
+
+
+def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], started: float,
+             policy: TolerancePolicy, forward_overrides: Optional[Mapping[str, str]],
+             command: str, use_fp64_reference: bool) -> CheckResult:
     pairs, unmatched = pair_records(torch_run, ms_run, forward_overrides)
     self_checks = {run.framework: run.observer_effect for run in (torch_run, ms_run)}
     # A torch step that draws random numbers (dropout in a forward, stochastic depth) drew
     # others in its float64 rerun: that difference is no measure of float32 noise.
     use_fp64_reference = use_fp64_reference and not torch_run.step_is_random
-    started = time.perf_counter()
-    compared_bytes = 0
-    comparisons: List[Comparison] = []
-    details: Dict[str, RecordDetail] = {}
     # A record stored once for several names (a container's output is its last child's) is
     # compared once: same bytes on both sides, same noise and tolerance, same statistics.
     plan: List[_Planned] = []
@@ -464,52 +447,48 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
     # ReLU outputs are checked for units active on one side only (parity/kinks.py)
     kink_ops = {p.identity: p.pair.torch.op for p in plan
                 if p.pair.torch.kind == "forward" and p.pair.torch.op in kinks.ACTIVE}
+    initial = _initial_weights(torch_run)
+    jobs: Dict[Hashable, Any] = {
+        index: Job(p.pair.torch, p.pair.mindspore, p.tolerance, p.noise,
+                   kink_ops.get(p.identity, "")) for index, p in enumerate(plan) if p.first}
+    steps = _step_checks(plan, torch_run.manifest.get("config", {}), initial)
+    jobs.update({("step", index): check for index, check in steps.items()})
+    # the details of the first failing pairs measured here, while their tensors are at hand
+    early_details: Dict[Tuple, RecordDetail] = {}
 
-    def measure(pair: Pair, tolerance: Tolerance, noise: Optional[Float64Noise], kink_op: str
-                ) -> Tuple[TensorStats, int, Optional[Tuple], Optional[np.ndarray]]:
-        """Statistics, bytes read, the values when they failed (for the details), and the
-        flipped units of a ReLU output that passed."""
-        torch_value, ms_value = read(pair)
-        stats = compare_tensors(torch_value, ms_value, tolerance, noise) \
-            if torch_value.shape == ms_value.shape else \
-            _shape_mismatch(torch_value.shape, ms_value.shape)
-        flipped = kinks.flipped_units(kink_op, torch_value, ms_value) \
-            if kink_op and stats.passed else None
-        return stats, torch_value.nbytes + ms_value.nbytes, \
-            None if stats.passed else (torch_value, ms_value), flipped
+    def keep_detail(index: Hashable, torch_value: np.ndarray, ms_value: np.ndarray) -> None:
+        if len(early_details) < MAX_DETAILED and torch_value.shape == ms_value.shape:
+            early_details[plan[index].identity] = _detail(torch_value, ms_value)
 
-    already: Dict[Tuple, TensorStats] = {}
-    flipped: Dict[Tuple, np.ndarray] = {}
-    # One pair at a time, in this thread: two worker threads were slower at both sizes measured
-    # (ResNet50, batch 8, 224²: median 1.65 against 1.92 GB/s, twelve calls each; batch 2, 64²:
-    # 0.91-0.95 against 1.19-1.32), the GIL's hand-offs costing more than the second core gave.
+    results, helper_rss = run_all(Runs(torch_run, ms_run, initial), jobs, helper, keep_detail)
+    compared_bytes = sum(r.bytes_read for r in results.values())
+    measured = {plan[index].identity: result for index, result in results.items()
+                if isinstance(index, int)}
+    flipped = {identity: m.flipped for identity, m in measured.items()
+               if m.flipped is not None and m.flipped.size}
+    already = {identity: m.stats for identity, m in measured.items()}
+
+    comparisons: List[Comparison] = []
+    details: Dict[str, RecordDetail] = {}
     for order, planned_pair in enumerate(plan):
-        pair, values = planned_pair.pair, None
-        if planned_pair.first:
-            already[planned_pair.identity], size, values, units = measure(
-                pair, planned_pair.tolerance, planned_pair.noise,
-                kink_ops.get(planned_pair.identity, ""))
-            if units is not None and units.size:
-                flipped[planned_pair.identity] = units
-            compared_bytes += size
+        pair = planned_pair.pair
         comparison = _structure_checked(pair, _comparison(
             pair, order, already[planned_pair.identity], planned_pair.tolerance))
         comparisons.append(comparison)
         if not comparison.passed and len(details) < MAX_DETAILED \
                 and pair.torch.shape == pair.mindspore.shape:
-            details[f"{comparison.kind}:{comparison.name}"] = _detail(*(values or read(pair)))
-        if progress is not None:
-            progress(len(comparisons), len(pairs))
+            details[f"{comparison.kind}:{comparison.name}"] = \
+                early_details.get(planned_pair.identity) or _detail(*read(pair))
 
     sites, read_at_sites = _flip_sites(plan, kink_ops, flipped, torch_run)
     if sites:
         comparisons = _allow_for_flips(plan, comparisons, sites)
-    initial = _initial_weights(torch_run)
     comparisons, read_for_sums = _judge_cancelling_sums(plan, comparisons, torch_run, ms_run,
                                                         initial)
-    comparisons, read_for_updates = _check_optimizer_steps(plan, comparisons, torch_run, ms_run,
-                                                           initial)
-    compared_bytes += read_at_sites + read_for_sums + read_for_updates
+    comparisons = [_failed(c, optimizer.reason(results[("step", index)].error))
+                   if index in steps and results[("step", index)].error > 1 else c
+                   for index, c in enumerate(comparisons)]
+    compared_bytes += read_at_sites + read_for_sums
     # a record's details are kept only while it fails; one that failed only the update check
     # gets its details now
     failing = {f"{c.kind}:{c.name}": p.pair for p, c in zip(plan, comparisons) if not c.passed}
@@ -558,5 +537,5 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
                        diagnosis=diagnosis, unmatched=unmatched, details=details, meta=meta,
                        extra={"observer_effect": self_checks,
                               "compare_seconds": time.perf_counter() - started,
-                              "compare_peak_rss_mb": _peak_rss_mb(),
+                              "compare_peak_rss_mb": _peak_rss_mb() + helper_rss,
                               "compare_bytes": compared_bytes})

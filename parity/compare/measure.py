@@ -1,0 +1,304 @@
+"""Measuring record pairs and optimizer steps, in this process and in a helper beside it.
+
+Comparing is one core's arithmetic over tensors read from the page cache, and the captures
+are over by then, so the other core is idle: a helper process (not a thread: two threads
+measured slower than one, the GIL's hand-offs costing more than the second core gave) takes
+jobs while this process does others. Both run the same code on the same bytes, so the
+figures do not depend on who computed them. A job the helper could not do (it died, or the
+job raised there) is done here again, where any error is raised as usual.
+
+The two processes exchange pickles over pipes: parity's own objects between parity's own
+processes, never a file a user gave.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import resource
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import (Any, BinaryIO, Callable, Dict, Hashable, Iterator, Mapping, Optional, Tuple,
+                    Union)
+
+import numpy as np
+
+import parity
+from parity import kinks
+from parity.compare import optimizer
+from parity.compare.metrics import Float64Noise, Tolerance, compare_tensors
+from parity.records import RecordInfo, TensorStats
+from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
+
+# Below this many bytes stored in the two runs, the helper's start-up (0.2 s: numpy and
+# parity's readers) costs more than it saves.
+HELPER_MIN_BYTES = 256 * 2**20
+# jobs sent ahead to the helper, so that it never waits for the next: 4 measured best of 2 to 6
+IN_FLIGHT = 4
+PEAK_RSS = "peak_rss_mb"      # the helper's last message: its peak resident memory
+
+
+@dataclass(frozen=True)
+class Job:
+    """One pair to measure; ``kink_op`` names a ReLU-like op whose flipped units are wanted."""
+
+    torch: RecordInfo
+    mindspore: RecordInfo
+    tolerance: Tolerance
+    noise: Optional[Float64Noise]
+    kink_op: str = ""
+
+
+@dataclass(frozen=True)
+class Measured:
+    stats: TensorStats
+    bytes_read: int
+    flipped: Optional[np.ndarray]     # units active on one side only, of a ReLU that passed
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """Is MindSpore's update torch's SGD step of MindSpore's own gradient (optimizer.py)?"""
+
+    update: RecordInfo                # MindSpore's records
+    grad: RecordInfo
+    weight: str                       # the parameter's key in torch's initial weights
+    config: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StepError:
+    error: float                      # in float32 roundings: above 1, not that step
+    bytes_read: int
+
+
+AnyJob = Union[Job, StepCheck]
+Result = Union[Measured, StepError]
+
+
+class Runs:
+    """What a job reads: the two captures, and torch's initial weights once a job asks."""
+
+    def __init__(self, torch_run: RunReader, ms_run: RunReader,
+                 initial_weights: Optional[SafetensorsFile] = None) -> None:
+        self.torch, self.mindspore = torch_run, ms_run
+        self._initial = initial_weights
+
+    @property
+    def initial_weights(self) -> SafetensorsFile:
+        if self._initial is None:
+            self._initial = SafetensorsFile(self.torch.path / INITIAL_WEIGHTS)
+        return self._initial
+
+
+def shape_mismatch(torch_shape: Tuple[int, ...], ms_shape: Tuple[int, ...]) -> TensorStats:
+    nan = float("nan")
+    return TensorStats(passed=False, max_abs=nan, max_rel=nan, mean_abs=nan, rms=nan,
+                       ref_rms=nan, cosine=nan, frac_within=0.0, worst_index=(),
+                       worst_torch=nan, worst_mindspore=nan, nan_torch=0, nan_mindspore=0,
+                       inf_torch=0, inf_mindspore=0, needed_rtol=float("inf"),
+                       fp32_noise=nan, ms_error=nan, noise_ratio=nan,
+                       reason=f"shape differs: torch {torch_shape} vs MindSpore {ms_shape}")
+
+
+def run_job(runs: Runs, job: AnyJob) -> Tuple[Result, Optional[Tuple[np.ndarray, np.ndarray]]]:
+    """The job's result, and a failing pair's two tensors (for the details)."""
+    if isinstance(job, StepCheck):
+        return check_step(runs, job), None
+    return measure(runs, job)
+
+
+def check_step(runs: Runs, job: StepCheck) -> StepError:
+    update, grad = runs.mindspore.tensor(job.update), runs.mindspore.tensor(job.grad)
+    w0 = runs.initial_weights[job.weight]
+    error = optimizer.step_error(grad, w0, update, job.config) \
+        if grad.shape == w0.shape == update.shape else 0.0
+    return StepError(error, grad.nbytes + w0.nbytes + update.nbytes)
+
+
+def measure(runs: Runs, job: Job) -> Tuple[Measured, Optional[Tuple[np.ndarray, np.ndarray]]]:
+    """The pair's statistics, and its two tensors when it failed (for the details)."""
+    torch_value, ms_value = runs.torch.tensor(job.torch), runs.mindspore.tensor(job.mindspore)
+    stats = compare_tensors(torch_value, ms_value, job.tolerance, job.noise) \
+        if torch_value.shape == ms_value.shape else \
+        shape_mismatch(torch_value.shape, ms_value.shape)
+    flipped = kinks.flipped_units(job.kink_op, torch_value, ms_value) \
+        if job.kink_op and stats.passed else None
+    return Measured(stats, torch_value.nbytes + ms_value.nbytes, flipped), \
+        None if stats.passed else (torch_value, ms_value)
+
+
+@contextmanager
+def helper_for(torch_run: RunReader, ms_run: RunReader) -> Iterator[Optional["Helper"]]:
+    """A helper process when the two runs hold enough bytes to be worth one and there is a
+    second core (None otherwise, or when no process can be started), ended when the block is
+    left."""
+    stored = sum(int(shard["bytes"]) for run in (torch_run, ms_run)
+                 for shard in run.manifest["shards"])
+    helper = None
+    if stored >= HELPER_MIN_BYTES and len(os.sched_getaffinity(0)) > 1:
+        try:
+            helper = Helper(torch_run.path, ms_run.path)
+        except OSError:
+            helper = None
+    if helper is None:
+        yield None
+        return
+    with helper:
+        yield helper
+
+
+def run_all(runs: Runs, jobs: Dict[Hashable, AnyJob], helper: Optional["Helper"],
+            on_failure: Callable[[Hashable, np.ndarray, np.ndarray], None]
+            ) -> Tuple[Dict[Hashable, Result], float]:
+    """Every job done, by this process and the helper if there is one; ``on_failure(key,
+    torch_value, ms_value)`` sees each failing pair measured here. Also returns the helper's
+    peak resident memory in MB (0 without one)."""
+    measured: Dict[Hashable, Result] = {}
+
+    def here(key: Hashable) -> None:
+        measured[key], values = run_job(runs, jobs[key])
+        if values is not None:
+            on_failure(key, *values)
+
+    if helper is None:
+        for key in jobs:
+            here(key)
+        return measured, 0.0
+    for key, job in jobs.items():
+        if not helper.offer(key, job):
+            here(key)
+    for key, answer in helper.results().items():
+        if answer is None:
+            here(key)
+        else:
+            measured[key] = answer
+    return measured, helper.peak_rss_mb
+
+
+def _nbytes(record: RecordInfo) -> int:
+    return math.prod(record.shape) * np.dtype(record.dtype).itemsize
+
+
+def _send(stream: BinaryIO, message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: BinaryIO) -> Any:
+    """The next message, or None at the end of the stream."""
+    head = stream.read(8)
+    if len(head) < 8:
+        return None
+    data = stream.read(struct.unpack("<Q", head)[0])
+    return pickle.loads(data)
+
+
+class Helper:
+    """The helper process, fed ``IN_FLIGHT`` jobs ahead; use as a context manager (leaving it
+    ends the process, Ctrl-C included)."""
+
+    def __init__(self, torch_path: Path, ms_path: Path) -> None:
+        root = str(Path(parity.__file__).resolve().parent.parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                   p for p in (root, os.environ.get("PYTHONPATH")) if p),
+               # one BLAS thread each: this process keeps the other core
+               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "parity.compare.measure", str(torch_path), str(ms_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self._results: Dict[Hashable, Optional[Result]] = {}
+        self._pending: set = set()
+        self._lock = threading.Lock()
+        self._alive = True
+        self.peak_rss_mb = 0.0
+        self._reader = threading.Thread(target=self._read, name="parity-helper-reader",
+                                        daemon=True)
+        self._reader.start()
+
+    def __enter__(self) -> "Helper":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.process.kill()
+        self.process.wait()
+        self._reader.join()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    def offer(self, key: Hashable, job: AnyJob) -> bool:
+        """Send the job when the helper has room for it; False when it is this process's."""
+        with self._lock:
+            if not self._alive or len(self._pending) >= IN_FLIGHT:
+                return False
+            self._pending.add(key)
+        try:
+            _send(self.process.stdin, (key, job))
+        except (BrokenPipeError, OSError):
+            with self._lock:
+                self._pending.discard(key)
+                self._alive = False
+            return False
+        return True
+
+    def results(self) -> Dict[Hashable, Optional[Result]]:
+        """Every answer, once the helper has finished: None for a job it could not do (which
+        includes any it was sent and never answered)."""
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        self._reader.join()
+        self.process.wait()
+        with self._lock:
+            return {**{key: None for key in self._pending}, **self._results}
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = _receive(self.process.stdout)
+            except Exception:         # a broken stream: what was not answered is measured here
+                message = None
+            if message is None:
+                break
+            key, answer = message
+            with self._lock:
+                if key == PEAK_RSS:
+                    self.peak_rss_mb = float(answer)
+                    continue
+                self._pending.discard(key)
+                self._results[key] = answer
+        with self._lock:
+            self._alive = False
+
+
+def serve(torch_path: str, ms_path: str) -> None:
+    """The helper's side: do each job sent until the input ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the parent's to handle
+    runs = Runs(RunReader.open(Path(torch_path)), RunReader.open(Path(ms_path)))
+    source, sink = sys.stdin.buffer, sys.stdout.buffer
+    while (message := _receive(source)) is not None:
+        key, job = message
+        try:
+            answer: Optional[Result] = run_job(runs, job)[0]
+        except Exception:           # done again by the parent, which raises it properly
+            answer = None
+        _send(sink, (key, answer))
+    _send(sink, (PEAK_RSS, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+
+
+if __name__ == "__main__":
+    # this file runs as __main__: the module's own import names the classes it pickles
+    from parity.compare import measure as module
+    module.serve(*sys.argv[1:3])

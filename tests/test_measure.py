@@ -1,0 +1,134 @@
+"""Compare's helper process: the figures measuring alone gives, and nothing lost when it fails."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+from typing import List
+
+import pandas as pd
+import pytest
+
+from parity.compare import measure
+from parity.compare.engine import compare_runs
+from parity.errors import ParityInputError
+
+
+class _CountingHelper(measure.Helper):
+    """The helper, counting the jobs it took."""
+
+    taken: List = []
+
+    def offer(self, key, job) -> bool:
+        accepted = super().offer(key, job)
+        if accepted:
+            self.taken.append(key)
+        return accepted
+
+
+@pytest.fixture
+def counting_helper(monkeypatch) -> List:
+    taken: List = []
+    monkeypatch.setattr(_CountingHelper, "taken", taken)
+    monkeypatch.setattr(measure, "Helper", _CountingHelper)
+    return taken
+
+
+def _compare_alone(run: Path, monkeypatch):
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", math.inf)
+    return compare_runs(run / "torch", run / "mindspore")
+
+
+def _assert_same(result, alone) -> None:
+    pd.testing.assert_frame_equal(result.records, alone.records, check_exact=True)
+    # repr: the statistics of a pair whose shapes differ are NaN, equal to nothing
+    assert repr((result.details, result.first_divergence, result.diagnosis)) == \
+        repr((alone.details, alone.first_divergence, alone.diagnosis))
+    assert result.extra["compare_bytes"] == alone.extra["compare_bytes"]
+
+
+def test_a_large_run_is_shared_with_the_helper_and_gives_the_same_figures(
+        resnet50_run, counting_helper, monkeypatch):
+    """ResNet50 at batch 2, 64² (0.8 GB stored) is worth a helper: it takes a share of the
+    pairs and of the optimizer-step checks, and every statistic is the one measured alone."""
+    run = resnet50_run / "run"
+    shared = compare_runs(run / "torch", run / "mindspore")
+    assert sum(isinstance(key, int) for key in counting_helper) > 100
+    assert any(isinstance(key, tuple) and key[0] == "step" for key in counting_helper)
+    assert shared.extra["compare_peak_rss_mb"] > 0
+    _assert_same(shared, _compare_alone(run, monkeypatch))
+
+
+@pytest.fixture(scope="module")
+def failing_tiny_run(tmp_path_factory) -> Path:
+    """A tiny port with MindSpore's default conv padding: it fails from its first conv on."""
+    import parity
+    from tests import tiny
+    out = tmp_path_factory.mktemp("failing")
+    result = parity.check(tiny.torch_defaults(), tiny.ms_defaults_conv_padding(), image_size=16,
+                          out=out)
+    assert not result.passed
+    return out
+
+
+def test_a_failing_run_gets_the_same_verdicts_details_and_diagnosis(
+        failing_tiny_run, counting_helper, monkeypatch):
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
+    shared = compare_runs(failing_tiny_run / "torch", failing_tiny_run / "mindspore")
+    assert counting_helper
+    assert shared.details
+    _assert_same(shared, _compare_alone(failing_tiny_run, monkeypatch))
+
+
+class _DyingHelper(measure.Helper):
+    """A helper killed as soon as it has taken its first job."""
+
+    def offer(self, key, job) -> bool:
+        accepted = super().offer(key, job)
+        self.process.kill()
+        self.process.wait()
+        return accepted
+
+
+def test_jobs_a_dead_helper_leaves_are_done_here(failing_tiny_run, monkeypatch):
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(measure, "Helper", _DyingHelper)
+    result = compare_runs(failing_tiny_run / "torch", failing_tiny_run / "mindspore")
+    _assert_same(result, _compare_alone(failing_tiny_run, monkeypatch))
+
+
+def test_a_corrupted_tensor_the_helper_meets_is_reported_as_alone(tiny_run, tmp_path,
+                                                                   counting_helper, monkeypatch):
+    """Every job goes to the helper; the corrupted one comes back undone and is read again
+    here, where it raises the one-line error a compare alone raises."""
+    ms_run = tmp_path / "mindspore"
+    shutil.copytree(tiny_run / "mindspore", ms_run)
+    shard = sorted(ms_run.glob("tensors-*.safetensors"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(measure, "IN_FLIGHT", 10**9)
+    with pytest.raises(ParityInputError, match=f"{shard.name} is corrupted: .* fails its checksum"):
+        compare_runs(tiny_run / "torch", ms_run)
+    assert counting_helper
+
+
+def test_the_helper_ends_when_the_compare_is_interrupted(tiny_run, monkeypatch):
+    started: List[measure.Helper] = []
+
+    class Recorded(measure.Helper):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            started.append(self)
+
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(measure, "Helper", Recorded)
+    monkeypatch.setattr(measure, "run_job", interrupted)      # this process's share: Ctrl-C
+    with pytest.raises(KeyboardInterrupt):
+        compare_runs(tiny_run / "torch", tiny_run / "mindspore")
+    assert started and started[0].process.poll() is not None
