@@ -20,7 +20,8 @@ from parity import kinks
 from parity.align import align_forward
 from parity.compare import optimizer, structure, sums
 from parity.compare.diagnosis import diagnose
-from parity.compare.measure import Helper, Job, Runs, StepCheck, helper_for, run_all
+from parity.compare.measure import (AnyJob, Helper, Job, Runs, StepCheck, helper_for,
+                                    run_all)
 from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
                                     with_allowance, worst_elements)
 from parity.compare.tolerance import TolerancePolicy
@@ -448,7 +449,8 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     kink_ops = {p.identity: p.pair.torch.op for p in plan
                 if p.pair.torch.kind == "forward" and p.pair.torch.op in kinks.ACTIVE}
     initial = _initial_weights(torch_run)
-    jobs: Dict[Hashable, Any] = {
+    # keyed by plan index: a pair by its own, an update's step check by ("step", its index)
+    jobs: Dict[Hashable, AnyJob] = {
         index: Job(p.pair.torch, p.pair.mindspore, p.tolerance, p.noise,
                    kink_ops.get(p.identity, "")) for index, p in enumerate(plan) if p.first}
     steps = _step_checks(plan, torch_run.manifest.get("config", {}), initial)
