@@ -13,7 +13,6 @@ processes, never a file a user gave.
 
 from __future__ import annotations
 
-import math
 import os
 import pickle
 import resource
@@ -181,10 +180,6 @@ def run_all(runs: Runs, jobs: Dict[Hashable, AnyJob], helper: Optional["Helper"]
         else:
             measured[key] = answer
     return measured, helper.peak_rss_mb
-
-
-def _nbytes(record: RecordInfo) -> int:
-    return math.prod(record.shape) * np.dtype(record.dtype).itemsize
 
 
 def _send(stream: BinaryIO, message: Any) -> None:
