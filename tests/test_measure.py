@@ -133,3 +133,11 @@ def test_the_helper_ends_when_the_compare_is_interrupted(tiny_run, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         compare_runs(tiny_run / "torch", tiny_run / "mindspore")
     assert started and started[0].process.poll() is not None
+
+
+def test_a_frozen_application_starts_no_helper(tiny_run, counting_helper, monkeypatch):
+    """Its sys.executable is the application itself: running it would start the application."""
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr("sys.frozen", True, raising=False)
+    result = compare_runs(tiny_run / "torch", tiny_run / "mindspore")
+    assert result.passed and not counting_helper

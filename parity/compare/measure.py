@@ -142,7 +142,9 @@ def helper_for(torch_run: RunReader, ms_run: RunReader) -> Iterator[Optional["He
     stored = sum(int(shard["bytes"]) for run in (torch_run, ms_run)
                  for shard in run.manifest["shards"])
     helper = None
-    if stored >= HELPER_MIN_BYTES and len(os.sched_getaffinity(0)) > 1:
+    # a frozen application's executable is the application, not an interpreter to run us
+    if stored >= HELPER_MIN_BYTES and len(os.sched_getaffinity(0)) > 1 and sys.executable \
+            and not getattr(sys, "frozen", False):
         try:
             helper = Helper(torch_run.path, ms_run.path)
         except OSError:
