@@ -169,13 +169,11 @@ def run_all(runs: Runs, jobs: Dict[Hashable, AnyJob], helper: Optional["Helper"]
         if values is not None:
             on_failure(key, *values)
 
-    if helper is None:
-        for key in jobs:
-            here(key)
-        return measured, 0.0
     for key, job in jobs.items():
-        if not helper.offer(key, job):
+        if helper is None or not helper.offer(key, job):
             here(key)
+    if helper is None:
+        return measured, 0.0
     for key, answer in helper.results().items():
         if answer is None:
             here(key)
