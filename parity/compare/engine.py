@@ -311,34 +311,29 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
                            torch_run: RunReader, ms_run: RunReader,
                            initial: Optional[SafetensorsFile]
                            ) -> Tuple[List[Comparison], int]:
-    """Failing gradients that are sums over batch and space (a BatchNorm's weight and bias, a
-    conv's or dense layer's bias; their updates and momentum buffers) judged again with their
-    output gradient's float32 error (plus its ReLU-flip allowance) carried through the sum they
-    are; the gradient must then be the sum of MindSpore's own terms (compare/sums.py). Also
-    returns the bytes read."""
+    """Failing gradients that are sums over batch and space (a BatchNorm's, GroupNorm's or
+    LayerNorm's weight and bias, a conv's or dense layer's bias; their updates and momentum
+    buffers) judged again with their output gradient's float32 error (plus its ReLU-flip
+    allowance) carried through the sum they are; the gradient must then be the sum of
+    MindSpore's own terms (compare/sums.py). Also returns the bytes read."""
     config = torch_run.manifest.get("config", {})
     pairs = {(p.pair.torch.kind, p.pair.torch.name, bool(p.pair.torch.attrs.get("activation"))):
              p.pair for p in plan}
     ops = {p.pair.torch.name: p.pair.torch.op for p in plan if p.pair.torch.kind == "forward"}
-
-    def is_sum(module: str, role: str) -> bool:
-        family = structure.op_family(ops.get(module, ""))
-        return (family == "batchnorm" and role in ("weight", "bias")) or \
-            (role == "bias" and family in ("conv", "convtranspose", "dense"))
 
     flips = {c.name: c.flip_allowance for c in comparisons if c.kind == "grad"}
     if initial is None:
         return comparisons, 0
     read = 0
 
-    def terms(run: RunReader, module: str, role: str, side: str) -> np.ndarray:
+    def terms(run: RunReader, module: str, role: str, axis: int, side: str) -> np.ndarray:
         nonlocal read
         output_grad = run.tensor(getattr(pairs[("grad", module, True)], side))
         output = run.tensor(getattr(pairs[("forward", module, False)], side)) \
             if role == "weight" else None
         read += output_grad.nbytes + (output.nbytes if output is not None else 0)
         return sums.terms(output_grad, output, initial[f"{module}.weight"],
-                          initial[f"{module}.bias"], role)
+                          initial[f"{module}.bias"], role, axis)
 
     allowed: Dict[str, float] = {}          # per parameter: the error allowed in its gradient
     lr = float(config.get("lr", 0.0)) * (1 + float(config.get("momentum", 0.0))
@@ -348,17 +343,21 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
         param = comparison.name.removesuffix(OPTIMIZER_SUFFIX)
         module, _, role = param.rpartition(".")
         output = pairs.get(("grad", module, True))
+        axis = sums.summed_axis(ops.get(module, ""), role)
+        # one number per index of that axis (a LayerNorm over several trailing axes keeps
+        # more than one axis: not judged as a sum)
         if comparison.passed or planned.noise is None or not planned.noise.exact_rms \
                 or comparison.kind not in ("grad", "update", "optimizer_state") \
-                or not is_sum(module, role) or output is None \
+                or axis is None or output is None \
                 or not output.torch.fp32_noise_rms or not output.torch.exact_rms \
-                or not {f"{module}.weight", f"{module}.bias"} <= set(initial):
+                or not {f"{module}.weight", f"{module}.bias"} <= set(initial) \
+                or initial[param].size != output.torch.shape[axis]:
             judged.append(comparison)
             continue
         if param not in allowed:
             error = output.torch.fp32_noise_rms / output.torch.exact_rms + flips.get(module, 0.0)
-            allowed[param] = sums.allowed_error(terms(torch_run, module, role, "torch"), error,
-                                                sums.channel_axis(ops[module]))
+            allowed[param] = sums.allowed_error(terms(torch_run, module, role, axis, "torch"),
+                                                error, axis)
         # a gradient error δ is δ in the momentum buffer and lr·δ in the update
         scale = lr if comparison.kind == "update" else 1.0
         allowance = scale * allowed[param] / (
@@ -368,8 +367,7 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
                            comparison.flip_allowance + allowance), sum_allowance=allowance)
         if comparison.kind == "grad":
             off = sums.off_own_sum(ms_run.tensor(planned.pair.mindspore),
-                                   terms(ms_run, module, role, "mindspore"),
-                                   sums.channel_axis(ops[module]))
+                                   terms(ms_run, module, role, axis, "mindspore"), axis)
             if off > 1:
                 comparison = _failed(comparison, sums.reason(off))
         judged.append(comparison)

@@ -1,8 +1,9 @@
-"""Gradients that are sums over batch and space, and may cancel: a BatchNorm's weight and bias
-gradients, and the bias gradient of a conv or dense layer.
+"""Gradients that are sums over batch and space, and may cancel: a normalisation's weight and
+bias gradients (BatchNorm, GroupNorm, LayerNorm), and the bias gradient of a conv or dense layer.
 
-A BatchNorm's weight and bias gradients are sums over batch and space of g·x̂ and of g, g its
-output gradient; a conv's or dense layer's bias gradient is the sum of g. A bias feeding a
+A normalisation's weight and bias gradients are sums over batch and space (over batch and
+positions for a LayerNorm) of g·x̂ and of g, g its output gradient; a conv's or dense layer's
+bias gradient is the sum of g. A bias feeding a
 BatchNorm is removed by it with the batch mean, so its gradient is zero but for rounding: the
 correct port of a tiny pair with a biased conv before a BatchNorm (tests/tiny.py) failed there
 in 4 of 12 initialisations (noise ratio 8.2 to 11.5; torch's own float32 error 2.5e8 to 1.2e9 %
@@ -28,28 +29,37 @@ from typing import Optional, Tuple
 import numpy as np
 
 from parity.compare.optimizer import EPS32
+from parity.compare.structure import op_family
 
 REASON = "MindSpore's gradient is not the sum of its own terms"
 
 
+def summed_axis(op: str, role: str) -> Optional[int]:
+    """The axis a ``role`` ("weight" or "bias") gradient of an ``op`` module keeps when that
+    gradient is a sum over the other axes of its output's (None when it is no such sum):
+    features last for a LayerNorm and a dense layer, channels second otherwise."""
+    family = op_family(op)
+    if family in ("batchnorm", "groupnorm", "layernorm") and role in ("weight", "bias"):
+        return -1 if family == "layernorm" else 1
+    if family in ("conv", "convtranspose", "dense") and role == "bias":
+        return -1 if family == "dense" else 1
+    return None
+
+
 def terms(output_grad: np.ndarray, output: Optional[np.ndarray], gamma: np.ndarray,
-          beta: np.ndarray, role: str) -> np.ndarray:
-    """The terms of a ``role`` ("weight" or "bias") gradient, float64: g for a bias (a
-    BatchNorm's, a conv's, a dense layer's), g·x̂ for a BatchNorm's weight, x̂ recovered from the
-    output and the weight and bias before the step (0 where γ = 0); the output, gamma and beta
-    are needed for the BatchNorm weight only."""
+          beta: np.ndarray, role: str, channels: int = 1) -> np.ndarray:
+    """The terms of a ``role`` ("weight" or "bias") gradient, float64: g for a bias, g·x̂ for a
+    normalisation's weight, x̂ recovered from the output and the weight and bias before the step
+    (0 where γ = 0), γ and β along the ``channels`` axis; the output, gamma and beta are needed
+    for a weight only."""
     g = np.asarray(output_grad, np.float64)
     if role == "weight":
-        shape = (1, -1) + (1,) * (g.ndim - 2)
+        shape = [1] * g.ndim
+        shape[channels] = -1
         gamma, beta = (np.asarray(v, np.float64).reshape(shape) for v in (gamma, beta))
         g = g * np.divide(np.asarray(output, np.float64) - beta, gamma, out=np.zeros(g.shape),
                           where=gamma != 0)
     return g
-
-
-def channel_axis(op: str) -> int:
-    """Where the channels are in a module's output: features last for a dense layer."""
-    return -1 if op == "dense" else 1
 
 
 def _reduced_axes(array: np.ndarray, channels: int) -> Tuple[int, ...]:
