@@ -344,13 +344,14 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
         module, _, role = param.rpartition(".")
         output = pairs.get(("grad", module, True))
         axis = sums.summed_axis(ops.get(module, ""), role)
-        # one number per index of that axis (a LayerNorm over several trailing axes keeps
-        # more than one axis: not judged as a sum)
+        # one number per index of that axis, summed over a batch at least (a LayerNorm over
+        # several trailing axes keeps more than one axis: not judged as a sum)
         if comparison.passed or planned.noise is None or not planned.noise.exact_rms \
                 or comparison.kind not in ("grad", "update", "optimizer_state") \
                 or axis is None or output is None \
                 or not output.torch.fp32_noise_rms or not output.torch.exact_rms \
                 or not {f"{module}.weight", f"{module}.bias"} <= set(initial) \
+                or len(output.torch.shape) < 2 \
                 or initial[param].size != output.torch.shape[axis]:
             judged.append(comparison)
             continue

@@ -3,11 +3,11 @@ bias gradients (BatchNorm, GroupNorm, LayerNorm), and the bias gradient of a con
 
 A normalisation's weight and bias gradients are sums over batch and space (over batch and
 positions for a LayerNorm) of g·x̂ and of g, g its output gradient; a conv's or dense layer's
-bias gradient is the sum of g. A bias feeding a
-BatchNorm is removed by it with the batch mean, so its gradient is zero but for rounding: the
-correct port of a tiny pair with a biased conv before a BatchNorm (tests/tiny.py) failed there
-in 4 of 12 initialisations (noise ratio 8.2 to 11.5; torch's own float32 error 2.5e8 to 1.2e9 %
-of the exact value) before conv biases were judged as sums, with the sums' own rounding.
+bias gradient is the sum of g. A bias feeding a BatchNorm is removed by it with the batch
+mean, so its gradient is zero but for rounding: the correct port of a tiny pair with a biased
+conv before a BatchNorm (tests/tiny.py) failed there in 4 of 12 initialisations (noise ratio
+8.2 to 11.5; torch's own float32 error 2.5e8 to 1.2e9 % of the exact value) before conv biases
+were judged as sums, with the sums' own rounding.
 
 Where such a sum cancels, an error in g far below g's own noise tolerance moves
 the sum by a lot. Measured: MobileNetV2 at batch 8, 224², a BatchNorm feeding a depthwise conv
