@@ -42,6 +42,10 @@ HELPER_MIN_BYTES = 256 * 2**20
 # jobs sent ahead to the helper, so that it never waits for the next: 4 measured best of 2 to 6
 IN_FLIGHT = 4
 PEAK_RSS = "peak_rss_mb"      # the helper's last message: its peak resident memory
+# The helper's program: this parity, found where this process found it, but after the
+# interpreter's own paths (a PYTHONPATH entry would come before the standard library).
+SERVE = ("import sys; sys.path.append(sys.argv[1]); "
+         "from parity.compare.measure import serve; serve(*sys.argv[2:4])")
 
 
 @dataclass(frozen=True)
@@ -202,13 +206,11 @@ class Helper:
     ends the process, Ctrl-C included)."""
 
     def __init__(self, torch_path: Path, ms_path: Path) -> None:
-        root = str(Path(parity.__file__).resolve().parent.parent)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-                   p for p in (root, os.environ.get("PYTHONPATH")) if p),
-               # one BLAS thread each: this process keeps the other core
-               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        # one BLAS thread each: this process keeps the other core
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "parity.compare.measure", str(torch_path), str(ms_path)],
+            [sys.executable, "-c", SERVE, str(Path(parity.__file__).resolve().parent.parent),
+             str(torch_path), str(ms_path)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         self._results: Dict[Hashable, Optional[Result]] = {}
         self._pending: set = set()
@@ -291,9 +293,3 @@ def serve(torch_path: str, ms_path: str) -> None:
             answer = None
         _send(sink, (key, answer))
     _send(sink, (PEAK_RSS, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
-
-
-if __name__ == "__main__":
-    # this file runs as __main__: the module's own import names the classes it pickles
-    from parity.compare import measure as module
-    module.serve(*sys.argv[1:3])
