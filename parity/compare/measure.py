@@ -42,8 +42,10 @@ HELPER_MIN_BYTES = 256 * 2**20
 # jobs sent ahead to the helper, so that it never waits for the next: 4 measured best of 2 to 6
 IN_FLIGHT = 4
 PEAK_RSS = "peak_rss_mb"      # the helper's last message: its peak resident memory
-# The helper's program: this parity, found where this process found it, but after the
-# interpreter's own paths (a PYTHONPATH entry would come before the standard library).
+# The helper's program. Parity's folder is appended to its path: found there when the
+# interpreter does not find parity itself, never ahead of the standard library (as a PYTHONPATH
+# entry would be). A helper that cannot import it, or imports another version, fails its
+# jobs, and this process does them.
 SERVE = ("import sys; sys.path.append(sys.argv[1]); "
          "from parity.compare.measure import serve; serve(*sys.argv[2:4])")
 
