@@ -141,3 +141,24 @@ def test_a_frozen_application_starts_no_helper(tiny_run, counting_helper, monkey
     monkeypatch.setattr("sys.frozen", True, raising=False)
     result = compare_runs(tiny_run / "torch", tiny_run / "mindspore")
     assert result.passed and not counting_helper
+
+
+class _AnswersKept(measure.Helper):
+    answers: dict = {}
+
+    def results(self):
+        type(self).answers = super().results()
+        return type(self).answers
+
+
+def test_a_helper_that_finds_another_parity_does_nothing(tiny_run, monkeypatch):
+    """This process's parity is elsewhere than the one the helper imports: the helper's figures
+    could differ, so it answers nothing and every job is done here."""
+    import parity
+    alone = _compare_alone(tiny_run, monkeypatch)
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(measure, "Helper", _AnswersKept)
+    monkeypatch.setattr(parity, "__file__", "/elsewhere/parity/__init__.py")
+    result = compare_runs(tiny_run / "torch", tiny_run / "mindspore")
+    assert _AnswersKept.answers and all(a is None for a in _AnswersKept.answers.values())
+    _assert_same(result, alone)

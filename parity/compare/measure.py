@@ -44,10 +44,16 @@ IN_FLIGHT = 4
 PEAK_RSS = "peak_rss_mb"      # the helper's last message: its peak resident memory
 # The helper's program. Parity's folder is appended to its path: found there when the
 # interpreter does not find parity itself, never ahead of the standard library (as a PYTHONPATH
-# entry would be). A helper that cannot import it, or imports another version, fails its
-# jobs, and this process does them.
-SERVE = ("import sys; sys.path.append(sys.argv[1]); "
-         "from parity.compare.measure import serve; serve(*sys.argv[2:4])")
+# entry would be). A helper that finds another parity first does nothing: its figures could
+# differ, and this process does the jobs it leaves.
+SERVE = """
+import os, sys
+sys.path.append(sys.argv[1])
+import parity
+if os.path.dirname(os.path.dirname(os.path.realpath(parity.__file__))) == sys.argv[1]:
+    from parity.compare.measure import serve
+    serve(*sys.argv[2:4])
+"""
 
 
 @dataclass(frozen=True)
@@ -211,8 +217,8 @@ class Helper:
         # one BLAS thread each: this process keeps the other core
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, "-c", SERVE, str(Path(parity.__file__).resolve().parent.parent),
-             str(torch_path), str(ms_path)],
+            [sys.executable, "-c", SERVE, os.path.dirname(os.path.dirname(os.path.realpath(
+                parity.__file__))), str(torch_path), str(ms_path)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         self._results: Dict[Hashable, Optional[Result]] = {}
         self._pending: set = set()
