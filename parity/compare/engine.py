@@ -486,9 +486,10 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
         comparisons = _allow_for_flips(plan, comparisons, sites)
     comparisons, read_for_sums = _judge_cancelling_sums(plan, comparisons, torch_run, ms_run,
                                                         initial)
-    comparisons = [_failed(c, optimizer.reason(results[("step", index)].error))
-                   if index in steps and results[("step", index)].error > 1 else c
-                   for index, c in enumerate(comparisons)]
+    for index in steps:
+        error = results[("step", index)].error
+        if error > 1:
+            comparisons[index] = _failed(comparisons[index], optimizer.reason(error))
     compared_bytes += read_at_sites + read_for_sums
     # a record's details are kept only while it fails; one that failed only the update check
     # gets its details now

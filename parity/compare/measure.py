@@ -109,7 +109,7 @@ class Runs:
         return self._initial
 
 
-def shape_mismatch(torch_shape: Tuple[int, ...], ms_shape: Tuple[int, ...]) -> TensorStats:
+def _shape_mismatch(torch_shape: Tuple[int, ...], ms_shape: Tuple[int, ...]) -> TensorStats:
     nan = float("nan")
     return TensorStats(passed=False, max_abs=nan, max_rel=nan, mean_abs=nan, rms=nan,
                        ref_rms=nan, cosine=nan, frac_within=0.0, worst_index=(),
@@ -139,7 +139,7 @@ def measure(runs: Runs, job: Job) -> Tuple[Measured, Optional[Tuple[np.ndarray, 
     torch_value, ms_value = runs.torch.tensor(job.torch), runs.mindspore.tensor(job.mindspore)
     stats = compare_tensors(torch_value, ms_value, job.tolerance, job.noise) \
         if torch_value.shape == ms_value.shape else \
-        shape_mismatch(torch_value.shape, ms_value.shape)
+        _shape_mismatch(torch_value.shape, ms_value.shape)
     flipped = kinks.flipped_units(job.kink_op, torch_value, ms_value) \
         if job.kink_op and stats.passed else None
     return Measured(stats, torch_value.nbytes + ms_value.nbytes, flipped), \
@@ -250,7 +250,7 @@ class Helper:
             self._pending.add(key)
         try:
             _send(self.process.stdin, (key, job))
-        except (BrokenPipeError, OSError):
+        except OSError:             # a broken pipe: the helper has gone
             with self._lock:
                 self._pending.discard(key)
                 self._alive = False
