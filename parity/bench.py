@@ -105,6 +105,7 @@ def parity_run(batch: int, size: int, scratch: Path, *options: str) -> Dict[str,
             "compare": compare_seconds,
             "inner": sum(m["resources"]["seconds"] for m in manifests.values()) + compare_seconds,
             "torch_rss": manifests["torch"]["resources"]["peak_rss_mb"],
+            "spilled_mb": manifests["torch"]["resources"]["float64_spilled_mb"],
             "mindspore_rss": manifests["mindspore"]["resources"]["peak_rss_mb"],
             "compare_rss": report["extra"]["compare_peak_rss_mb"],
             "gbps": report["extra"]["compare_bytes"] / 1e9 / compare_seconds,
@@ -163,7 +164,8 @@ def main() -> None:
                       "synchronous MindSpore step")
                 rss = max(f["torch_rss"], f["mindspore_rss"], f["compare_rss"])
                 print(f"    peak memory ratio   {rss / bare_rss:7.2f}   (target <= 1.5; torch "
-                      f"capture {f['torch_rss']:.0f} MB, MindSpore capture "
+                      f"capture {f['torch_rss']:.0f} MB with {f['spilled_mb']:.0f} MB of "
+                      f"float64 activations spilled, MindSpore capture "
                       f"{f['mindspore_rss']:.0f} MB, compare {f['compare_rss']:.0f} MB)")
                 print(f"    compare throughput  {f['gbps']:7.2f} GB/s (target >= 1)")
 

@@ -47,7 +47,7 @@ def is_run_dir(path: Path) -> bool:
         return False
 
 
-def _no_space(path: Path) -> ParityInputError:
+def no_space_error(path: Path) -> ParityInputError:
     return ParityInputError(f"no space left on the device while writing {path}; "
                             "free some space or choose --out on another disk")
 
@@ -243,7 +243,7 @@ class RunWriter:
                     os.fsync(handle.fileno())
         except OSError as error:
             if error.errno == errno.ENOSPC:
-                raise _no_space(path) from error
+                raise no_space_error(path) from error
             raise
         return size
 

@@ -16,9 +16,11 @@ import numpy as np
 from parity import kinks
 from parity.capture.batch import Batch, batch_for
 from parity.capture.common import (PhaseClock, fingerprint, manifest_meta, numpy_on_one_thread,
-                                   refuse_several_outputs, several_outputs, weight_update)
+                                   peak_resident_bytes, refuse_several_outputs, several_outputs,
+                                   weight_update)
 from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
+from parity.capture.spill import SavedTensorSpill
 from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.models_loader import build_loss
@@ -28,6 +30,7 @@ from parity.weights import is_ignored, load_state_dict, save_state_dict_bytes
 
 BLOCK = 1 << 18     # elements per float64 block: temporaries stay small
 M_MMAP_THRESHOLD = -3       # glibc's mallopt parameter (malloc.h)
+SPILL_FILE = "float64-saved-tensors.scratch"    # in the partial run directory, while it steps
 
 
 def _load_weights(model, path: Path) -> None:
@@ -327,17 +330,28 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
 
         clock.next("observer rerun")
         observer = observer_check(hooked, rerun_without_hooks)
+        spilled = 0
         if fp64_reference:
             clock.next("float64 step")
             # the model itself, not a copy: one set of parameters in memory, not two
             model.zero_grad(set_to_none=True)
             _restore(model, initial)
-            with _float64_step_memory() if own_process else nullcontext():
+            # twice the float32 activations, kept near the float32 steps' peak: the forward
+            # spills past that peak less room for what backward adds (the gradients, and about
+            # as much again: ResNet50's backward, batch 8, 224², grew 300-450 MB over the
+            # forward's end with 205 MB of float64 gradients)
+            gradients = sum(8 * p.numel() for p in model.parameters() if p.requires_grad)
+            spill = SavedTensorSpill(writer.partial / SPILL_FILE,
+                                     peak_resident_bytes() - 2 * gradients)
+            with _float64_step_memory() if own_process else nullcontext(), spill:
                 _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
                 model.float()
+            spilled = spill.spilled_bytes
         clock.next("writes")
         _restore(model, initial)        # leave a caller's model as it came: the rerun stepped it
         writer.wait()
-        return writer.finish(manifest_meta(
-            "torch", config, num_classes, factory or type(model).__name__, {}, observer,
-            clock, fp64_reference=fp64_reference, fingerprint=starts_from))
+        meta = manifest_meta("torch", config, num_classes, factory or type(model).__name__, {},
+                             observer, clock, fp64_reference=fp64_reference,
+                             fingerprint=starts_from)
+        meta["resources"]["float64_spilled_mb"] = spilled / 2**20
+        return writer.finish(meta)

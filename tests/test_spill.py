@@ -1,0 +1,103 @@
+"""The float64 step's saved tensors spilled to a scratch file: same numbers, nothing left."""
+
+from __future__ import annotations
+
+import errno
+import gc
+import weakref
+
+import pytest
+import torch
+import torch.nn as tnn
+
+from parity.capture import spill as spill_module
+from parity.capture.spill import MIN_BYTES, SavedTensorSpill
+from parity.errors import ParityInputError
+from parity.rundir import RunReader
+
+
+def _net() -> tnn.Module:
+    """conv → in-place ReLU → conv: the ReLU's output (2 × 32 × 64² float64, 2 MiB) is saved
+    by the ReLU and by the second convolution."""
+    torch.manual_seed(0)
+    return tnn.Sequential(tnn.Conv2d(3, 32, 3, padding=1), tnn.ReLU(inplace=True),
+                          tnn.Conv2d(32, 4, 3, padding=1)).double()
+
+
+def _gradients(model: tnn.Module, x: torch.Tensor) -> list:
+    model.zero_grad(set_to_none=True)
+    model(x).square().sum().backward()
+    return [p.grad.numpy().copy() for p in model.parameters()]
+
+
+def test_a_spilled_step_gives_the_same_gradients_bit_for_bit(tmp_path):
+    model, x = _net(), torch.randn(2, 3, 64, 64, dtype=torch.float64)
+    kept = _gradients(model, x)
+    scratch = tmp_path / "saved.scratch"
+    with SavedTensorSpill(scratch, budget=0) as spill:
+        spilled = _gradients(model, x)
+    relu_output_bytes = 2 * 32 * 64 * 64 * 8
+    assert relu_output_bytes >= MIN_BYTES
+    assert spill.spilled_bytes == relu_output_bytes       # written once, though saved twice
+    for a, b in zip(kept, spilled):
+        assert a.tobytes() == b.tobytes()
+    assert not scratch.exists()
+
+
+@pytest.mark.parametrize("budget, freed", [(0, True), (1 << 50, False)])
+def test_a_spilled_tensor_leaves_memory_until_backward_reads_it(tmp_path, budget, freed):
+    model, x = _net(), torch.randn(2, 3, 64, 64, dtype=torch.float64)
+    with SavedTensorSpill(tmp_path / "saved.scratch", budget=budget):
+        hidden = model[1](model[0](x))
+        storage = weakref.ref(hidden.untyped_storage())
+        loss = model[2](hidden).square().sum()
+        del hidden
+        gc.collect()
+        assert (storage() is None) is freed
+        loss.backward()
+
+
+def test_nothing_is_spilled_under_the_budget(tmp_path):
+    model, x = _net(), torch.randn(2, 3, 64, 64, dtype=torch.float64)
+    with SavedTensorSpill(tmp_path / "saved.scratch", budget=1 << 50) as spill:
+        _gradients(model, x)
+    assert spill.spilled_bytes == 0 and list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_while_spilling_is_a_clean_error(tmp_path, monkeypatch):
+    def full_disk(*_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spill_module.os, "pwrite", full_disk)
+    model, x = _net(), torch.randn(2, 3, 64, 64, dtype=torch.float64)
+    with pytest.raises(ParityInputError, match="no space left on the device"):
+        with SavedTensorSpill(tmp_path / "saved.scratch", budget=0):
+            _gradients(model, x)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _capture(out, monkeypatch, spill_everything: bool):
+    from parity.capture import torch_capture
+    from parity.config import StepConfig
+    if spill_everything:
+        monkeypatch.setattr(torch_capture, "peak_resident_bytes", lambda: 0)
+        monkeypatch.setattr(spill_module, "MIN_BYTES", 0)
+    torch_capture.capture_torch(StepConfig(batch_size=2, image_size=16), out,
+                                factory="tests.tiny:torch_tiny")
+    return RunReader.open(out)
+
+
+def test_a_capture_that_spills_measures_the_same_float64_noise(tmp_path, monkeypatch):
+    plain = _capture(tmp_path / "plain", monkeypatch, spill_everything=False)
+    spilled = _capture(tmp_path / "spilled", monkeypatch, spill_everything=True)
+    assert plain.manifest["resources"]["float64_spilled_mb"] == 0
+    assert spilled.manifest["resources"]["float64_spilled_mb"] > 0
+    noise = [(r.kind, r.name, r.fp32_noise_rms, r.exact_rms, r.fp32_flipped)
+             for r in plain.records]
+    assert noise == [(r.kind, r.name, r.fp32_noise_rms, r.exact_rms, r.fp32_flipped)
+                     for r in spilled.records]
+    assert any(r.fp32_noise_rms for r in spilled.records)
+    for record in plain.records:
+        assert plain.tensor(record).tobytes() == spilled.tensor(record).tobytes()
+    assert sorted(p.name for p in (tmp_path / "spilled").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "plain").iterdir())
