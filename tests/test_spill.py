@@ -57,6 +57,17 @@ def test_a_spilled_tensor_leaves_memory_until_backward_reads_it(tmp_path, budget
         loss.backward()
 
 
+def test_parameters_and_their_views_stay_in_memory(tmp_path):
+    """Autograd saves a convolution's weight itself and a matmul's operand as passed (here a
+    view of a parameter): both live on with the model, so writing them would free nothing."""
+    conv = tnn.Conv2d(512, 512, 3).double()                 # weight 18 MiB
+    flat = tnn.Parameter(torch.randn(1024 * 1024, dtype=torch.float64))      # 8 MiB
+    x = torch.randn(1, 512, 8, 8, dtype=torch.float64, requires_grad=True)
+    with SavedTensorSpill(tmp_path / "saved.scratch", budget=0) as spill:
+        (conv(x).sum() + (x.reshape(32, 1024) @ flat.view(1024, 1024)).sum()).backward()
+    assert spill.spilled_bytes == 0
+
+
 def test_nothing_is_spilled_under_the_budget(tmp_path):
     model, x = _net(), torch.randn(2, 3, 64, 64, dtype=torch.float64)
     with SavedTensorSpill(tmp_path / "saved.scratch", budget=1 << 50) as spill:

@@ -47,9 +47,10 @@ class SavedTensorSpill:
     """A context manager around a whole step (forward *and* backward: backward reads back).
 
     Only a tensor whose memory the spill frees is written: at least MIN_BYTES, on the CPU,
-    contiguous, the whole of its storage, and not a parameter (a leaf that requires grad,
-    which lives on anyway). A tensor saved twice unchanged (an in-place ReLU's output, saved by
-    the ReLU and by the next convolution) is written once.
+    contiguous, the whole of its storage, neither a view (of a parameter, say: ``weight.t()``)
+    nor a parameter itself (a leaf that requires grad), which live on anyway. A tensor saved
+    twice unchanged (an in-place ReLU's output, saved by the ReLU and by the next convolution)
+    is written once.
     """
 
     def __init__(self, scratch: Path, budget: int) -> None:
@@ -78,7 +79,8 @@ class SavedTensorSpill:
 
     def _frees_memory(self, tensor) -> bool:
         return (tensor.device.type == "cpu" and tensor.nbytes >= MIN_BYTES
-                and tensor.is_contiguous() and not (tensor.is_leaf and tensor.requires_grad)
+                and tensor.is_contiguous() and not tensor._is_view()
+                and not (tensor.is_leaf and tensor.requires_grad)
                 and tensor.untyped_storage().nbytes() == tensor.nbytes)
 
     def _pack(self, tensor) -> Any:
