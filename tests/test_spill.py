@@ -14,6 +14,7 @@ from parity.capture import spill as spill_module
 from parity.capture.spill import MIN_BYTES, SavedTensorSpill
 from parity.errors import ParityInputError
 from parity.rundir import RunReader
+from tests.conftest import assert_one_line_error, parity_cli
 
 
 def _net() -> tnn.Module:
@@ -112,3 +113,17 @@ def test_a_capture_that_spills_measures_the_same_float64_noise(tmp_path, monkeyp
         assert plain.tensor(record).tobytes() == spilled.tensor(record).tobytes()
     assert sorted(p.name for p in (tmp_path / "spilled").iterdir()) == \
         sorted(p.name for p in (tmp_path / "plain").iterdir())
+
+
+@pytest.mark.parametrize("factory, cause", [
+    ("torch_tiny_float32_constant", "same dtype"),
+    ("torch_tiny_refusing_saved_tensor_hooks", "no saved-tensor hooks here")])
+def test_a_model_failing_only_in_the_float64_rerun_is_told_how_to_skip_it(tmp_path, factory,
+                                                                          cause):
+    capture = ("capture", "--framework", "torch", "--torch-model", f"tests.tiny:{factory}",
+               "--ms-model", "tests.tiny:ms_tiny", "--image-size", "16")
+    process = parity_cli(*capture, "--out", tmp_path / "run")
+    assert_one_line_error(process, "float64 rerun", cause, "--no-fp64-reference")
+    assert list(tmp_path.iterdir()) == []
+    process = parity_cli(*capture, "--out", tmp_path / "run", "--no-fp64-reference")
+    assert process.returncode == 0, process.stderr

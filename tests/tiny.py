@@ -661,3 +661,29 @@ def ms_encoder() -> msnn.Cell:
 def ms_encoder_unscaled_attention() -> msnn.Cell:
     """Attention scores scaled by 1/width instead of 1/√width."""
     return _MsEncoder(scale=1 / WIDTH)
+
+
+class _Float32Constant(tnn.Module):
+    """Multiplies its input by a float32 matrix made in forward: fine in float32, a dtype
+    error when the model runs in float64."""
+
+    def forward(self, x):
+        import torch
+        return x @ torch.eye(x.shape[-1], dtype=torch.float32)
+
+
+def torch_tiny_float32_constant() -> tnn.Module:
+    return _torch_tiny(_Float32Constant())
+
+
+class _RefusesSavedTensorHooks(tnn.Module):
+    """A forward that refuses autograd's saved-tensor hooks, as some torch.func code does."""
+
+    def forward(self, x):
+        import torch
+        with torch.autograd.graph.disable_saved_tensors_hooks("no saved-tensor hooks here"):
+            return x * 2
+
+
+def torch_tiny_refusing_saved_tensor_hooks() -> tnn.Module:
+    return _torch_tiny(_RefusesSavedTensorHooks())

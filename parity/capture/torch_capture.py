@@ -224,6 +224,23 @@ def _synthetic_batch_errors(config: StepConfig) -> Iterator[None]:
 
 
 @contextmanager
+def _float64_step_errors() -> Iterator[None]:
+    """The float32 steps ran, so a failure now is the model's in float64 (a float32 tensor made
+    in its forward, say) or under the spill's saved-tensor hooks (which some torch.func code
+    refuses): say how to run without the float64 step, besides the framework's error."""
+    try:
+        yield
+    except ParityInputError:
+        raise
+    except Exception as error:
+        raise ParityInputError(
+            f"the torch model failed in parity's float64 rerun of its step (after its float32 "
+            f"steps ran): {type(error).__name__}: {error}. A model that cannot run in float64 "
+            "or under autograd's saved-tensor hooks runs with --no-fp64-reference "
+            "(parity.check: fp64_reference=False); verdicts then use fixed tolerances") from error
+
+
+@contextmanager
 def _float64_step_memory() -> Iterator[None]:
     """glibc only: the float64 step's large allocations get their own mappings.
 
@@ -343,8 +360,11 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
             gradients = sum(8 * p.numel() for p in model.parameters() if p.requires_grad)
             spill = SavedTensorSpill(writer.partial / SPILL_FILE,
                                      peak_resident_bytes() - 2 * gradients)
-            with _float64_step_memory() if own_process else nullcontext(), spill:
-                _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
+            try:
+                with _float64_step_errors(), \
+                        _float64_step_memory() if own_process else nullcontext(), spill:
+                    _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
+            finally:
                 model.float()
             spilled = spill.spilled_bytes
         clock.next("writes")
