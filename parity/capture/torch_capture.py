@@ -206,38 +206,37 @@ def _noise_recorder(writer: RunWriter) -> Callable[..., None]:
 
 
 @contextmanager
-def _synthetic_batch_errors(config: StepConfig) -> Iterator[None]:
-    """A model failing on the synthetic image batch most often takes other inputs or labels,
-    or needs a larger batch (BatchNorm in training wants more than one value per channel):
-    say so, and how to give them, besides the framework's error."""
+def _failure_explained(failed: str, advice: str) -> Iterator[None]:
+    """The framework's error of the user's model, with what most likely caused it and the way
+    round it (one line, as every input error)."""
     try:
         yield
     except ParityInputError:
         raise
     except Exception as error:
-        raise ParityInputError(
-            f"the torch model failed on parity's synthetic batch ({config.batch_size}×3×"
-            f"{config.image_size}×{config.image_size} float32 images, one label per sample): "
-            f"{type(error).__name__}: {error}. A model that takes other inputs or labels needs "
-            "them from --input FILE.npz; one that needs a larger batch, a larger --batch-size "
-            "or --image-size") from error
+        raise ParityInputError(f"the torch model failed {failed}: {type(error).__name__}: "
+                               f"{error}. {advice}") from error
 
 
-@contextmanager
-def _float64_step_errors() -> Iterator[None]:
+def _synthetic_batch_errors(config: StepConfig):
+    """A model failing on the synthetic image batch most often takes other inputs or labels,
+    or needs a larger batch (BatchNorm in training wants more than one value per channel)."""
+    return _failure_explained(
+        f"on parity's synthetic batch ({config.batch_size}×3×{config.image_size}×"
+        f"{config.image_size} float32 images, one label per sample)",
+        "A model that takes other inputs or labels needs them from --input FILE.npz; one that "
+        "needs a larger batch, a larger --batch-size or --image-size")
+
+
+def _float64_step_errors():
     """The float32 steps ran, so a failure now is the model's in float64 (a float32 tensor made
     in its forward, say) or under the spill's saved-tensor hooks (which some torch.func code
-    refuses): say how to run without the float64 step, besides the framework's error."""
-    try:
-        yield
-    except ParityInputError:
-        raise
-    except Exception as error:
-        raise ParityInputError(
-            f"the torch model failed in parity's float64 rerun of its step (after its float32 "
-            f"steps ran): {type(error).__name__}: {error}. A model that cannot run in float64 "
-            "or under autograd's saved-tensor hooks runs with --no-fp64-reference "
-            "(parity.check: fp64_reference=False); verdicts then use fixed tolerances") from error
+    refuses)."""
+    return _failure_explained(
+        "in parity's float64 rerun of its step (after its float32 steps ran)",
+        "A model that cannot run in float64 or under autograd's saved-tensor hooks runs with "
+        "--no-fp64-reference (parity.check: fp64_reference=False); verdicts then use fixed "
+        "tolerances")
 
 
 @contextmanager
