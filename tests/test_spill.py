@@ -115,15 +115,24 @@ def test_a_capture_that_spills_measures_the_same_float64_noise(tmp_path, monkeyp
         sorted(p.name for p in (tmp_path / "plain").iterdir())
 
 
-@pytest.mark.parametrize("factory, cause", [
-    ("torch_tiny_float32_constant", "same dtype"),
-    ("torch_tiny_refusing_saved_tensor_hooks", "no saved-tensor hooks here")])
-def test_a_model_failing_only_in_the_float64_rerun_is_told_how_to_skip_it(tmp_path, factory,
-                                                                          cause):
-    capture = ("capture", "--framework", "torch", "--torch-model", f"tests.tiny:{factory}",
-               "--ms-model", "tests.tiny:ms_tiny", "--image-size", "16")
+def test_a_model_failing_only_in_the_float64_rerun_is_told_how_to_skip_it(tmp_path):
+    capture = ("capture", "--framework", "torch", "--torch-model",
+               "tests.tiny:torch_tiny_float32_constant", "--ms-model", "tests.tiny:ms_tiny",
+               "--image-size", "16")
     process = parity_cli(*capture, "--out", tmp_path / "run")
-    assert_one_line_error(process, "float64 rerun", cause, "--no-fp64-reference")
+    assert_one_line_error(process, "float64 rerun", "same dtype", "--no-fp64-reference")
     assert list(tmp_path.iterdir()) == []
     process = parity_cli(*capture, "--out", tmp_path / "run", "--no-fp64-reference")
     assert process.returncode == 0, process.stderr
+
+
+def test_a_forward_refusing_saved_tensor_hooks_gets_its_float64_step_without_the_spill(
+        tmp_path):
+    from parity.capture.torch_capture import SPILL_FILE, capture_torch
+    from parity.config import StepConfig
+    capture_torch(StepConfig(batch_size=2, image_size=16), tmp_path / "run",
+                  factory="tests.tiny:torch_tiny_refusing_saved_tensor_hooks")
+    run = RunReader.open(tmp_path / "run")
+    assert run.manifest["resources"]["float64_spilled_mb"] == 0
+    assert all(r.exact_rms is not None for r in run.records if r.kind != "input")
+    assert not (tmp_path / "run" / SPILL_FILE).exists()

@@ -677,7 +677,8 @@ def torch_tiny_float32_constant() -> tnn.Module:
 
 
 class _RefusesSavedTensorHooks(tnn.Module):
-    """A forward that refuses autograd's saved-tensor hooks, as some torch.func code does."""
+    """A forward that refuses autograd's saved-tensor hooks, as some torch.func code does (an
+    error if any are set when it runs)."""
 
     def forward(self, x):
         import torch

@@ -230,13 +230,11 @@ def _synthetic_batch_errors(config: StepConfig):
 
 def _float64_step_errors():
     """The float32 steps ran, so a failure now is the model's in float64 (a float32 tensor made
-    in its forward, say) or under the spill's saved-tensor hooks (which some torch.func code
-    refuses)."""
+    in its forward, say)."""
     return _failure_explained(
         "in parity's float64 rerun of its step (after its float32 steps ran)",
-        "A model that cannot run in float64 or under autograd's saved-tensor hooks runs with "
-        "--no-fp64-reference (parity.check: fp64_reference=False); verdicts then use fixed "
-        "tolerances")
+        "A model that cannot run in float64 runs with --no-fp64-reference (parity.check: "
+        "fp64_reference=False); verdicts then use fixed tolerances")
 
 
 @contextmanager
@@ -261,6 +259,40 @@ def _float64_step_memory() -> Iterator[None]:
     finally:
         libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
         libc.malloc_trim(0)
+
+
+def _float64_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: StepConfig,
+                  writer: RunWriter, own_process: bool) -> int:
+    """The step again in float64, each float32 record annotated with its noise, by the model
+    itself (not a copy: one set of parameters in memory, not two); returns the bytes spilled.
+
+    Its activations, twice the float32 ones, are kept near the float32 steps' peak: the forward
+    spills past that peak less room for what backward adds (the gradients, and about as much
+    again: ResNet50's backward, batch 8, 224², grew 300-450 MB over the forward's end with
+    205 MB of float64 gradients). A forward that refuses saved-tensor hooks (some torch.func
+    code does) gets the step again without the spill.
+    """
+    gradients = sum(8 * p.numel() for p in model.parameters() if p.requires_grad)
+    spill = SavedTensorSpill(writer.partial / SPILL_FILE, peak_resident_bytes() - 2 * gradients)
+
+    def step(spilling) -> None:
+        model.zero_grad(set_to_none=True)
+        _restore(model, initial)
+        with spilling:
+            _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
+
+    try:
+        with _float64_step_errors(), _float64_step_memory() if own_process else nullcontext():
+            try:
+                step(spill)
+            except ParityInputError:
+                raise
+            except Exception:
+                step(nullcontext())
+                return 0
+    finally:
+        model.float()
+    return spill.spilled_bytes
 
 
 class _StateOnDisk(SafetensorsFile):
@@ -349,23 +381,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         spilled = 0
         if fp64_reference:
             clock.next("float64 step")
-            # the model itself, not a copy: one set of parameters in memory, not two
-            model.zero_grad(set_to_none=True)
-            _restore(model, initial)
-            # twice the float32 activations, kept near the float32 steps' peak: the forward
-            # spills past that peak less room for what backward adds (the gradients, and about
-            # as much again: ResNet50's backward, batch 8, 224², grew 300-450 MB over the
-            # forward's end with 205 MB of float64 gradients)
-            gradients = sum(8 * p.numel() for p in model.parameters() if p.requires_grad)
-            spill = SavedTensorSpill(writer.partial / SPILL_FILE,
-                                     peak_resident_bytes() - 2 * gradients)
-            try:
-                with _float64_step_errors(), \
-                        _float64_step_memory() if own_process else nullcontext(), spill:
-                    _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
-            finally:
-                model.float()
-            spilled = spill.spilled_bytes
+            spilled = _float64_step(model, initial, batch, config, writer, own_process)
         clock.next("writes")
         _restore(model, initial)        # leave a caller's model as it came: the rerun stepped it
         writer.wait()
