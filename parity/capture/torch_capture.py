@@ -285,14 +285,15 @@ def _float64_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config
         with _float64_step_errors(), _float64_step_memory() if own_process else nullcontext():
             try:
                 step(spill)
+                return spill.spilled_bytes
             except ParityInputError:
                 raise
             except Exception:
-                step(nullcontext())
-                return 0
+                pass    # leaving the handler frees the failed step's tensors its traceback held
+            step(nullcontext())
+            return 0
     finally:
         model.float()
-    return spill.spilled_bytes
 
 
 class _StateOnDisk(SafetensorsFile):
