@@ -9,7 +9,7 @@ from collections import Counter
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -218,7 +218,7 @@ def _failure_explained(failed: str, advice: str) -> Iterator[None]:
                                f"{error}. {advice}") from error
 
 
-def _synthetic_batch_errors(config: StepConfig):
+def _synthetic_batch_errors(config: StepConfig) -> ContextManager[None]:
     """A model failing on the synthetic image batch most often takes other inputs or labels,
     or needs a larger batch (BatchNorm in training wants more than one value per channel)."""
     return _failure_explained(
@@ -228,7 +228,7 @@ def _synthetic_batch_errors(config: StepConfig):
         "needs a larger batch, a larger --batch-size or --image-size")
 
 
-def _float64_step_errors():
+def _float64_step_errors() -> ContextManager[None]:
     """The float32 steps ran, so a failure now is the model's in float64 (a float32 tensor made
     in its forward, say)."""
     return _failure_explained(
@@ -275,7 +275,7 @@ def _float64_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config
     gradients = sum(8 * p.numel() for p in model.parameters() if p.requires_grad)
     spill = SavedTensorSpill(writer.partial / SPILL_FILE, peak_resident_bytes() - 2 * gradients)
 
-    def step(spilling) -> None:
+    def step(spilling: ContextManager) -> None:
         model.zero_grad(set_to_none=True)
         _restore(model, initial)
         with spilling:
