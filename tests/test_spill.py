@@ -1,4 +1,5 @@
-"""The float64 step's saved tensors spilled to a scratch file: same numbers, nothing left."""
+"""The float64 step's saved tensors spilled to a scratch file: same numbers, nothing left; and
+a model that fails only in that float64 step (told how to skip it, or run again unspilled)."""
 
 from __future__ import annotations
 
