@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import math
 import mmap
 import os
 import shutil
@@ -315,6 +316,9 @@ class SafetensorsFile(Mapping):
             raise ParityInputError(f"{self.path} is truncated or corrupted ({error}); "
                                    "capture again") from None
 
+    def __contains__(self, key: object) -> bool:     # without mapping the tensor
+        return key in self._entries
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
 
@@ -329,9 +333,12 @@ def mapped_array(file: Path, start: int, end: int, dtype: str) -> np.ndarray:
     if end == start:
         return np.empty(0, dtype=dtype)           # a zero-length map is an error
     page = start - start % mmap.ALLOCATIONGRANULARITY
-    with open(file, "rb") as handle:
-        mapped = mmap.mmap(handle.fileno(), end - page, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
+    descriptor = os.open(file, os.O_RDONLY)
+    try:
+        mapped = mmap.mmap(descriptor, end - page, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
                            prot=mmap.PROT_READ, offset=page)
+    finally:
+        os.close(descriptor)
     return np.frombuffer(mapped, dtype=dtype, count=(end - start) // np.dtype(dtype).itemsize,
                          offset=start - page)
 
@@ -374,6 +381,7 @@ class RunReader:
     manifest: Dict[str, Any]
     records: Tuple[RecordInfo, ...]
     _index: Dict[str, Dict[str, Tuple[int, int]]] = field(default_factory=dict, repr=False)
+    _files: Dict[str, Path] = field(default_factory=dict, repr=False)   # shard name -> its path
 
     @classmethod
     def open(cls, path: Path) -> "RunReader":
@@ -439,11 +447,12 @@ class RunReader:
         by the tensors in use, not the run.
         """
         offsets = self._shard_index(record.shard).get(record.key)
-        file = self.path / record.shard
+        file = self._files.get(record.shard) or self._files.setdefault(record.shard,
+                                                                       self.path / record.shard)
         if offsets is None:
             raise ParityInputError(f"{file} has no tensor for {record.name}; capture again")
         start, end = offsets
-        count = int(np.prod(record.shape))
+        count = math.prod(record.shape)
         if end - start != count * np.dtype(record.dtype).itemsize:
             raise ParityInputError(f"{file}: {record.name} has {end - start} bytes, its shape "
                                    f"and dtype need {count * np.dtype(record.dtype).itemsize}; "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import List
 
@@ -61,6 +63,30 @@ def test_a_large_run_is_shared_with_the_helper_and_gives_the_same_figures(
     _assert_same(shared, _compare_alone(run, monkeypatch))
 
 
+def test_the_helper_is_fed_while_this_process_is_on_a_job(tiny_run, counting_helper,
+                                                          monkeypatch):
+    """This process's first job waits until the helper has been sent more than ``IN_FLIGHT``
+    jobs: it can only have been fed by its own answers, and the figures are still those of a
+    compare alone."""
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(measure, "IN_FLIGHT", 2)
+    run_job, sent_meanwhile = measure.run_job, []
+
+    def first_waits(runs, job):
+        if not sent_meanwhile:
+            deadline = time.monotonic() + 60
+            while len(counting_helper) <= measure.IN_FLIGHT and time.monotonic() < deadline:
+                time.sleep(0.01)
+            sent_meanwhile.append(len(counting_helper))
+        return run_job(runs, job)
+
+    monkeypatch.setattr(measure, "run_job", first_waits)
+    shared = compare_runs(tiny_run / "torch", tiny_run / "mindspore")
+    assert sent_meanwhile[0] > measure.IN_FLIGHT
+    monkeypatch.setattr(measure, "run_job", run_job)
+    _assert_same(shared, _compare_alone(tiny_run, monkeypatch))
+
+
 @pytest.fixture(scope="module")
 def failing_tiny_run(tmp_path_factory) -> Path:
     """A tiny port with MindSpore's default conv padding: it fails from its first conv on."""
@@ -96,6 +122,43 @@ def test_jobs_a_dead_helper_leaves_are_done_here(failing_tiny_run, monkeypatch):
     monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
     monkeypatch.setattr(measure, "Helper", _DyingHelper)
     result = compare_runs(failing_tiny_run / "torch", failing_tiny_run / "mindspore")
+    _assert_same(result, _compare_alone(failing_tiny_run, monkeypatch))
+
+
+class _GoneWhenTheQueueEmptied(measure.Helper):
+    """The helper's feeder takes a job, then finds the helper gone, but only after this process
+    has found the queue empty and is waiting for the helper's answers."""
+
+    put_back: List = []
+
+    def offer(self, key, job) -> bool:
+        if threading.current_thread() is threading.main_thread() or not self._alive:
+            return super().offer(key, job)
+        self.put_back.append(key)
+        deadline = time.monotonic() + 60
+        while self._queue and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.5)             # this process: done with its last job, waiting here
+        self.process.kill()
+        self.process.wait()
+        self._alive = False
+        return False
+
+
+def test_a_job_put_back_after_the_queue_emptied_is_done_here(failing_tiny_run, monkeypatch):
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(measure, "Helper", _GoneWhenTheQueueEmptied)
+    monkeypatch.setattr(_GoneWhenTheQueueEmptied, "put_back", [])
+    run_job = measure.run_job
+
+    def slowly(runs, job):          # so that the helper answers while jobs are left
+        time.sleep(0.02)
+        return run_job(runs, job)
+
+    monkeypatch.setattr(measure, "run_job", slowly)
+    result = compare_runs(failing_tiny_run / "torch", failing_tiny_run / "mindspore")
+    assert len(_GoneWhenTheQueueEmptied.put_back) == 1
+    monkeypatch.setattr(measure, "run_job", run_job)
     _assert_same(result, _compare_alone(failing_tiny_run, monkeypatch))
 
 

@@ -294,9 +294,8 @@ def _allow_for_flips(plan: List[_Planned], comparisons: List[Comparison],
         allowance = kinks.allowance(sites, position) \
             if comparison.kind in GRADIENT_SIDE and planned.noise is not None else 0.0
         if allowance:
-            comparison = dataclasses.replace(
-                with_allowance(comparison, planned.noise, planned.tolerance, allowance),
-                flip_allowance=allowance)
+            comparison = with_allowance(comparison, planned.noise, planned.tolerance, allowance,
+                                        flip_allowance=allowance)
         judged.append(comparison)
     return judged
 
@@ -363,9 +362,9 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
         scale = lr if comparison.kind == "update" else 1.0
         allowance = scale * allowed[param] / (
             planned.noise.exact_rms * np.sqrt(np.prod(comparison.shape)))
-        comparison = dataclasses.replace(
-            with_allowance(comparison, planned.noise, planned.tolerance,
-                           comparison.flip_allowance + allowance), sum_allowance=allowance)
+        comparison = with_allowance(comparison, planned.noise, planned.tolerance,
+                                    comparison.flip_allowance + allowance,
+                                    sum_allowance=allowance)
         if comparison.kind == "grad":
             off = sums.off_own_sum(ms_run.tensor(planned.pair.mindspore),
                                    terms(ms_run, module, role, axis, "mindspore"), axis)

@@ -38,7 +38,7 @@ import dataclasses
 import math
 import threading
 from dataclasses import dataclass
-from typing import Optional, Tuple, TypeVar
+from typing import Any, Optional, Tuple, TypeVar
 
 import numpy as np
 
@@ -78,7 +78,7 @@ def _cosine_from_difference(dd: float, aa: float, bb: float) -> float:
         return 1.0 if aa == bb else 0.0
     norm_a, norm_b = math.sqrt(aa), math.sqrt(bb)
     one_minus = (dd - (norm_a - norm_b) ** 2) / (2.0 * norm_a * norm_b)
-    return float(np.clip(1.0 - one_minus, -1.0, 1.0))
+    return min(max(1.0 - one_minus, -1.0), 1.0)
 
 
 def _blocks(*arrays: np.ndarray, into: Optional[Tuple[np.ndarray, ...]] = None):
@@ -158,7 +158,7 @@ def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: To
     if torch_value.shape != ms_value.shape:
         raise ValueError(f"shape {torch_value.shape} vs {ms_value.shape}")
     calibrated = noise is not None
-    size = int(np.prod(torch_value.shape))
+    size = torch_value.size
     # Pass 1, in the stored precision: the guard magnitude only needs a few digits, and a
     # non-finite sum of squares flags a block holding NaN or Inf.
     sum_aa, sum_bb, all_finite = 0.0, 0.0, True
@@ -202,7 +202,7 @@ def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: To
         rel = np.divide(diff, magnitude, out=work.rel[:n])
         # a non-finite element is the worst one; otherwise the largest relative error
         score = rel if finite is None else np.where(finite, rel, np.inf)
-        k = int(np.argmax(score))
+        k = int(score.argmax())
         if score[k] > sums.worst_score:
             sums.worst_score, sums.worst = float(score[k]), start + k
         sums.max_rel = max(sums.max_rel, float(rel.max()) if finite is not None
@@ -251,15 +251,16 @@ def _noise_reason(noise_ratio: float, ms_error: float, fp32_noise: float,
 
 
 def with_allowance(stats: S, noise: Float64Noise, tolerance: Tolerance,
-                   allowance: float) -> S:
-    """``stats`` judged again with ``allowance`` added to torch's relative float32 error."""
+                   allowance: float, **fields: Any) -> S:
+    """``stats`` judged again with ``allowance`` added to torch's relative float32 error, and
+    ``fields`` set in the same copy."""
     _, ms_error, ratio = noise_statistics(stats.rms, noise, tolerance, allowance)
     counts = (stats.nan_torch, stats.nan_mindspore, stats.inf_torch, stats.inf_mindspore)
     reasons = [_nonfinite_reason(*counts)] if any(counts) and not tolerance.allow_nan else []
     if ratio > tolerance.noise_factor:
         reasons.append(_noise_reason(ratio, ms_error, stats.fp32_noise, tolerance))
     return dataclasses.replace(stats, noise_ratio=ratio, passed=not reasons,
-                               reason="; ".join(reasons))
+                               reason="; ".join(reasons), **fields)
 
 
 def _finish(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: Tolerance,
@@ -274,7 +275,7 @@ def _finish(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: Tolerance,
         reasons.append(_nonfinite_reason(nan_a, nan_b, inf_a, inf_b))
     nan = float("nan")
     fp32_noise = ms_error = noise_ratio = nan
-    rms = float(np.sqrt(sums.diff2 / size)) if size else 0.0
+    rms = math.sqrt(sums.diff2 / size) if size else 0.0
     if noise is not None and size:
         fp32_noise, ms_error, noise_ratio = noise_statistics(rms, noise, tolerance)
         if noise_ratio > tolerance.noise_factor:
