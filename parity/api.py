@@ -26,6 +26,7 @@ from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.result import CheckResult
+from parity.rundir import KEEP_REPLACED_ENV, remove_replaced
 
 RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
 # What a capture subprocess needs in its environment: quiet MindSpore logging.
@@ -82,8 +83,10 @@ def _prepare_run_dir(out: Path, config: StepConfig, command: str) -> None:
 
 def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
                           options: CaptureOptions, *, reference: Optional[Path] = None,
-                          map_file: Optional[Path] = None, debug: bool = False) -> Path:
-    """``parity capture`` in a fresh interpreter; its one-line error becomes ours."""
+                          map_file: Optional[Path] = None, debug: bool = False,
+                          keep_replaced: bool = False) -> Path:
+    """``parity capture`` in a fresh interpreter; its one-line error becomes ours. With
+    ``keep_replaced`` a run it replaces is left for ``rundir.remove_replaced``."""
     command = [sys.executable, "-m", "parity", "capture", "--framework", framework,
                "--out", str(out), "--config-json", json.dumps(config.to_dict()),
                "--torch-model", options.torch_factory, "--ms-model", options.mindspore_factory]
@@ -99,7 +102,7 @@ def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
         command.append("--no-fp64-reference")
     if debug:
         command.append("--debug")
-    env = {**os.environ, **CHILD_ENV}
+    env = {**os.environ, **CHILD_ENV, **({KEEP_REPLACED_ENV: "1"} if keep_replaced else {})}
     process = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     if process.returncode == 0:
@@ -137,16 +140,21 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
     report("torch capture", "done")
     report("mindspore capture", "start")
     try:
+        # the run it replaces is deleted after the compare: the file system's work for its
+        # gigabytes would slow the compare (the torch run's is over by then)
         capture_in_subprocess("mindspore", config, ms_dir, options, reference=torch_dir,
-                              map_file=map_file, debug=debug)
+                              map_file=map_file, debug=debug, keep_replaced=True)
     except ParityInputError as error:
         raise ParityInputError(f"{error}; the torch capture is kept in {torch_dir} ('parity "
                                f"capture --framework mindspore --reference {torch_dir}' reruns "
                                "MindSpore alone, with this run's options)") from None
     report("mindspore capture", "done")
     report("compare", "start")
-    result = compare_runs(torch_dir, ms_dir, policy=policy, forward_overrides=options.name_map,
-                          command=command)
+    try:
+        result = compare_runs(torch_dir, ms_dir, policy=policy,
+                              forward_overrides=options.name_map, command=command)
+    finally:
+        remove_replaced(ms_dir)
     report("compare", "done")
     return result
 

@@ -1,4 +1,5 @@
-"""The run directory writer and reader, without any framework."""
+"""The run directory writer and reader (without any framework), and how ``parity run``
+replaces an earlier run."""
 
 from __future__ import annotations
 
@@ -88,3 +89,28 @@ def test_a_checksum_collision_is_not_taken_for_equal_bytes(tmp_path, monkeypatch
     a, b = run.records
     assert a.key != b.key
     np.testing.assert_array_equal(run.tensor(b), np.ones(3, np.float32))
+
+
+def test_a_rerun_deletes_the_mindspore_run_it_replaced_once_compared(tmp_path, monkeypatch):
+    """``parity run`` twice into one --out: the MindSpore run the second capture replaced is
+    still aside while the compare runs (deleting its gigabytes slowed the compare), and gone
+    once the run is over."""
+    from parity import api
+    from parity.config import StepConfig
+    from tests.conftest import REPO
+    monkeypatch.chdir(REPO)                 # the capture processes import tests.tiny
+    out, aside_during_compare = tmp_path / "run", []
+    compare = api.compare_runs
+
+    def recording(torch_dir, ms_dir, **options):
+        aside_during_compare.append([p.name.rpartition("-")[0] for p in out.glob(".*")])
+        return compare(torch_dir, ms_dir, **options)
+
+    monkeypatch.setattr(api, "compare_runs", recording)
+    factories = {"torch_factory": "tests.tiny:torch_tiny",
+                 "mindspore_factory": "tests.tiny:ms_tiny"}
+    config = StepConfig(image_size=16, **factories)
+    for _ in range(2):
+        assert api.run(config, out, api.CaptureOptions(**factories)).passed
+    assert aside_during_compare == [[], [".mindspore.old"]]
+    assert sorted(p.name for p in out.iterdir()) == ["mindspore", api.RUN_INDEX, "torch"]
