@@ -141,7 +141,7 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
     report("mindspore capture", "start")
     try:
         # the run it replaces is deleted after the compare: the file system's work for its
-        # gigabytes would slow the compare (the torch run's is over by then)
+        # gigabytes would slow the compare (the torch capture's, 20 s earlier, is done by then)
         capture_in_subprocess("mindspore", config, ms_dir, options, reference=torch_dir,
                               map_file=map_file, debug=debug, keep_replaced=True)
     except ParityInputError as error:

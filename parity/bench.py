@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
+
+from parity.resources import peak_resident_mb
 
 SIZES: List[Tuple[int, int]] = [(2, 64), (8, 224)]
 # MindSpore's bare step as parity's capture runs it on CPU (pynative_synchronize): reported
@@ -65,7 +66,7 @@ def bare_step(framework: str, batch: int, size: int) -> Dict[str, float]:
         loss.backward()
         optimizer.step()
     return {"seconds": time.perf_counter() - started,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": peak_resident_mb()}
 
 
 def _timed(command: List[str]) -> Tuple[float, str]:

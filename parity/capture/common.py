@@ -11,6 +11,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from parity.errors import ParityInputError
+from parity.resources import peak_resident_mb
 from parity.rundir import crc32
 
 
@@ -81,12 +82,6 @@ def framework_versions(framework: str) -> Dict[str, str]:
     return versions
 
 
-def peak_resident_bytes() -> int:
-    """The most memory this process has held so far (Unix only; Linux reports kilobytes)."""
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 class PhaseClock:
     """Where a capture's time goes: ``clock.next("hooked step")`` ends the phase running and
     starts the named one. The clock starts after the model factory's imports, as the bench's
@@ -108,7 +103,7 @@ class PhaseClock:
         self.next(self._current)
         return {"seconds": self._mark - self.started,
                 "phases": {name: round(seconds, 3) for name, seconds in self.phases.items()},
-                "peak_rss_mb": peak_resident_bytes() / 2**20}
+                "peak_rss_mb": peak_resident_mb()}
 
 
 def manifest_meta(framework: str, config, num_classes: Optional[int], factory: str,

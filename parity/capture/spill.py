@@ -22,18 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from parity.resources import resident_bytes
 from parity.rundir import no_space_error
 
 MIN_BYTES = 1 << 20         # smaller tensors are not worth a write and a read
-STATM = Path("/proc/self/statm")
-
-
-def resident_bytes() -> Optional[int]:
-    """This process's resident memory now (Linux), or None where it cannot be read."""
-    try:
-        return int(STATM.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 @dataclass(frozen=True)

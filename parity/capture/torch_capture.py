@@ -16,14 +16,14 @@ import numpy as np
 from parity import kinks
 from parity.capture.batch import Batch, batch_for
 from parity.capture.common import (PhaseClock, fingerprint, manifest_meta, numpy_on_one_thread,
-                                   peak_resident_bytes, refuse_several_outputs, several_outputs,
-                                   weight_update)
+                                   refuse_several_outputs, several_outputs, weight_update)
 from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.capture.spill import SavedTensorSpill
 from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.models_loader import build_loss
+from parity.resources import peak_resident_bytes
 from parity.records import RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunWriter, SafetensorsFile
 from parity.weights import is_ignored, load_state_dict, save_state_dict_bytes

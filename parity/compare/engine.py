@@ -8,7 +8,6 @@ the update Δw, optimizer state, weight, and finally buffers (BatchNorm running 
 from __future__ import annotations
 
 import dataclasses
-import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
 from parity.compare.tolerance import TolerancePolicy
 from parity.errors import ParityInputError
 from parity.records import KIND_RANK, Comparison, Divergence, Meta, RecordInfo, TensorStats
+from parity.resources import peak_resident_mb
 from parity.result import CheckResult, RecordDetail
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
@@ -218,12 +218,6 @@ def _detail(torch_value: np.ndarray, ms_value: np.ndarray) -> RecordDetail:
     return RecordDetail(histogram_counts=tuple(int(c) for c in counts),
                         histogram_edges=tuple(float(e) for e in edges),
                         worst=tuple(worst_elements(torch_value, ms_value)))
-
-
-def _peak_rss_mb() -> float:
-    """This process's peak resident memory: in ``parity run``, the compare's (captures run in
-    their own processes)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _observer_note(check: Dict[str, Any], framework: str) -> str:
@@ -538,5 +532,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
                        diagnosis=diagnosis, unmatched=unmatched, details=details, meta=meta,
                        extra={"observer_effect": self_checks,
                               "compare_seconds": time.perf_counter() - started,
-                              "compare_peak_rss_mb": _peak_rss_mb() + helper_rss,
+                              # in `parity run` this process is the compare's alone (the
+                              # captures ran in their own)
+                              "compare_peak_rss_mb": peak_resident_mb() + helper_rss,
                               "compare_bytes": compared_bytes})

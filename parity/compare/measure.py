@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import resource
 import signal
 import struct
 import subprocess
@@ -35,6 +34,7 @@ from parity import kinks
 from parity.compare import optimizer
 from parity.compare.metrics import Float64Noise, Tolerance, compare_tensors
 from parity.records import RecordInfo, TensorStats
+from parity.resources import peak_resident_mb
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
 # Below this many bytes stored in the two runs, the helper's start-up (0.2 s: numpy and
@@ -342,4 +342,4 @@ def serve(torch_path: str, ms_path: str) -> None:
         except Exception:           # done again by the parent, which raises it properly
             answer = None
         _send(sink, (key, answer))
-    _send(sink, (PEAK_RSS, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    _send(sink, (PEAK_RSS, peak_resident_mb()))
