@@ -39,13 +39,18 @@ def test_weight_update_rounds_once_where_float32_cannot_hold_the_difference():
     assert update[1] == exact[1]
 
 
-def test_phase_clock_adds_up_a_phase_entered_twice(monkeypatch):
+def test_phase_clock_adds_up_a_phase_entered_twice_with_the_peak_at_its_last_end(monkeypatch):
     now = iter([0.0, 1.0, 3.0, 6.0])
+    peak_mb = iter([100.0, 500.0, 600.0, 600.0])
     monkeypatch.setattr("parity.capture.common.time.perf_counter", lambda: next(now))
+    monkeypatch.setattr("parity.capture.common.peak_resident_mb", lambda: next(peak_mb))
     clock = PhaseClock("step")          # t=0
     clock.next("rerun")                 # t=1
     clock.next("step")                  # t=3
     usage = clock.usage()               # t=6 ends the running phase
     assert usage["phases"] == {"step": 4.0, "rerun": 2.0} and usage["seconds"] == 6.0
+    # a phase entered twice: the peak as it ended last
+    assert usage["peak_rss_mb_after"] == {"step": 600.0, "rerun": 500.0}
+    assert usage["peak_rss_mb"] == 600.0
     assert rerun_seconds({"torch": {"observer rerun": 2.0, "hooked step": 4.0},
                           "mindspore": {"observer rerun": 1.0, "float64 step": 0.5}}) == 3.5

@@ -44,6 +44,9 @@ def test_every_capture_says_what_each_check_cost(tiny_run):
         assert all(seconds >= 0 for seconds in resources["phases"].values())
         # the phases partition the capture's time (each is rounded to a millisecond)
         assert abs(sum(resources["phases"].values()) - resources["seconds"]) < 0.01
+        after = resources["peak_rss_mb_after"]          # a peak only grows
+        peaks = [after[phase] for phase in phases] + [resources["peak_rss_mb"]]
+        assert all(0 < a <= b for a, b in zip(peaks, peaks[1:]))
 
 
 def test_observer_check_names_what_hooks_changed():

@@ -83,27 +83,32 @@ def framework_versions(framework: str) -> Dict[str, str]:
 
 
 class PhaseClock:
-    """Where a capture's time goes: ``clock.next("hooked step")`` ends the phase running and
-    starts the named one. The clock starts after the model factory's imports, as the bench's
-    bare steps do; each phase's seconds land in the manifest (``resources.phases``), so the
-    cost of every check parity adds is measured, not guessed."""
+    """Where a capture's time and memory go: ``clock.next("hooked step")`` ends the phase
+    running and starts the named one. The clock starts after the model factory's imports, as
+    the bench's bare steps do; each phase's seconds land in the manifest
+    (``resources.phases``), and so does the process's peak memory as each phase ended
+    (``resources.peak_rss_mb_after``): the cost of every check parity adds is measured, not
+    guessed."""
 
     def __init__(self, first: str) -> None:
         self.phases: Dict[str, float] = {}
+        self.peaks_after: Dict[str, float] = {}
         self.started = self._mark = time.perf_counter()
         self._current = first
 
     def next(self, phase: str) -> None:
         now = time.perf_counter()
         self.phases[self._current] = self.phases.get(self._current, 0.0) + now - self._mark
+        self.peaks_after[self._current] = peak_resident_mb()
         self._current, self._mark = phase, now
 
     def usage(self) -> Dict[str, Any]:
-        """Seconds so far (the phase running included), by phase, and peak resident memory."""
+        """Seconds so far (the phase running included), by phase, and peak resident memory,
+        also as it stood at the end of each phase."""
         self.next(self._current)
         return {"seconds": self._mark - self.started,
                 "phases": {name: round(seconds, 3) for name, seconds in self.phases.items()},
-                "peak_rss_mb": peak_resident_mb()}
+                "peak_rss_mb": peak_resident_mb(), "peak_rss_mb_after": dict(self.peaks_after)}
 
 
 def manifest_meta(framework: str, config, num_classes: Optional[int], factory: str,
