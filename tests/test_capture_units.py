@@ -54,3 +54,49 @@ def test_phase_clock_adds_up_a_phase_entered_twice_with_the_peak_at_its_last_end
     assert usage["peak_rss_mb"] == 600.0
     assert rerun_seconds({"torch": {"observer rerun": 2.0, "hooked step": 4.0},
                           "mindspore": {"observer rerun": 1.0, "float64 step": 0.5}}) == 3.5
+
+
+@pytest.mark.parametrize("settings", [dict(nesterov=True), dict(dampening=0.5)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_step_records_what_one_sgd_over_all_parameters_gives(settings, dtype):
+    """The capture steps one parameter at a time to free each gradient and momentum buffer once
+    recorded; the result is torch's SGD over the whole model, bit for bit."""
+    import torch
+
+    from parity.capture.batch import Batch
+    from parity.capture.torch_capture import _train_step
+    from parity.config import StepConfig
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
+                                torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 36, 5))
+    model = model.to(getattr(torch, dtype))
+    initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    batch = Batch((np.random.default_rng(0).standard_normal((2, 3, 8, 8), np.float32),),
+                  np.array([1, 3]))
+    config = StepConfig(lr=0.1, momentum=0.9, weight_decay=1e-2, **settings)
+    parameters = [p for p in model.parameters()]
+    recorded, grads_held = {}, []
+
+    def record(name, kind, array, **_):
+        recorded[(kind, name)] = np.array(array, copy=True)
+        if kind == "update":
+            grads_held.append(sum(p.grad is not None for p in parameters))
+
+    _train_step(model, initial, batch, config, record, hooks=False)
+
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
+                                dampening=config.dampening, weight_decay=config.weight_decay,
+                                nesterov=config.nesterov)
+    model.train()
+    torch.nn.functional.cross_entropy(
+        model(torch.from_numpy(batch.inputs[0]).to(model[0].weight.dtype)),
+        torch.from_numpy(batch.labels)).backward()
+    optimizer.step()
+    for name, param in model.named_parameters():
+        assert np.array_equal(recorded[("weight", name)], param.detach().numpy()), name
+        assert np.array_equal(recorded[("optimizer_state", f"{name}.momentum_buffer")],
+                              optimizer.state[param]["momentum_buffer"].numpy()), name
+    # each gradient is gone once its parameter is stepped and recorded
+    assert grads_held == list(range(len(parameters), 0, -1))
