@@ -179,6 +179,14 @@ def rerun_seconds(phases: Dict[str, Dict[str, float]]) -> float:
                if phase in ("observer rerun", "float64 step"))
 
 
+def _print_per_capture(by_framework: Dict[str, Dict[str, float]], each: str,
+                       lead: str = "") -> None:
+    """One line per capture of figures by phase, each formatted by ``each`` (phase, value)."""
+    for framework, by_phase in by_framework.items():
+        print(f"    {framework + ' capture':<19} {lead}" + ", ".join(
+            each.format(phase, value) for phase, value in by_phase.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m parity.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -199,18 +207,16 @@ def main() -> None:
             bare_wall = bare["torch_wall"] + bare["mindspore_wall"]
             bare_rss = max(bare["torch_rss"], bare["mindspore_rss"])
             print(f"ResNet50 batch {batch} at {size}x{size}:")
-            print(f"  bare torch step       {bare['torch_step']:7.2f} s  "
-                  f"({bare['torch_wall']:.2f} s with start-up), peak {bare['torch_rss']:.0f} MB "
-                  f"({bare['torch_rss2']:.0f} MB once it steps again)")
-            print(f"  bare MindSpore step   {bare['mindspore_step']:7.2f} s  "
-                  f"({bare['mindspore_wall']:.2f} s with start-up), "
-                  f"peak {bare['mindspore_rss']:.0f} MB "
-                  f"({bare['mindspore_rss2']:.0f} MB once it steps again)")
+            for framework, label in (("torch", "  bare torch step"),
+                                     ("mindspore", "  bare MindSpore step"),
+                                     (SYNCHRONOUS_MINDSPORE, "    synchronous")):
+                started = "pynative_synchronize, as parity's MindSpore capture runs on CPU" \
+                    if framework == SYNCHRONOUS_MINDSPORE else \
+                    f"{bare[f'{framework}_wall']:.2f} s with start-up"
+                print(f"{label:<23} {bare[f'{framework}_step']:7.2f} s  ({started}), peak "
+                      f"{bare[f'{framework}_rss']:.0f} MB ({bare[f'{framework}_rss2']:.0f} MB "
+                      "once it steps again)")
             synchronous = bare[f"{SYNCHRONOUS_MINDSPORE}_step"]
-            print(f"    synchronous         {synchronous:7.2f} s  (pynative_synchronize, as "
-                  f"parity's MindSpore capture runs on CPU), peak "
-                  f"{bare[f'{SYNCHRONOUS_MINDSPORE}_rss']:.0f} MB "
-                  f"({bare[f'{SYNCHRONOUS_MINDSPORE}_rss2']:.0f} MB once it steps again)")
             for label, options in (("parity run", ()),
                                    ("  --no-fp64-reference", ("--no-fp64-reference",))):
                 f = parity_run(batch, size, Path(scratch), *options)
@@ -218,9 +224,7 @@ def main() -> None:
                       f"torch capture {f['torch']:.1f} s, MindSpore capture "
                       f"{f['mindspore']:.1f} s, compare {f['compare']:.1f} s; "
                       f"{'parity' if f['passed'] else 'DIVERGENCE'}")
-                for framework, phases in f["phases"].items():
-                    print(f"    {framework + ' capture':<19} " + ", ".join(
-                        f"{phase} {seconds:.1f} s" for phase, seconds in phases.items()))
+                _print_per_capture(f["phases"], "{} {:.1f} s")
                 print(f"    overhead ratio      {f['inner'] / bare_inner:7.2f}   without start-up "
                       f"(target <= 1.5); {f['wall'] / bare_wall:.2f} with; "
                       f"{(f['inner'] - rerun_seconds(f['phases'])) / bare_inner:.2f} without "
@@ -234,9 +238,7 @@ def main() -> None:
                       f"{f['spilled_mb']:.0f} MB of float64 activations spilled, MindSpore "
                       f"capture {f['mindspore_rss']:.0f} MB, compare and its helper "
                       f"{f['compare_rss']:.0f} MB)")
-                for framework, after in f["peaks_after"].items():
-                    print(f"    {framework + ' capture':<19} peak MB after " + ", ".join(
-                        f"{phase} {mb:.0f}" for phase, mb in after.items()))
+                _print_per_capture(f["peaks_after"], "{} {:.0f}", lead="peak MB after ")
                 print(f"    compare throughput  {f['gbps']:7.2f} GB/s (target >= 1)")
 
 
