@@ -75,7 +75,7 @@ def test_torch_step_records_what_one_sgd_over_all_parameters_gives(settings, dty
     batch = Batch((np.random.default_rng(0).standard_normal((2, 3, 8, 8), np.float32),),
                   np.array([1, 3]))
     config = StepConfig(lr=0.1, momentum=0.9, weight_decay=1e-2, **settings)
-    parameters = [p for p in model.parameters()]
+    parameters = list(model.parameters())
     recorded, grads_held = {}, []
 
     def record(name, kind, array, **_):
