@@ -100,3 +100,32 @@ def test_torch_step_records_what_one_sgd_over_all_parameters_gives(settings, dty
                               optimizer.state[param]["momentum_buffer"].numpy()), name
     # each gradient is gone once its parameter is stepped and recorded
     assert grads_held == list(range(len(parameters), 0, -1))
+
+
+def test_mindspore_starting_point_is_read_from_the_weights_file_where_it_holds_the_bytes(
+        tmp_path):
+    from safetensors.numpy import save_file
+
+    from parity.capture.mindspore_capture import _InitialState
+
+    class Parameter:
+        def __init__(self, value):
+            self.value = value
+
+        def asnumpy(self):
+            return self.value
+
+    class Network:
+        def parameters_and_names(self):
+            return [("m.a", Parameter(a.copy())), ("m.b", Parameter(b + 1)),
+                    ("m.c", Parameter(np.zeros(2, np.float32)))]
+
+    a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(4, np.float32)
+    save_file({"t.a": a, "t.b": b}, str(tmp_path / "w.safetensors"))
+    state = _InitialState(Network(), tmp_path / "w.safetensors", {"m.a": "t.a", "m.b": "t.b"})
+    # the file holds m.a's bytes: mapped from it at each use (read-only), not kept
+    assert np.array_equal(state["m.a"], a) and not state["m.a"].flags.writeable
+    # the network holds other bytes than the file for m.b, and m.c is not in it: copies
+    assert np.array_equal(state["m.b"], b + 1) and state["m.b"].flags.writeable
+    assert np.array_equal(state["m.c"], np.zeros(2)) and state["m.c"].flags.writeable
+    assert sorted(state) == ["m.a", "m.b", "m.c"] and len(state) == 3

@@ -20,7 +20,7 @@ from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.models_loader import build_loss
-from parity.rundir import INITIAL_WEIGHTS, RunReader, RunWriter
+from parity.rundir import INITIAL_WEIGHTS, RunReader, RunWriter, SafetensorsFile, same_bytes
 from parity.weights import load_into_mindspore, load_state_dict
 
 
@@ -177,7 +177,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         build_mindspore_model(factory, num_classes=config.num_classes)
     _name_parameters_by_path(net)
     param_map = load_into_mindspore(net, load_state_dict(weights), overrides)
-    initial = {name: param.asnumpy().copy() for name, param in net.parameters_and_names()}
+    initial = _InitialState(net, weights, param_map)
 
     with RunWriter(out, "mindspore") as writer, numpy_on_one_thread(), _synchronous_on_cpu():
         for name, array in batch.named():
@@ -208,7 +208,39 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
             observer, clock))
 
 
-def _restore(net, values: Dict[str, np.ndarray], optimizer=None) -> None:
+class _InitialState(Mapping):
+    """The network's starting values by parameter name, as loaded from ``weights``.
+
+    A value the safetensors file holds byte for byte (every one, from the torch capture's
+    starting point that ``parity run`` passes) is read from the file at each use instead of
+    kept: 100 MB (ResNet50) less through the whole capture. Any other is copied.
+    """
+
+    def __init__(self, net, weights: Path, param_map: Mapping[str, str]) -> None:
+        file = SafetensorsFile(weights) if Path(weights).suffix == ".safetensors" else {}
+        self._file, self._in_file, self._copies = file, {}, {}
+        for name, param in net.parameters_and_names():
+            value, key = param.asnumpy(), param_map.get(name)
+            stored = file[key] if key in file else None
+            if stored is not None and stored.shape == value.shape and \
+                    stored.dtype == value.dtype and same_bytes(stored, value):
+                self._in_file[name] = key
+            else:
+                self._copies[name] = value.copy()
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in self._copies:
+            return self._copies[name]
+        return self._file[self._in_file[name]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._in_file, *self._copies])
+
+    def __len__(self) -> int:
+        return len(self._in_file) + len(self._copies)
+
+
+def _restore(net, values: Mapping[str, np.ndarray], optimizer=None) -> None:
     """Parameters back to ``values`` and the optimizer's state to zero, written in place: the
     optimizer's compiled update keeps the buffers it first saw, so ``set_data`` would leave
     it stepping the old ones (measured: later steps' weights differed, loss and grads not)."""
@@ -220,7 +252,7 @@ def _restore(net, values: Dict[str, np.ndarray], optimizer=None) -> None:
             ms.ops.assign(state, ms.ops.zeros_like(state))
 
 
-def _train_step(net, optimizer, initial: Dict[str, np.ndarray], batch: Batch,
+def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
                 config: StepConfig, record: Callable[..., None], *, hooks: bool = True) -> None:
     """One Momentum step reproducing torch's SGD from the state ``initial``, every tensor
     handed to ``record`` (as views valid during the call: it copies what it keeps)."""
