@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from parity.resources import peak_resident_mb
+from parity.resources import peak_resident_mb, resident_bytes
 
 SIZES: List[Tuple[int, int]] = [(2, 64), (8, 224)]
 # MindSpore's bare step as parity's capture runs it on CPU (pynative_synchronize): reported
@@ -36,7 +36,6 @@ SIZES: List[Tuple[int, int]] = [(2, 64), (8, 224)]
 # of the two without saying so
 SYNCHRONOUS_MINDSPORE = "mindspore-synchronous"
 ENV = {**os.environ, "GLOG_v": "3"}
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def bare_step(framework: str, batch: int, size: int) -> Dict[str, float]:
@@ -90,11 +89,11 @@ def _tree_resident_bytes(pid: int) -> int:
     total, pending = 0, [pid]
     while pending:
         pid = pending.pop()
+        total += resident_bytes(pid) or 0
         try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
             for task in Path(f"/proc/{pid}/task").iterdir():
                 pending += [int(child) for child in (task / "children").read_text().split()]
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError):
             continue
     return total
 

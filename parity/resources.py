@@ -1,14 +1,14 @@
 """How much memory this process holds: the peak every stage reports (captures, compare and its
-helper, the bench's bare steps) and the figure the float64 step's spill budgets against."""
+helper, the bench's bare steps), the figure the float64 step's spill budgets against, and
+(for the bench) what another process holds now."""
 
 from __future__ import annotations
 
 import os
 import resource
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
-STATM = Path("/proc/self/statm")
 
 
 def peak_resident_bytes() -> int:
@@ -20,9 +20,11 @@ def peak_resident_mb() -> float:
     return peak_resident_bytes() / 2**20
 
 
-def resident_bytes() -> Optional[int]:
-    """This process's resident memory now (Linux), or None where it cannot be read."""
+def resident_bytes(pid: Union[int, str] = "self") -> Optional[int]:
+    """Resident memory now of this process (or of process ``pid``; Linux), or None where it
+    cannot be read (a process that has ended, say)."""
     try:
-        return int(STATM.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * \
+            os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
