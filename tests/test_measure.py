@@ -225,3 +225,73 @@ def test_a_helper_that_finds_another_parity_does_nothing(tiny_run, monkeypatch):
     result = compare_runs(tiny_run / "torch", tiny_run / "mindspore")
     assert _AnswersKept.answers and all(a is None for a in _AnswersKept.answers.values())
     _assert_same(result, alone)
+
+
+def test_a_helper_started_early_is_the_one_used_and_ended(tiny_run, counting_helper,
+                                                          monkeypatch):
+    """``parity run`` starts the helper before the MindSpore capture: the compare uses that
+    one (no other is started), ends it, and its figures are those of a compare alone."""
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
+    early = measure.start_helper()
+    assert early is not None
+    monkeypatch.setattr(measure, "Helper", None)        # any other start would fail
+    shared = compare_runs(tiny_run / "torch", tiny_run / "mindspore", helper=early)
+    assert counting_helper and early.process.poll() is not None
+    _assert_same(shared, _compare_alone(tiny_run, monkeypatch))
+
+
+def test_a_helper_started_early_that_has_gone_is_replaced(tiny_run, counting_helper,
+                                                          monkeypatch):
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
+    early = measure.start_helper()
+    early.close()
+    shared = compare_runs(tiny_run / "torch", tiny_run / "mindspore", helper=early)
+    assert counting_helper
+    _assert_same(shared, _compare_alone(tiny_run, monkeypatch))
+
+
+def _tiny_config():
+    from parity import api
+    from parity.config import StepConfig
+    factories = {"torch_factory": "tests.tiny:torch_tiny",
+                 "mindspore_factory": "tests.tiny:ms_tiny"}
+    return StepConfig(image_size=16, **factories), api.CaptureOptions(**factories)
+
+
+def test_parity_run_hands_its_helper_to_the_compare(tmp_path, monkeypatch):
+    from parity import api
+    from tests.conftest import REPO
+    monkeypatch.chdir(REPO)                 # the capture processes import tests.tiny
+    handed: List = []
+    compare = api.compare_runs
+
+    def recording(torch_dir, ms_dir, **options):
+        handed.append(options["helper"])
+        assert options["helper"].process.poll() is None
+        return compare(torch_dir, ms_dir, **options)
+
+    monkeypatch.setattr(api, "compare_runs", recording)
+    config, options = _tiny_config()
+    assert api.run(config, tmp_path / "run", options).passed
+    assert isinstance(handed[0], measure.Helper) and handed[0].process.poll() is not None
+
+
+def test_parity_run_ends_its_helper_when_the_mindspore_capture_fails(tmp_path, monkeypatch):
+    from parity import api
+    started: List[measure.Helper] = []
+
+    def start_helper():
+        started.append(measure.start_helper())
+        return started[-1]
+
+    def capture(framework, config, out, *args, **kwargs):
+        if framework == "mindspore":
+            raise ParityInputError("MindSpore refused")
+        out.mkdir()
+
+    monkeypatch.setattr(api, "start_helper", start_helper)
+    monkeypatch.setattr(api, "capture_in_subprocess", capture)
+    config, options = _tiny_config()
+    with pytest.raises(ParityInputError, match="MindSpore refused"):
+        api.run(config, tmp_path / "run", options)
+    assert started and started[0].process.poll() is not None

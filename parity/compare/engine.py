@@ -404,12 +404,17 @@ def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> st
 
 def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] = None,
                  forward_overrides: Optional[Mapping[str, str]] = None,
-                 command: str = "", use_fp64_reference: bool = True) -> CheckResult:
-    """Compare a torch capture with a MindSpore capture (given in either order)."""
+                 command: str = "", use_fp64_reference: bool = True,
+                 helper: Optional[Helper] = None) -> CheckResult:
+    """Compare a torch capture with a MindSpore capture (given in either order).
+
+    ``helper``: compare's helper process (``measure.start_helper()``) started earlier, while
+    the captures ran, so that its start-up is over; it is used, and ended, when the runs are
+    worth one. Without it one is started here when they are."""
     started = time.perf_counter()
     torch_run, ms_run = open_pair(Path(run_a), Path(run_b))
     # started before the pairing, which its start-up overlaps
-    with helper_for(torch_run, ms_run) as helper:
+    with helper_for(torch_run, ms_run, helper) as helper:
         return _compare(torch_run, ms_run, helper, started, policy or TolerancePolicy(),
                         forward_overrides, command, use_fp64_reference)
 

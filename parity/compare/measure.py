@@ -53,7 +53,7 @@ sys.path.append(sys.argv[1])
 import parity
 if os.path.dirname(os.path.dirname(os.path.realpath(parity.__file__))) == sys.argv[1]:
     from parity.compare.measure import serve
-    serve(*sys.argv[2:4])
+    serve()
 """
 
 
@@ -147,25 +147,36 @@ def measure(runs: Runs, job: Job) -> Tuple[Measured, Optional[Tuple[np.ndarray, 
         None if stats.passed else (torch_value, ms_value)
 
 
+def start_helper() -> Optional["Helper"]:
+    """A helper process, when this machine has a second core for it and an interpreter to
+    start (None otherwise, or when no process can be started)."""
+    # a frozen application's executable is the application, not an interpreter to run us
+    if len(os.sched_getaffinity(0)) < 2 or not sys.executable or getattr(sys, "frozen", False):
+        return None
+    try:
+        return Helper()
+    except OSError:
+        return None
+
+
 @contextmanager
-def helper_for(torch_run: RunReader, ms_run: RunReader) -> Iterator[Optional["Helper"]]:
-    """A helper process when the two runs hold enough bytes to be worth one and there is a
-    second core (None otherwise, or when no process can be started), ended when the block is
-    left."""
+def helper_for(torch_run: RunReader, ms_run: RunReader,
+               started: Optional["Helper"] = None) -> Iterator[Optional["Helper"]]:
+    """A helper for these two runs when they hold enough bytes to be worth one (None
+    otherwise), ended when the block is left: ``started``, a helper started earlier whose
+    start-up is over by now, if it is still running, else a new one."""
     stored = sum(int(shard["bytes"]) for run in (torch_run, ms_run)
                  for shard in run.manifest["shards"])
-    helper = None
-    # a frozen application's executable is the application, not an interpreter to run us
-    if stored >= HELPER_MIN_BYTES and len(os.sched_getaffinity(0)) > 1 and sys.executable \
-            and not getattr(sys, "frozen", False):
-        try:
-            helper = Helper(torch_run.path, ms_run.path)
-        except OSError:
-            helper = None
+    if stored < HELPER_MIN_BYTES:
+        yield None
+        return
+    helper = started if started is not None and started.process.poll() is None \
+        else start_helper()
     if helper is None:
         yield None
         return
     with helper:
+        helper.open_runs(torch_run.path, ms_run.path)
         yield helper
 
 
@@ -229,12 +240,12 @@ class Helper:
     process's own jobs, the helper waited a fifth of its time (0.16-0.20 s of 0.75 s at batch
     2, 64²) whenever this process was on a large one."""
 
-    def __init__(self, torch_path: Path, ms_path: Path) -> None:
+    def __init__(self) -> None:
         # one BLAS thread each: this process keeps the other core
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         self.process = subprocess.Popen(
             [sys.executable, "-c", SERVE, os.path.dirname(os.path.dirname(os.path.realpath(
-                parity.__file__))), str(torch_path), str(ms_path)],
+                parity.__file__)))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         self._results: Dict[Hashable, Optional[Result]] = {}
         self._pending: set = set()
@@ -252,6 +263,10 @@ class Helper:
         return self
 
     def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the process (again: harmless)."""
         self.process.kill()         # first: a send to a helper that reads nothing fails now
         self.process.wait()
         self._end_input()
@@ -260,6 +275,15 @@ class Helper:
             self.process.stdout.close()
         except OSError:
             pass
+
+    def open_runs(self, torch_path: Path, ms_path: Path) -> None:
+        """Name the two run directories every job reads: the helper's first message."""
+        with self._sending:
+            try:
+                _send(self.process.stdin, (str(torch_path), str(ms_path)))
+            except OSError:             # a broken pipe: the helper has gone
+                with self._lock:
+                    self._alive = False
 
     def take_from(self, queue: Deque[Tuple[Hashable, AnyJob]]) -> None:
         """Take jobs from the front of ``queue``, which this process also takes from."""
@@ -330,11 +354,15 @@ class Helper:
             self._alive = False
 
 
-def serve(torch_path: str, ms_path: str) -> None:
-    """The helper's side: do each job sent until the input ends."""
+def serve() -> None:
+    """The helper's side: open the two runs named in the first message, then do each job
+    sent until the input ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the parent's to handle
-    runs = Runs(RunReader.open(Path(torch_path)), RunReader.open(Path(ms_path)))
     source, sink = sys.stdin.buffer, sys.stdout.buffer
+    paths = _receive(source)
+    if paths is None:
+        return
+    runs = Runs(*(RunReader.open(Path(path)) for path in paths))
     while (message := _receive(source)) is not None:
         key, job = message
         try:
