@@ -42,6 +42,24 @@ def test_one_bad_element_fails_and_is_located():
     assert "1 / 20 elements" in stats.reason
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_elements_within_tolerance_are_counted_block_by_block(dtype):
+    """Blocks where every element passes and blocks where some fail, in one tensor: the count
+    and the rtol needed are those of the formula applied to every element."""
+    from parity.compare.metrics import CHUNK
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(3 * CHUNK + 100).astype(dtype)
+    b = a * (1 + 1e-4 * rng.standard_normal(a.size)).astype(dtype)
+    b[CHUNK + 7] *= 1.01                        # one block has elements beyond rtol
+    b[3 * CHUNK + 3:3 * CHUNK + 50] += 0.5       # and so has the last, shorter one
+    magnitude = np.maximum(np.abs(a.astype(np.float64)), np.sqrt(np.mean(np.square(
+        a.astype(np.float64)))))
+    needed = (np.abs(a.astype(np.float64) - b) - FIXED.atol) / magnitude
+    stats = compare_tensors(a, b, FIXED)
+    assert stats.frac_within * a.size == np.count_nonzero(needed <= FIXED.rtol) == a.size - 48
+    assert stats.needed_rtol == pytest.approx(needed.max(), rel=1e-5)
+
+
 def test_nan_fails_unless_allowed():
     a = np.array([1.0, np.nan], np.float32)
     stats = compare_tensors(a, a.copy(), FIXED)

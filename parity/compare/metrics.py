@@ -211,14 +211,18 @@ def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: To
         if not calibrated:
             needed = np.divide(np.subtract(diff, tolerance.atol, out=work.needed[:n]),
                                magnitude, out=work.needed[:n])
-            ok = np.less_equal(needed, tolerance.rtol, out=work.ok[:n])
-            if finite is not None:
-                ok &= finite
-                if tolerance.allow_nan:
-                    ok |= ~finite & same
-                needed = np.where(finite, needed, np.inf)
+            if finite is None and float(score[k]) <= tolerance.rtol:
+                # each element's needed rtol is at most its relative error: all within
+                sums.within += n
+            else:
+                ok = np.less_equal(needed, tolerance.rtol, out=work.ok[:n])
+                if finite is not None:
+                    ok &= finite
+                    if tolerance.allow_nan:
+                        ok |= ~finite & same
+                    needed = np.where(finite, needed, np.inf)
+                sums.within += int(np.count_nonzero(ok))
             sums.needed = max(sums.needed, float(needed.max()))
-            sums.within += int(np.count_nonzero(ok))
         sums.diff += float(diff.sum())
         sums.diff2 += float(np.dot(diff, diff))
         if not reuse_squares:
