@@ -408,6 +408,10 @@ class RunReader:
         try:
             manifest = json.loads(manifest_path.read_text())
         except FileNotFoundError:
+            if all((path / framework / MANIFEST).is_file() for framework in ("torch", "mindspore")):
+                raise ParityInputError(
+                    f"{path} holds a whole parity run, not one capture: pass {path / 'torch'} "
+                    f"and {path / 'mindspore'} (or 'parity report {path}')") from None
             raise ParityInputError(f"{path} has no {MANIFEST}: not a finished parity capture "
                                    "(interrupted?); capture it again") from None
         except (OSError, ValueError) as error:

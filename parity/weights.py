@@ -36,6 +36,9 @@ def load_state_dict(path: Path) -> StateDict:
     path = Path(path)
     if not path.is_file():
         raise ParityInputError(f"weights file {path} does not exist")
+    if path.stat().st_size == 0:
+        raise ParityInputError(f"weights file {path} is empty; pass the file your training "
+                               "saved (torch.save(model.state_dict(), ...) or .safetensors)")
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
         return _load_safetensors(path)
@@ -84,8 +87,10 @@ def _load_torch_file(path: Path) -> StateDict:
         raise ParityInputError(
             f"{path} holds pickled objects that are not tensors; refused without executing them "
             f"({first_line[:160]}). Save a plain state_dict or use .safetensors") from None
-    except Exception as error:
-        raise ParityInputError(f"{path} is not a readable torch file ({error})") from None
+    except Exception as error:      # torch's own errors name the problem, some only by type
+        raise ParityInputError(f"{path} is not a readable torch file ({type(error).__name__}"
+                               f"{': ' if str(error) else ''}{str(error)[:160]}); pass a state "
+                               "dict saved by torch.save, or a .safetensors file") from None
     if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):
         loaded = loaded["state_dict"]
     if not isinstance(loaded, dict):

@@ -6,11 +6,13 @@ import os
 
 import mindspore as ms
 import numpy as np
+import pytest
 import torch
 import torchvision
 from safetensors.numpy import save_file
 
 from models import resnet_mindspore as port
+from parity.errors import ParityInputError
 from tests.conftest import assert_one_line_error, parity_cli
 
 
@@ -107,3 +109,16 @@ def test_existing_output_is_never_overwritten(tmp_path):
                          "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
     assert_one_line_error(process, "already exists")
     assert (tmp_path / "w.ckpt").read_text() == "my precious checkpoint"
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("w.pth", b"", "is empty"),
+    ("w.safetensors", b"", "is empty"),
+    ("w.pth", b"hello\n", r"not a readable torch file \([A-Z]\w*Error"),     # its type at least
+])
+def test_a_file_that_holds_no_weights_is_named_with_what_is_wrong(tmp_path, name, content,
+                                                                  message):
+    from parity.weights import load_state_dict
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ParityInputError, match=message):
+        load_state_dict(tmp_path / name)

@@ -80,6 +80,11 @@ def test_run_directory_from_a_different_model(tiny_run, resnet50_run):
     assert_one_line_error(process, "different model")
 
 
+def test_a_whole_run_given_for_one_capture_is_pointed_to_its_halves(tiny_run):
+    process = parity_cli("compare", tiny_run, tiny_run / "mindspore")
+    assert_one_line_error(process, "holds a whole parity run", str(tiny_run / "torch"))
+
+
 def test_two_captures_of_the_same_framework(tiny_run):
     process = parity_cli("compare", tiny_run / "torch", tiny_run / "torch")
     assert_one_line_error(process, "both")
