@@ -79,20 +79,27 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_step_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("training step")
-    group.add_argument("--batch-size", type=_positive_int, default=2)
+    group.add_argument("--batch-size", type=_positive_int, default=2,
+                       help="samples in the synthetic batch (default 2)")
     group.add_argument("--image-size", type=_positive_int, default=64,
                        help="square input side (default 64; ResNet works at that size)")
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--seed", type=int, default=0,
+                       help="seeds the initial weights and the synthetic batch (default 0); "
+                            "another seed checks other ReLU units and roundings")
     group.add_argument("--num-classes", type=_positive_int,
                        help="class count for synthetic labels (default: the model's own)")
     group.add_argument("--input", type=Path, metavar="FILE.npz",
                        help="your batch: arrays x (floats such as N×C×H×W images, or integer token "
                             "ids), x1, x2... for a model taking more inputs (an attention mask), "
                             "and y (class indices: per sample, or per pixel or token)")
-    group.add_argument("--lr", type=_non_negative, default=0.1)
-    group.add_argument("--momentum", type=_non_negative, default=0.9)
-    group.add_argument("--weight-decay", type=_non_negative, default=1e-4)
-    group.add_argument("--nesterov", action="store_true")
+    group.add_argument("--lr", type=_non_negative, default=0.1,
+                       help="SGD learning rate, both sides (default 0.1)")
+    group.add_argument("--momentum", type=_non_negative, default=0.9,
+                       help="SGD momentum (default 0.9)")
+    group.add_argument("--weight-decay", type=_non_negative, default=1e-4,
+                       help="SGD weight decay (default 1e-4; its MindSpore scope: "
+                            "--ms-weight-decay-scope)")
+    group.add_argument("--nesterov", action="store_true", help="Nesterov momentum")
     group.add_argument("--dampening", type=_fraction, default=0.0,
                        help="torch SGD dampening (no effect on the first step's buffer)")
     group.add_argument("--label-smoothing", type=_fraction, default=0.0,
@@ -149,8 +156,11 @@ def build_parser() -> ArgumentParser:
                              description="Run the training step in one framework and write a "
                                          "run directory. Capture torch first: the MindSpore "
                                          "side takes its weights and batch via --reference.")
-    capture.add_argument("--framework", choices=("torch", "mindspore"), required=True)
-    capture.add_argument("--out", type=Path, required=True, metavar="DIR")
+    capture.add_argument("--framework", choices=("torch", "mindspore"), required=True,
+                         help="which side to capture")
+    capture.add_argument("--out", type=Path, required=True, metavar="DIR",
+                         help="run directory to write (an earlier parity capture there is "
+                              "replaced, anything else refused)")
     capture.add_argument("--reference", type=Path, metavar="TORCH_RUN",
                          help="(mindspore) the torch capture to take weights and batch from")
     capture.add_argument("--weights", type=Path, metavar="FILE",
@@ -176,19 +186,30 @@ def build_parser() -> ArgumentParser:
     convert = sub.add_parser("convert-weights", help="torch weights -> MindSpore checkpoint",
                              description="Transfer a torch state dict into the MindSpore port "
                                          "(validated) and save it as .ckpt or .safetensors.")
-    convert.add_argument("--model", default="resnet50")
-    convert.add_argument("--ms-model", metavar="PKG.MOD:FACTORY")
-    convert.add_argument("--num-classes", type=_positive_int)
-    convert.add_argument("--torch-weights", type=Path, required=True, metavar="FILE")
-    convert.add_argument("--out", type=Path, required=True, metavar="FILE.ckpt")
-    convert.add_argument("--map", type=Path, metavar="FILE")
+    convert.add_argument("--model", default="resnet50",
+                         help="built-in port to fill: resnet18/34/50/101/152, mobilenet_v2 "
+                              "(default resnet50)")
+    convert.add_argument("--ms-model", metavar="PKG.MOD:FACTORY",
+                         help="zero-argument callable returning your mindspore.nn.Cell "
+                              "(instead of --model)")
+    convert.add_argument("--num-classes", type=_positive_int,
+                         help="the port's class count (default: its own)")
+    convert.add_argument("--torch-weights", type=Path, required=True, metavar="FILE",
+                         help="torch state dict (.pth/.pt, read without running pickled code, "
+                              "or .safetensors)")
+    convert.add_argument("--out", type=Path, required=True, metavar="FILE.ckpt",
+                         help="checkpoint to write (.ckpt or .safetensors); an existing file "
+                              "is never overwritten")
+    convert.add_argument("--map", type=Path, metavar="FILE",
+                         help="TOML/JSON table of MindSpore name = PyTorch name overrides")
 
     baseline = sub.add_parser("baseline", help="save or check a golden error baseline")
     baseline_sub = baseline.add_subparsers(dest="baseline_command", metavar="ACTION",
                                            parser_class=ArgumentParser)
     save = baseline_sub.add_parser("save", help="store a known-good run's per-record errors")
     save.add_argument("run", type=Path, metavar="RUN_DIR_OR_JSON")
-    save.add_argument("--out", type=Path, required=True, metavar="FILE.json")
+    save.add_argument("--out", type=Path, required=True, metavar="FILE.json",
+                      help="baseline file to write")
     check = baseline_sub.add_parser("check", help="fail when errors grew beyond the baseline")
     check.add_argument("run", type=Path, metavar="RUN_DIR_OR_JSON")
     check.add_argument("baseline", type=Path, metavar="FILE.json")

@@ -26,6 +26,25 @@ def test_run_help_has_the_documented_options():
         assert option in process.stdout, option
 
 
+def _subparsers(parser):
+    """Every (sub)command's parser under ``parser``, itself included."""
+    import argparse
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from _subparsers(child)
+
+
+def test_every_option_says_what_it_does():
+    """``--help`` explains each option (an option with no help shows only its name)."""
+    from parity.cli import build_parser
+    bare = [f"{sub.prog} {action.option_strings[-1]}" for sub in _subparsers(build_parser())
+            for action in sub._actions
+            if action.option_strings and not action.help]
+    assert bare == []
+
+
 def test_console_script_is_installed():
     script = Path(sys.executable).parent / "parity"
     process = subprocess.run([str(script), "--help"], capture_output=True, text=True, cwd=REPO)
