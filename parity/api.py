@@ -22,12 +22,12 @@ import numpy as np
 
 from parity.capture.batch import Batch
 from parity.compare.engine import compare_runs
-from parity.compare.measure import start_helper
+from parity.compare.measure import start_helper, worth_a_helper
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.result import CheckResult
-from parity.rundir import KEEP_REPLACED_ENV, remove_replaced
+from parity.rundir import KEEP_REPLACED_ENV, remove_replaced, stored_bytes
 
 RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
 # What a capture subprocess needs in its environment: quiet MindSpore logging.
@@ -140,8 +140,9 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
         raise
     report("torch capture", "done")
     # compare's helper starts now, so that its start-up (an interpreter, numpy, parity's
-    # readers: 0.3 s and more) is over when the compare begins; idle, it holds 38 MB
-    helper = start_helper()
+    # readers: 0.3 s and more) is over when the compare begins; idle, it holds 38 MB. The
+    # MindSpore run will store about as many bytes as torch's.
+    helper = start_helper() if worth_a_helper(2 * stored_bytes(torch_dir)) else None
     try:
         report("mindspore capture", "start")
         try:

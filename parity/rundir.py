@@ -36,6 +36,7 @@ FORMAT = "parity-run"
 FORMAT_VERSION = 2     # 2: torch's float64 rerun kept as per-record noise, not tensors
 MANIFEST = "manifest.json"
 INITIAL_WEIGHTS = "initial_weights.safetensors"   # torch state dict before the step
+SHARD_PATTERN = "tensors-*.safetensors"
 SHARD_BYTES = 64 * 2**20      # buffered before a shard is written: bounds capture memory
 SHARDS_IN_FLIGHT = 2          # written in the background at once
 ALIGNMENT = 64                # of each tensor kept in a shard buffer (a cache line)
@@ -79,6 +80,11 @@ def atomic_replace_dir(partial: Path, out: Path) -> None:
     partial.rename(out)
     if old is not None and not os.environ.get(KEEP_REPLACED_ENV):
         shutil.rmtree(old, ignore_errors=True)
+
+
+def stored_bytes(run: Path) -> int:
+    """Bytes of the tensor shards in run directory ``run``."""
+    return sum(path.stat().st_size for path in Path(run).glob(SHARD_PATTERN))
 
 
 def remove_replaced(out: Path) -> None:

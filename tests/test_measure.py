@@ -262,6 +262,7 @@ def test_parity_run_hands_its_helper_to_the_compare(tmp_path, monkeypatch):
     from parity import api
     from tests.conftest import REPO
     monkeypatch.chdir(REPO)                 # the capture processes import tests.tiny
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
     handed: List = []
     compare = api.compare_runs
 
@@ -276,8 +277,18 @@ def test_parity_run_hands_its_helper_to_the_compare(tmp_path, monkeypatch):
     assert isinstance(handed[0], measure.Helper) and handed[0].process.poll() is not None
 
 
+def test_a_run_too_small_for_a_helper_starts_none(tmp_path, monkeypatch):
+    from parity import api
+    from tests.conftest import REPO
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(measure, "Helper", None)        # any start would fail
+    config, options = _tiny_config()
+    assert api.run(config, tmp_path / "run", options).passed
+
+
 def test_parity_run_ends_its_helper_when_the_mindspore_capture_fails(tmp_path, monkeypatch):
     from parity import api
+    monkeypatch.setattr(measure, "HELPER_MIN_BYTES", 0)
     started: List[measure.Helper] = []
 
     def start_helper():

@@ -147,6 +147,11 @@ def measure(runs: Runs, job: Job) -> Tuple[Measured, Optional[Tuple[np.ndarray, 
         None if stats.passed else (torch_value, ms_value)
 
 
+def worth_a_helper(stored_bytes: int) -> bool:
+    """Do two runs storing this many bytes of tensors between them need a helper?"""
+    return stored_bytes >= HELPER_MIN_BYTES
+
+
 def start_helper() -> Optional["Helper"]:
     """A helper process, when this machine has a second core for it and an interpreter to
     start (None otherwise, or when no process can be started)."""
@@ -167,7 +172,7 @@ def helper_for(torch_run: RunReader, ms_run: RunReader,
     start-up is over by now, if it is still running, else a new one."""
     stored = sum(int(shard["bytes"]) for run in (torch_run, ms_run)
                  for shard in run.manifest["shards"])
-    if stored < HELPER_MIN_BYTES:
+    if not worth_a_helper(stored):
         yield None
         return
     helper = started if started is not None and started.process.poll() is None \
