@@ -64,17 +64,18 @@ def _positive(text: str) -> float:
     return value
 
 
+BUILT_IN = "resnet18/34/50/101/152, mobilenet_v2 (default resnet50)"
+MS_MODEL_HELP = "zero-argument callable returning your mindspore.nn.Cell"
+MAP_HELP = "TOML/JSON table of MindSpore name = PyTorch name overrides"
+
+
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model pair")
-    group.add_argument("--model", default="resnet50",
-                       help="built-in pair: resnet18/34/50/101/152, mobilenet_v2 "
-                            "(default resnet50)")
+    group.add_argument("--model", default="resnet50", help=f"built-in pair: {BUILT_IN}")
     group.add_argument("--torch-model", metavar="PKG.MOD:FACTORY",
                        help="zero-argument callable returning your torch.nn.Module")
-    group.add_argument("--ms-model", metavar="PKG.MOD:FACTORY",
-                       help="zero-argument callable returning your mindspore.nn.Cell")
-    group.add_argument("--map", type=Path, metavar="FILE",
-                       help="TOML/JSON table of MindSpore name = PyTorch name overrides")
+    group.add_argument("--ms-model", metavar="PKG.MOD:FACTORY", help=MS_MODEL_HELP)
+    group.add_argument("--map", type=Path, metavar="FILE", help=MAP_HELP)
 
 
 def _add_step_options(parser: argparse.ArgumentParser) -> None:
@@ -186,12 +187,9 @@ def build_parser() -> ArgumentParser:
     convert = sub.add_parser("convert-weights", help="torch weights -> MindSpore checkpoint",
                              description="Transfer a torch state dict into the MindSpore port "
                                          "(validated) and save it as .ckpt or .safetensors.")
-    convert.add_argument("--model", default="resnet50",
-                         help="built-in port to fill: resnet18/34/50/101/152, mobilenet_v2 "
-                              "(default resnet50)")
+    convert.add_argument("--model", default="resnet50", help=f"built-in port to fill: {BUILT_IN}")
     convert.add_argument("--ms-model", metavar="PKG.MOD:FACTORY",
-                         help="zero-argument callable returning your mindspore.nn.Cell "
-                              "(instead of --model)")
+                         help=f"{MS_MODEL_HELP} (instead of --model)")
     convert.add_argument("--num-classes", type=_positive_int,
                          help="the port's class count (default: its own)")
     convert.add_argument("--torch-weights", type=Path, required=True, metavar="FILE",
@@ -200,8 +198,7 @@ def build_parser() -> ArgumentParser:
     convert.add_argument("--out", type=Path, required=True, metavar="FILE.ckpt",
                          help="checkpoint to write (.ckpt or .safetensors); an existing file "
                               "is never overwritten")
-    convert.add_argument("--map", type=Path, metavar="FILE",
-                         help="TOML/JSON table of MindSpore name = PyTorch name overrides")
+    convert.add_argument("--map", type=Path, metavar="FILE", help=MAP_HELP)
 
     baseline = sub.add_parser("baseline", help="save or check a golden error baseline")
     baseline_sub = baseline.add_subparsers(dest="baseline_command", metavar="ACTION",
