@@ -25,6 +25,7 @@ IGNORED_TORCH_SUFFIXES = (".num_batches_tracked",)
 
 StateDict = Dict[str, np.ndarray]
 ORDER_KEY = "parity.order"      # safetensors metadata: the state dict's key order, as JSON
+MAX_PROBLEMS_LISTED = 6         # in a refused transfer's one-line error; the rest are counted
 
 
 def is_ignored(name: str) -> bool:
@@ -143,10 +144,27 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
             problems.append(f"{torch_name}: torch dtype {t_dtype} but MindSpore {ms_name} "
                             f"expects {m_dtype}")
     if problems:
-        raise ParityInputError(
-            f"weight transfer refused, {len(problems)} problem(s): " + "; ".join(problems)
-            + ". Fix the weights or the port, or map names with --map FILE")
+        raise ParityInputError(f"weight transfer refused, {len(problems)} problem(s): "
+                               f"{_not_the_same_model(alignment, mindspore_params, torch_params)}"
+                               f"{_listed(problems)}. Fix the weights or the port, or map names "
+                               "with --map FILE")
     return dict(alignment.mindspore_to_torch)
+
+
+def _listed(problems: Sequence[str]) -> str:
+    """The first problems, and how many more: one line a reader can take in."""
+    more = len(problems) - MAX_PROBLEMS_LISTED
+    return "; ".join(problems[:MAX_PROBLEMS_LISTED]) + (f"; and {more} more" if more > 0 else "")
+
+
+def _not_the_same_model(alignment, mindspore_params: Sequence, torch_params: Sequence) -> str:
+    """When most of the port's parameters found no torch tensor, the two models are most likely
+    not the same architecture: said first, before the names."""
+    matched, wanted = len(alignment.mindspore_to_torch), len(mindspore_params)
+    if matched >= wanted / 2:
+        return ""
+    return (f"only {matched} of the port's {wanted} parameters found a torch tensor (the torch "
+            f"weights hold {len(torch_params)}): are the two models the same architecture? ")
 
 
 def mindspore_param_specs(net) -> List[Tuple[str, Tuple[int, ...], str]]:

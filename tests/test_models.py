@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import mindspore as ms
 import numpy as np
 import pytest
@@ -134,3 +136,19 @@ def test_transfer_lists_every_problem_at_once():
         plan_transfer(state_dict, specs)
     assert "2 problem(s)" in str(error.value)
     assert "layer1.0.conv1.weight" in str(error.value) and "fc.bias" in str(error.value)
+
+
+def test_a_transfer_between_different_models_says_so_and_lists_a_few_problems():
+    """MobileNetV2's weights offered to the ResNet18 port: one readable line, not 300 names."""
+    from parity.weights import MAX_PROBLEMS_LISTED
+    _, specs = _specs()
+    state_dict = _state_dict(torchvision.models.mobilenet_v2())
+    with pytest.raises(ParityInputError) as error:
+        plan_transfer(state_dict, specs)
+    message = str(error.value)
+    assert "are the two models the same architecture?" in message
+    count = int(re.search(r"(\d+) problem\(s\)", message).group(1))
+    assert count > MAX_PROBLEMS_LISTED
+    assert f"and {count - MAX_PROBLEMS_LISTED} more" in message
+    assert message.count("(missing key)") + message.count("(extra key)") <= MAX_PROBLEMS_LISTED
+    assert len(message) < 2000
