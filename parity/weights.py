@@ -25,7 +25,7 @@ IGNORED_TORCH_SUFFIXES = (".num_batches_tracked",)
 
 StateDict = Dict[str, np.ndarray]
 ORDER_KEY = "parity.order"      # safetensors metadata: the state dict's key order, as JSON
-MAX_PROBLEMS_LISTED = 6         # in a refused transfer's one-line error; the rest are counted
+MAX_PROBLEMS_LISTED = 6         # named in a one-line error about weights; the rest are counted
 
 
 def is_ignored(name: str) -> bool:
@@ -146,15 +146,16 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     if problems:
         raise ParityInputError(f"weight transfer refused, {len(problems)} problem(s): "
                                f"{_not_the_same_model(alignment, mindspore_params, torch_params)}"
-                               f"{_listed(problems)}. Fix the weights or the port, or map names "
+                               f"{listed(problems)}. Fix the weights or the port, or map names "
                                "with --map FILE")
     return dict(alignment.mindspore_to_torch)
 
 
-def _listed(problems: Sequence[str]) -> str:
+def listed(problems: Sequence[str], separator: str = "; ") -> str:
     """The first problems, and how many more: one line a reader can take in."""
     more = len(problems) - MAX_PROBLEMS_LISTED
-    return "; ".join(problems[:MAX_PROBLEMS_LISTED]) + (f"; and {more} more" if more > 0 else "")
+    return separator.join(problems[:MAX_PROBLEMS_LISTED]) + \
+        (f"{separator}and {more} more" if more > 0 else "")
 
 
 def _not_the_same_model(alignment, mindspore_params: Sequence, torch_params: Sequence) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -129,3 +130,21 @@ def test_mindspore_starting_point_is_read_from_the_weights_file_where_it_holds_t
     assert np.array_equal(state["m.b"], b + 1) and state["m.b"].flags.writeable
     assert np.array_equal(state["m.c"], np.zeros(2)) and state["m.c"].flags.writeable
     assert sorted(state) == ["m.a", "m.b", "m.c"] and len(state) == 3
+
+
+def test_torch_weights_of_another_model_are_refused_in_one_readable_line(tmp_path):
+    """MobileNetV2's state dict given for ResNet18: a few names of each kind, the rest counted."""
+    import torchvision
+
+    from parity.capture.torch_capture import _load_weights
+    from parity.errors import ParityInputError
+    from parity.weights import save_state_dict_bytes
+    path = tmp_path / "mobilenet.safetensors"
+    path.write_bytes(save_state_dict_bytes(
+        {k: v.numpy() for k, v in torchvision.models.mobilenet_v2().state_dict().items()}))
+    with pytest.raises(ParityInputError, match="does not fit the torch model") as error:
+        _load_weights(torchvision.models.resnet18(), path)
+    message = str(error.value)
+    assert re.search(r"missing keys: .* and \d+ more", message)
+    assert re.search(r"unexpected keys: .* and \d+ more", message)
+    assert len(message) < 2000
