@@ -148,3 +148,14 @@ def test_torch_weights_of_another_model_are_refused_in_one_readable_line(tmp_pat
     assert re.search(r"missing keys: .* and \d+ more", message)
     assert re.search(r"unexpected keys: .* and \d+ more", message)
     assert len(message) < 2000
+
+
+def test_a_framework_error_becomes_one_line_with_the_advice():
+    """MindSpore's messages run to a C++ stack: the first line is kept, then the advice."""
+    from parity.capture.common import failure_explained
+    from parity.errors import ParityInputError
+    with pytest.raises(ParityInputError) as error:
+        with failure_explained("MindSpore", "on the batch", "Do this."):
+            raise ValueError("shape is wrong\n\n- C++ Call Stack:\nframe 0")
+    assert str(error.value) == ("the MindSpore model failed on the batch: ValueError: shape is "
+                                "wrong. Do this.")

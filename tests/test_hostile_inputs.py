@@ -272,6 +272,24 @@ def test_a_model_that_takes_other_inputs_is_pointed_to_input(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_batch_file_the_model_cannot_take_is_named_with_its_arrays(tmp_path):
+    np.savez(tmp_path / "gray.npz", x=np.zeros((2, 1, 16, 16), np.float32),
+             y=np.zeros(2, np.int64))
+    process = parity_cli("run", *TINY, "--input", tmp_path / "gray.npz", "--out", tmp_path / "run")
+    assert_one_line_error(process, "the torch model failed on your --input",
+                          "(x (2, 1, 16, 16) float32; labels y (2,))", "RuntimeError",
+                          "x, x1... the inputs in order")
+
+
+def test_a_port_that_cannot_take_the_batch_torch_took_is_told_so(tmp_path):
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny", "--ms-model",
+                         "tests.tiny:ms_tiny_channels_last", "--image-size", "16",
+                         "--out", tmp_path / "run")
+    assert_one_line_error(process, "the MindSpore model failed on the batch torch took (x (2, 3, "
+                          "16, 16) float32", "The port takes what the torch model takes",
+                          f"the torch capture is kept in {tmp_path / 'run' / 'torch'}")
+
+
 def test_a_batch_too_small_for_batch_norm_is_pointed_to_the_batch_options(tmp_path):
     """ResNet18's last BatchNorm sees one value per channel at batch 1, 32²: the line says to
     enlarge the batch, beside the --input hint."""

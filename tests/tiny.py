@@ -87,6 +87,22 @@ def ms_tiny() -> msnn.Cell:
     return _ms_tiny()
 
 
+class _ChannelsLast(msnn.Cell):
+    """The tiny port written for channels-last images: it transposes the N×C×H×W batch parity
+    feeds both models, and its first conv fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = ms_tiny()
+
+    def construct(self, x):
+        return self.net(x.transpose(0, 3, 1, 2))
+
+
+def ms_tiny_channels_last() -> msnn.Cell:
+    return _ChannelsLast()
+
+
 def ms_tiny_mixed_precision_o1() -> msnn.Cell:
     """Rewritten by amp.auto_mixed_precision at level O1: no forward hook fires in it."""
     from mindspore import amp

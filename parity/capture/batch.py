@@ -31,6 +31,11 @@ class Batch:
         return cls(tuple(model_input(np.asarray(x)) for x in inputs),
                    np.asarray(labels).astype(np.int64, copy=False))
 
+    def summary(self) -> str:
+        """'x (2, 3, 16, 16) float32; labels y (2,)': the arrays as --input names them."""
+        inputs = ", ".join(f"x{i or ''} {x.shape} {x.dtype}" for i, x in enumerate(self.inputs))
+        return f"{inputs}; labels y {self.labels.shape}"
+
     def named(self) -> List[Tuple[str, np.ndarray]]:
         """(record name, array) of each input, then of the labels (``target``)."""
         return [(input_name(i), x) for i, x in enumerate(self.inputs)] + \

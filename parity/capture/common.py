@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import platform
 import time
-from typing import Any, Dict, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, Optional
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -13,6 +14,21 @@ from threadpoolctl import threadpool_limits
 from parity.errors import ParityInputError
 from parity.resources import peak_resident_mb
 from parity.rundir import crc32
+
+
+@contextmanager
+def failure_explained(framework: str, failed: str, advice: str) -> Iterator[None]:
+    """The framework's error of the user's model, with what most likely caused it and the way
+    round it: one line, as every input error (a framework's message can run to a C++ stack:
+    its first line is kept, --debug shows the rest)."""
+    try:
+        yield
+    except ParityInputError:
+        raise
+    except Exception as error:
+        first_line = next(iter(str(error).strip().splitlines()), "")
+        raise ParityInputError(f"the {framework} model failed {failed}: {type(error).__name__}"
+                               f"{': ' if first_line else ''}{first_line}. {advice}") from error
 
 
 def several_outputs(outputs: Any) -> str:

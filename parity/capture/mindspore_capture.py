@@ -13,8 +13,8 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 import numpy as np
 
 from parity.capture.batch import Batch, batch_for, input_name
-from parity.capture.common import (PhaseClock, manifest_meta, numpy_on_one_thread,
-                                   refuse_several_outputs, weight_update)
+from parity.capture.common import (PhaseClock, failure_explained, manifest_meta,
+                                   numpy_on_one_thread, refuse_several_outputs, weight_update)
 from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
@@ -187,7 +187,11 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         # 240 MB more per step for ResNet50 at batch 2, 64², against 10 MB when reused).
         optimizer = _optimizer(net, config)
         clock.next("hooked step")
-        _train_step(net, optimizer, initial, batch, config, tee(writer.add, hooked))
+        with failure_explained(
+                "MindSpore", f"on the batch {'of --input' if batch_file else 'torch took'} "
+                f"({batch.summary()})", "The port takes what the torch model takes: the same "
+                "inputs, in the same layout and dtypes (its loss: int32 labels)"):
+            _train_step(net, optimizer, initial, batch, config, tee(writer.add, hooked))
         if not any(r.kind == "forward" for r in writer.records):
             raise ParityInputError("no forward hook fired in the MindSpore model: a construct "
                                    "compiled with @jit / GRAPH_MODE, or a network rewritten by "

@@ -15,8 +15,9 @@ import numpy as np
 
 from parity import kinks
 from parity.capture.batch import Batch, batch_for
-from parity.capture.common import (PhaseClock, fingerprint, manifest_meta, numpy_on_one_thread,
-                                   refuse_several_outputs, several_outputs, weight_update)
+from parity.capture.common import (PhaseClock, failure_explained, fingerprint, manifest_meta,
+                                   numpy_on_one_thread, refuse_several_outputs, several_outputs,
+                                   weight_update)
 from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.capture.spill import SavedTensorSpill
@@ -208,34 +209,29 @@ def _noise_recorder(writer: RunWriter) -> Callable[..., None]:
     return record
 
 
-@contextmanager
-def _failure_explained(failed: str, advice: str) -> Iterator[None]:
-    """The framework's error of the user's model, with what most likely caused it and the way
-    round it (one line, as every input error)."""
-    try:
-        yield
-    except ParityInputError:
-        raise
-    except Exception as error:
-        raise ParityInputError(f"the torch model failed {failed}: {type(error).__name__}: "
-                               f"{error}. {advice}") from error
-
-
 def _synthetic_batch_errors(config: StepConfig) -> ContextManager[None]:
     """A model failing on the synthetic image batch most often takes other inputs or labels,
     or needs a larger batch (BatchNorm in training wants more than one value per channel)."""
-    return _failure_explained(
-        f"on parity's synthetic batch ({config.batch_size}×3×{config.image_size}×"
+    return failure_explained(
+        "torch", f"on parity's synthetic batch ({config.batch_size}×3×{config.image_size}×"
         f"{config.image_size} float32 images, one label per sample)",
         "A model that takes other inputs or labels needs them from --input FILE.npz; one that "
         "needs a larger batch, a larger --batch-size or --image-size")
 
 
+def _own_batch_errors(batch: Batch, source: str) -> ContextManager[None]:
+    """A model failing on the user's own batch most often takes other arrays than it holds."""
+    return failure_explained(
+        "torch", f"on {source} ({batch.summary()})",
+        "Check that its arrays are what the model and its loss take: x, x1... the inputs in "
+        "order, y the labels")
+
+
 def _float64_step_errors() -> ContextManager[None]:
     """The float32 steps ran, so a failure now is the model's in float64 (a float32 tensor made
     in its forward, say)."""
-    return _failure_explained(
-        "in parity's float64 rerun of its step (after its float32 steps ran)",
+    return failure_explained(
+        "torch", "in parity's float64 rerun of its step (after its float32 steps ran)",
         "A model that cannot run in float64 runs with --no-fp64-reference (parity.check: "
         "fp64_reference=False); verdicts then use fixed tolerances")
 
@@ -358,14 +354,17 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     if weights is not None:
         _load_weights(model, weights)
     num_classes = config.num_classes
-    synthetic = partial(_synthetic_batch_errors, config) if batch is None and batch_file is None \
-        else nullcontext
+    synthetic = batch is None and batch_file is None
+    batch_errors = partial(_synthetic_batch_errors, config) if synthetic else None
     if batch is None:
         if num_classes is None and batch_file is None:     # a file's labels need no count
             probe = batch_for(config, batch_file, 1)
-            with synthetic():
+            with batch_errors():
                 num_classes = _infer_num_classes(model, probe.inputs)
         batch = batch_for(config, batch_file, num_classes)
+    if not synthetic:
+        batch_errors = partial(_own_batch_errors, batch,
+                               f"your --input {batch_file}" if batch_file else "your batch")
     initial = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
 
     with RunWriter(out, "torch") as writer, numpy_on_one_thread():
@@ -373,7 +372,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         initial = _StateOnDisk(writer.partial / INITIAL_WEIGHTS, list(initial))
         hooked = Fingerprints()
         clock.next("hooked step")
-        with synthetic():
+        with batch_errors():
             _train_step(model, initial, batch, config, tee(writer.add, hooked))
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
