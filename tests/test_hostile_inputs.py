@@ -126,6 +126,23 @@ def test_batch_file_with_inputs_parity_cannot_place(tmp_path, arrays, message):
         load_batch(tmp_path / "batch.npz")
 
 
+@pytest.mark.parametrize("damage", ["truncated", "one byte flipped", "empty"])
+def test_a_damaged_batch_file_is_named_not_a_crash(tmp_path, damage):
+    from parity.capture.batch import load_batch
+    path = tmp_path / "batch.npz"
+    np.savez(path, x=np.ones((2, 3, 8, 8), np.float32), y=np.zeros(2, np.int64))
+    data = bytearray(path.read_bytes())
+    if damage == "truncated":
+        data = data[:len(data) // 2]
+    elif damage == "one byte flipped":
+        data[len(data) // 4] ^= 0xFF          # inside x.npy's stored bytes
+    else:
+        data = bytearray()
+    path.write_bytes(bytes(data))
+    with pytest.raises(ParityInputError, match="batch.npz is not a readable .npz file"):
+        load_batch(path)
+
+
 def test_batch_of_booleans(tmp_path):
     np.savez(tmp_path / "batch.npz", x=np.zeros((2, 3, 8, 8), bool), y=np.array([1, 2]))
     process = parity_cli("run", *TINY, "--input", tmp_path / "batch.npz", "--out",

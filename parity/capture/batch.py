@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
@@ -88,8 +90,9 @@ def load_batch(path: Path) -> Batch:
                                        "indices)")
             keys = _input_keys(path, list(data.files))
             inputs, y = [data[key] for key in keys], data["y"]
-    except (OSError, ValueError) as error:
-        raise ParityInputError(f"{path} is not a readable .npz file ({error})") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        raise ParityInputError(f"{path} is not a readable .npz file ({error}); write it with "
+                               "numpy.savez(path, x=..., y=...)") from None
     if inputs[0].ndim < 2 or y.ndim < 1 or any(x.ndim < 1 or len(x) != len(y) for x in inputs):
         shapes = ", ".join(f"{key} {x.shape}" for key, x in zip(keys, inputs))
         raise ParityInputError(f"{path}: {shapes} and y {y.shape} must share the batch size "
