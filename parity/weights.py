@@ -89,9 +89,10 @@ def _load_torch_file(path: Path) -> StateDict:
             f"{path} holds pickled objects that are not tensors; refused without executing them "
             f"({first_line[:160]}). Save a plain state_dict or use .safetensors") from None
     except Exception as error:      # torch's own errors name the problem, some only by type
+        said = str(error).strip().split(". ")[0][:160]
         raise ParityInputError(f"{path} is not a readable torch file ({type(error).__name__}"
-                               f"{': ' if str(error) else ''}{str(error)[:160]}); pass a state "
-                               "dict saved by torch.save, or a .safetensors file") from None
+                               f"{': ' if said else ''}{said}); pass a state dict saved by "
+                               "torch.save, or a .safetensors file") from None
     if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):
         loaded = loaded["state_dict"]
     if not isinstance(loaded, dict):

@@ -122,3 +122,13 @@ def test_a_file_that_holds_no_weights_is_named_with_what_is_wrong(tmp_path, name
     (tmp_path / name).write_bytes(content)
     with pytest.raises(ParityInputError, match=message):
         load_state_dict(tmp_path / name)
+
+
+def test_a_truncated_torch_file_is_named_with_the_first_sentence_of_torchs_error(tmp_path):
+    from parity.weights import load_state_dict
+    torch.save({"w": torch.zeros(1000)}, tmp_path / "w.pth")
+    data = (tmp_path / "w.pth").read_bytes()
+    (tmp_path / "w.pth").write_bytes(data[:len(data) // 2])
+    with pytest.raises(ParityInputError, match=r"not a readable torch file \(\w+Error: [^.()]+\); "
+                                               "pass a state dict"):
+        load_state_dict(tmp_path / "w.pth")
