@@ -211,7 +211,7 @@ def build_parser() -> ArgumentParser:
     check.add_argument("run", type=Path, metavar="RUN_DIR_OR_JSON")
     check.add_argument("baseline", type=Path, metavar="FILE.json")
     check.add_argument("--factor", type=float, default=None,
-                       help="allowed growth over the baseline error (default 10)")
+                       help="allowed growth over the baseline error (default 4)")
     return parser
 
 

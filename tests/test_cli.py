@@ -72,3 +72,9 @@ def test_console_summary_says_which_column_decides(tiny_run):
     fixed = compare_runs(tiny_run / "torch", tiny_run / "mindspore", use_fp64_reference=False)
     assert "noise ratio:" in printed(calibrated)
     assert "noise ratio:" not in printed(fixed)
+
+
+def test_the_baseline_factor_help_states_the_default_check_uses():
+    from parity.baseline import DEFAULT_FACTOR
+    process = parity_cli("baseline", "check", "--help")
+    assert f"(default {DEFAULT_FACTOR:g})" in " ".join(process.stdout.split())
