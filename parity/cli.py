@@ -40,6 +40,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32:              # MindSpore's set_seed takes no other
+        raise argparse.ArgumentTypeError(f"must be an integer between 0 and 2**32 - 1, got {text}")
+    return value
+
+
 def _non_negative(text: str) -> float:
     try:
         value = float(text)
@@ -84,7 +94,7 @@ def _add_step_options(parser: argparse.ArgumentParser) -> None:
                        help="samples in the synthetic batch (default 2)")
     group.add_argument("--image-size", type=_positive_int, default=64,
                        help="square input side (default 64; ResNet works at that size)")
-    group.add_argument("--seed", type=int, default=0,
+    group.add_argument("--seed", type=_seed, default=0,
                        help="seeds the initial weights and the synthetic batch (default 0); "
                             "another seed checks other ReLU units and roundings")
     group.add_argument("--num-classes", type=_positive_int,

@@ -42,6 +42,8 @@ class StepConfig:
         for name in ("batch_size", "image_size", "num_classes"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if not 0 <= self.seed < 2**32:          # MindSpore's set_seed takes no other
+            raise ValueError(f"seed must be between 0 and 2**32 - 1, got {self.seed}")
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

@@ -159,3 +159,10 @@ def test_a_framework_error_becomes_one_line_with_the_advice():
             raise ValueError("shape is wrong\n\n- C++ Call Stack:\nframe 0")
     assert str(error.value) == ("the MindSpore model failed on the batch: ValueError: shape is "
                                 "wrong. Do this.")
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_a_seed_mindspore_cannot_take_is_refused_before_any_capture(seed):
+    from parity.config import StepConfig
+    with pytest.raises(ValueError, match="seed must be between 0 and 2\\*\\*32 - 1"):
+        StepConfig(seed=seed)

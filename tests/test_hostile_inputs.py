@@ -172,6 +172,8 @@ def test_output_path_that_is_a_user_file(tmp_path):
     ("--batch-size", "two", "must be a positive integer"),
     ("--label-smoothing", "1.5", "must be between 0 and 1"),
     ("--ms-loss-scale", "0", "must be a number > 0"),
+    ("--seed", "-1", "must be an integer between 0 and 2**32 - 1"),
+    ("--seed", str(2**32), "must be an integer between 0 and 2**32 - 1"),
 ])
 def test_step_settings_out_of_range(option, value, message):
     assert_one_line_error(parity_cli("run", option, value), f"argument {option}: {message}")
