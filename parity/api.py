@@ -193,6 +193,7 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
     from parity.capture.mindspore_capture import capture_mindspore
     from parity.capture.torch_capture import capture_torch
 
+    _refuse_wrong_models(torch_model, ms_model)
     own = dict(batch_size=batch_size, image_size=image_size, seed=seed, torch_loss=torch_loss,
                ms_loss=ms_loss)
     options = dict(optimizer or {})
@@ -222,6 +223,21 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
                                        reference=torch_dir, overrides=name_map)
         return compare_runs(torch_dir, ms_dir, policy=policy, forward_overrides=name_map,
                             command="parity.check(...)")
+
+
+def _refuse_wrong_models(torch_model: Any, ms_model: Any) -> None:
+    """check(torch_model, ms_model): each of its framework, and in that order."""
+    import torch
+    from mindspore import nn
+    if isinstance(torch_model, nn.Cell) and isinstance(ms_model, torch.nn.Module):
+        raise ParityInputError("check() got the MindSpore model first: pass the torch model "
+                               "first, check(torch_model, ms_model)")
+    for model, expected, what in ((torch_model, torch.nn.Module, "torch_model"),
+                                  (ms_model, nn.Cell, "ms_model")):
+        if not isinstance(model, expected):
+            raise ParityInputError(f"check()'s {what} is a {type(model).__name__}, not a "
+                                   f"{expected.__module__.split('.')[0]}.nn."
+                                   f"{expected.__name__}")
 
 
 @contextmanager

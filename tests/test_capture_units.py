@@ -156,7 +156,7 @@ def test_a_framework_error_becomes_one_line_with_the_advice():
     from parity.errors import ParityInputError
     with pytest.raises(ParityInputError) as error:
         with failure_explained("MindSpore", "on the batch", "Do this."):
-            raise ValueError("shape is wrong\n\n- C++ Call Stack:\nframe 0")
+            raise ValueError("shape is wrong.\n\n- C++ Call Stack:\nframe 0")
     assert str(error.value) == ("the MindSpore model failed on the batch: ValueError: shape is "
                                 "wrong. Do this.")
 

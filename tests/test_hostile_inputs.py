@@ -339,3 +339,16 @@ def test_bad_map_file(tmp_path):
     (tmp_path / "map.toml").write_text("fc = 3\n")
     process = parity_cli("run", *TINY, "--map", tmp_path / "map.toml", "--out", tmp_path / "r")
     assert_one_line_error(process, "must map MindSpore names to PyTorch names")
+
+
+@pytest.mark.parametrize("models, message", [
+    (("ms_tiny", "torch_tiny"), "check() got the MindSpore model first"),
+    (("torch_tiny", "torch_tiny"), "check()'s ms_model is a Sequential, not a mindspore.nn.Cell"),
+    (("ms_tiny", "ms_tiny"), "check()'s torch_model is a SequentialCell, not a torch.nn.Module"),
+])
+def test_check_is_told_when_its_models_are_not_a_torch_model_then_a_mindspore_one(models,
+                                                                                    message):
+    import parity
+    from tests import tiny
+    with pytest.raises(ParityInputError, match=re.escape(message)):
+        parity.check(*(getattr(tiny, name)() for name in models), image_size=16)

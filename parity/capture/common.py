@@ -26,7 +26,7 @@ def failure_explained(framework: str, failed: str, advice: str) -> Iterator[None
     except ParityInputError:
         raise
     except Exception as error:
-        first_line = next(iter(str(error).strip().splitlines()), "")
+        first_line = next(iter(str(error).strip().splitlines()), "").rstrip(".")
         raise ParityInputError(f"the {framework} model failed {failed}: {type(error).__name__}"
                                f"{': ' if first_line else ''}{first_line}. {advice}") from error
 
