@@ -735,3 +735,27 @@ def test_fixed_tolerances_also_pass_the_correct_port(resnet50_run):
     result = compare_runs(run / "torch", run / "mindspore", use_fp64_reference=False)
     assert result.passed, result.failure_message()
     assert result.records.noise_ratio.isna().all()
+
+
+@pytest.mark.parametrize("option, value, first_kind", [("--lr", "0.5", "update"),
+                                                       ("--dampening", "0.5", None)])
+def test_captures_run_apart_with_different_step_settings_are_told_so(tmp_path, option, value,
+                                                                     first_kind):
+    """Two machines, two `parity capture`s, one option given to one of them: a divergence is
+    named as that (not as a port's optimizer bug), and the note says it even when the first
+    step cannot show it (dampening acts from the second step on)."""
+    torch_run, ms_run, report = tmp_path / "t", tmp_path / "m", tmp_path / "r.json"
+    assert parity_cli("capture", "--framework", "torch", *TINY, "--out", torch_run).returncode == 0
+    assert parity_cli("capture", "--framework", "mindspore", *TINY, option, value,
+                      "--reference", torch_run, "--out", ms_run).returncode == 0
+    parity_cli("compare", torch_run, ms_run, "--json", report, "--quiet")
+    result = read_json(report)
+    setting = option[2:].replace("-", "_")
+    assert any(note.startswith(f"the captures ran different step settings: {setting} ")
+               for note in result["meta"]["notes"])
+    if first_kind is None:
+        assert result["passed"]
+    else:
+        assert result["first_divergence"]["kind"] == first_kind
+        assert result["diagnosis"]["cause"] == "the captures ran different step settings"
+        assert result["diagnosis"]["confidence"] == "certain"

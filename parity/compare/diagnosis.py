@@ -39,6 +39,11 @@ INPUT_SHARE = 0.1
 NOISE_MARGIN = 10
 
 HALF_DTYPES = ("float16", "bfloat16")
+# Settings of the step both captures run (the ms_* ones and the losses are one side's own; the
+# MindSpore capture takes the batch and weights from the torch one), and the records they reach.
+SHARED_STEP_SETTINGS = ("lr", "momentum", "weight_decay", "nesterov", "dampening",
+                        "label_smoothing")
+AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
 
 def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                    comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
@@ -274,6 +279,15 @@ def _ill_conditioned(first: Comparison, torch_run: RunReader) -> Optional[Diagno
                "network reliably.", confidence="likely")
 
 
+def step_settings_differ(torch_run: RunReader, ms_run: RunReader) -> List[str]:
+    """The step settings both captures use that differ between their manifests: two captures
+    run apart (``parity capture`` on two machines) with different options."""
+    torch_config, ms_config = (run.manifest.get("config", {}) for run in (torch_run, ms_run))
+    return [f"{key} {torch_config[key]!r} in the torch capture, {ms_config[key]!r} in the "
+            f"MindSpore one" for key in SHARED_STEP_SETTINGS
+            if key in torch_config and key in ms_config and torch_config[key] != ms_config[key]]
+
+
 def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
               comparisons: Sequence[Comparison], torch_run: RunReader,
               ms_run: RunReader, unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
@@ -287,6 +301,11 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"(NaN torch {first.nan_torch} / MindSpore {first.nan_mindspore},"
                                 f" Inf torch {first.inf_torch} / MindSpore {first.inf_mindspore})"
                                 ": check the batch and the weights.", confidence="certain")
+    differing = step_settings_differ(torch_run, ms_run)
+    if differing and first.kind in AFTER_THE_FORWARD:
+        return Diagnosis(cause="the captures ran different step settings",
+                         detail=f"{'; '.join(differing)}: capture both sides with the same "
+                                "options (parity run does).", confidence="certain")
     if first.kind == "input" and first.name == "target":
         return Diagnosis(cause="labels differ",
                          detail="the two sides trained on different labels: pass the same "

@@ -18,7 +18,7 @@ import numpy as np
 from parity import kinks
 from parity.align import align_forward
 from parity.compare import optimizer, structure, sums
-from parity.compare.diagnosis import diagnose
+from parity.compare.diagnosis import diagnose, step_settings_differ
 from parity.compare.measure import (AnyJob, Helper, Job, Runs, StepCheck, helper_for,
                                     run_all)
 from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
@@ -509,6 +509,9 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
         diagnosis = diagnose(first, pair.torch, pair.mindspore, comparisons, torch_run, ms_run,
                              unmatched)
     notes = [_observer_note(check, framework) for framework, check in self_checks.items()]
+    differing = step_settings_differ(torch_run, ms_run)
+    if differing:
+        notes.append(f"the captures ran different step settings: {'; '.join(differing)}")
     if torch_run.step_is_random:
         notes.append("torch's step is not deterministic, so its float64 rerun cannot measure "
                      "float32 noise: verdicts use the fixed tolerances")
