@@ -352,3 +352,16 @@ def test_check_is_told_when_its_models_are_not_a_torch_model_then_a_mindspore_on
     from tests import tiny
     with pytest.raises(ParityInputError, match=re.escape(message)):
         parity.check(*(getattr(tiny, name)() for name in models), image_size=16)
+
+
+def test_a_mindspore_capture_made_from_another_torch_capture_is_refused(tiny_run, tmp_path):
+    """The MindSpore half of a run against a torch capture of the same pair from another seed:
+    other weights and batch, so every record would differ (it read as 'preprocessing
+    differs')."""
+    other = tmp_path / "torch-seed-1"
+    assert parity_cli("capture", "--framework", "torch", *TINY, "--seed", "1",
+                      "--out", other).returncode == 0
+    process = parity_cli("compare", other, tiny_run / "mindspore")
+    assert_one_line_error(process, "was captured from another torch capture",
+                          f"--reference {other}")
+    assert parity_cli("compare", tiny_run / "torch", tiny_run / "mindspore").returncode == 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -77,7 +77,8 @@ def _set_synchronous(synchronous: bool) -> None:
         logger.setLevel(level)
 
 
-def _reference_inputs(reference: Path) -> Tuple[Path, Batch, Dict]:
+def _reference_inputs(reference: Path) -> Tuple[Path, Batch, Dict[str, Any]]:
+    """The torch capture's starting-point weights file, its batch, and its manifest."""
     run = RunReader.open(reference)
     if run.framework != "torch":
         raise ParityInputError(f"--reference {reference} is a {run.framework} capture; "
@@ -89,7 +90,7 @@ def _reference_inputs(reference: Path) -> Tuple[Path, Batch, Dict]:
     while input_name(len(inputs)) in by_name:       # input, input1, input2...
         inputs.append(run.tensor(by_name[input_name(len(inputs))]))
     batch = Batch(tuple(inputs), run.tensor(by_name["target"]))
-    return reference / INITIAL_WEIGHTS, batch, run.manifest.get("config", {})
+    return reference / INITIAL_WEIGHTS, batch, run.manifest
 
 
 def _hooks(net, record: Callable[..., None], loss_scale: float) -> List:
@@ -160,10 +161,15 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
     _set_pynative()
     ms.set_seed(config.seed)
     num_classes = config.num_classes
+    # the torch capture's starting point, when this one starts from it too: compare checks
+    # that the two captures it is given belong together
+    starts_from: Dict[str, str] = {}
     if reference is not None:
-        reference_weights, batch, reference_config = _reference_inputs(reference)
+        reference_weights, batch, reference_manifest = _reference_inputs(reference)
+        num_classes = reference_manifest.get("config", {}).get("num_classes")
+        if weights is None and batch_file is None and "fingerprint" in reference_manifest:
+            starts_from = {"fingerprint": reference_manifest["fingerprint"]}
         weights = weights or reference_weights
-        num_classes = reference_config.get("num_classes")
     if weights is None:
         raise ParityInputError("the MindSpore capture needs the torch weights: pass --reference "
                                "TORCH_RUN_DIR (from 'parity capture --framework torch') or "
@@ -209,7 +215,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         writer.wait()
         return writer.finish(manifest_meta(
             "mindspore", config, num_classes, factory or type(net).__name__, param_map,
-            observer, clock))
+            observer, clock, **starts_from))
 
 
 class _InitialState(Mapping):
