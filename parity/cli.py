@@ -267,14 +267,24 @@ def _console(stderr: bool = False):
     return console
 
 
+REPORT_KINDS = ("json", "csv", "html")
+
+
+def _refuse_unwritable_reports(args: argparse.Namespace) -> None:
+    """Each report path asked for, checked before the captures and the compare, not after."""
+    from parity.io import refuse_unwritable
+    for kind in REPORT_KINDS:
+        if getattr(args, kind) is not None:
+            refuse_unwritable(Path(getattr(args, kind)), replace_own=True)
+
+
 def _write_reports(result, args: argparse.Namespace, defaults: Optional[dict] = None) -> List[Path]:
     defaults = defaults or {}
     written = []
-    for kind, writer in (("json", result.to_json), ("csv", result.to_csv),
-                         ("html", result.to_html)):
+    for kind in REPORT_KINDS:
         path = getattr(args, kind) or defaults.get(kind)
         if path is not None:
-            written.append(writer(Path(path)))
+            written.append(getattr(result, f"to_{kind}")(Path(path)))
     return written
 
 
@@ -305,6 +315,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     torch_factory, ms_factory = factories(args)
     name_map = api.load_name_map(args.map)
     policy = _policy(args)
+    _refuse_unwritable_reports(args)
     label = args.model if not args.torch_model else "custom"
     out = args.out or REPORTS / "runs" / label
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -353,6 +364,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from parity import api
     from parity.compare.engine import compare_runs
+    _refuse_unwritable_reports(args)
     command = _command_line()
     result = compare_runs(args.run_a, args.run_b, policy=_policy(args),
                           forward_overrides=api.load_name_map(args.map), command=command)
@@ -363,6 +375,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from parity import api
     if not any((args.json, args.csv, args.html)):
         raise ParityInputError("say what to write: --html PATH, --json PATH and/or --csv PATH")
+    _refuse_unwritable_reports(args)
     result = api.load_result(args.source, _policy(args) if args.tolerance else None)
     return _finish(result, args, _write_reports(result, args))
 

@@ -27,6 +27,16 @@ def written_by_parity(path: Path) -> bool:
     return MARKER.encode() in head or head.startswith(CSV_HEADER)
 
 
+def refuse_unwritable(path: Path, *, replace_own: bool = False) -> None:
+    """Raise unless ``path`` may be written: a new file in an existing folder, or, with
+    ``replace_own``, a file parity wrote. Called before long work, as well as when writing."""
+    if path.exists() and not (replace_own and written_by_parity(path)):
+        raise ParityInputError(f"{path} already exists; parity never overwrites a file it did "
+                               "not write: remove it or choose another path")
+    if not path.parent.is_dir():
+        raise ParityInputError(f"cannot write {path}: folder {path.parent} does not exist")
+
+
 @contextmanager
 def atomic_output(path: Path, *, replace_own: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed over ``path``.
@@ -34,11 +44,7 @@ def atomic_output(path: Path, *, replace_own: bool = False) -> Iterator[Path]:
     An existing file is replaced only when ``replace_own`` is set and parity wrote it.
     """
     path = Path(path)
-    if path.exists() and not (replace_own and written_by_parity(path)):
-        raise ParityInputError(f"{path} already exists; parity never overwrites a file it did "
-                               "not write: remove it or choose another path")
-    if not path.parent.is_dir():
-        raise ParityInputError(f"cannot write {path}: folder {path.parent} does not exist")
+    refuse_unwritable(path, replace_own=replace_own)
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
     try:
         yield tmp

@@ -165,6 +165,20 @@ def test_output_path_that_is_a_user_file(tmp_path):
     assert (tmp_path / "results").read_text() == "precious"
 
 
+@pytest.mark.parametrize("report, message", [
+    ("thesis.html", "already exists; parity never overwrites"),
+    ("no-such-folder/r.json", "folder"),
+])
+def test_a_report_path_that_cannot_be_written_is_refused_before_the_captures(tmp_path, report,
+                                                                             message):
+    (tmp_path / "thesis.html").write_text("precious")
+    option = "--html" if report.endswith(".html") else "--json"
+    process = parity_cli("run", *TINY, option, tmp_path / report, "--out", tmp_path / "run")
+    assert_one_line_error(process, message)
+    assert (tmp_path / "thesis.html").read_text() == "precious"
+    assert not (tmp_path / "run").exists()          # refused before any capture ran
+
+
 @pytest.mark.parametrize("option, value, message", [
     ("--lr", "-1", "must be a number >= 0"),
     ("--momentum", "nan", "must be a number >= 0"),
