@@ -355,16 +355,14 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         _load_weights(model, weights)
     num_classes = config.num_classes
     synthetic = batch is None and batch_file is None
-    batch_errors = partial(_synthetic_batch_errors, config) if synthetic else None
     if batch is None:
-        if num_classes is None and batch_file is None:     # a file's labels need no count
+        if num_classes is None and synthetic:       # a file's labels need no count
             probe = batch_for(config, batch_file, 1)
-            with batch_errors():
+            with _synthetic_batch_errors(config):
                 num_classes = _infer_num_classes(model, probe.inputs)
         batch = batch_for(config, batch_file, num_classes)
-    if not synthetic:
-        batch_errors = partial(_own_batch_errors, batch,
-                               f"your --input {batch_file}" if batch_file else "your batch")
+    batch_errors = _synthetic_batch_errors(config) if synthetic else \
+        _own_batch_errors(batch, f"your --input {batch_file}" if batch_file else "your batch")
     initial = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
 
     with RunWriter(out, "torch") as writer, numpy_on_one_thread():
@@ -372,7 +370,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         initial = _StateOnDisk(writer.partial / INITIAL_WEIGHTS, list(initial))
         hooked = Fingerprints()
         clock.next("hooked step")
-        with batch_errors():
+        with batch_errors:
             _train_step(model, initial, batch, config, tee(writer.add, hooked))
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:

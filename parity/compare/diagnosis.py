@@ -45,6 +45,7 @@ SHARED_STEP_SETTINGS = ("lr", "momentum", "weight_decay", "nesterov", "dampening
                         "label_smoothing")
 AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
 
+
 def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                    comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
                    unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:

@@ -60,7 +60,7 @@ def open_pair(run_a: Path, run_b: Path) -> Tuple[RunReader, RunReader]:
     return readers["torch"], readers["mindspore"]
 
 
-def refuse_other_starting_point(torch_run: RunReader, ms_run: RunReader) -> None:
+def _refuse_other_starting_point(torch_run: RunReader, ms_run: RunReader) -> None:
     """A MindSpore capture made from another torch capture (its --reference) than the one it
     is compared with started from other weights or another batch: every record would differ."""
     torch_start, ms_start = (run.manifest.get("fingerprint") for run in (torch_run, ms_run))
@@ -435,7 +435,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
              policy: TolerancePolicy, forward_overrides: Optional[Mapping[str, str]],
              command: str, use_fp64_reference: bool) -> CheckResult:
     pairs, unmatched = pair_records(torch_run, ms_run, forward_overrides)
-    refuse_other_starting_point(torch_run, ms_run)
+    _refuse_other_starting_point(torch_run, ms_run)
     self_checks = {run.framework: run.observer_effect for run in (torch_run, ms_run)}
     # A torch step that draws random numbers (dropout in a forward, stochastic depth) drew
     # others in its float64 rerun: that difference is no measure of float32 noise.
