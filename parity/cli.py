@@ -16,7 +16,7 @@ from typing import List, Optional
 
 os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is imported
 
-from parity.config import WEIGHT_DECAY_SCOPES, StepConfig  # noqa: E402
+from parity.config import SEEDS, WEIGHT_DECAY_SCOPES, StepConfig  # noqa: E402
 from parity.errors import ParityInputError  # noqa: E402
 
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
@@ -45,7 +45,7 @@ def _seed(text: str) -> int:
         value = int(text)
     except ValueError:
         value = -1
-    if not 0 <= value < 2**32:              # MindSpore's set_seed takes no other
+    if value not in SEEDS:
         raise argparse.ArgumentTypeError(f"must be an integer between 0 and 2**32 - 1, got {text}")
     return value
 

@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional
 
 # MindSpore optimizers skip parameters named gamma/beta by default; torch decays everything.
 WEIGHT_DECAY_SCOPES = ("all", "no-gamma-beta", "no-gamma-beta-bias")
+SEEDS = range(2**32)     # what MindSpore's set_seed takes
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class StepConfig:
         for name in ("batch_size", "image_size", "num_classes"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if not 0 <= self.seed < 2**32:          # MindSpore's set_seed takes no other
+        if self.seed not in SEEDS:
             raise ValueError(f"seed must be between 0 and 2**32 - 1, got {self.seed}")
 
     def to_dict(self) -> Dict[str, Any]:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Optional, Union
 
 
-
 def peak_resident_bytes() -> int:
     """The most memory this process has held so far (Unix only; Linux reports kilobytes)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -18,7 +18,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from parity.align import align_parameters, split_param
-from parity.errors import ParityInputError
+from parity.errors import ParityInputError, first_few
 
 # torch bookkeeping with no MindSpore counterpart: a step counter, not a weight.
 IGNORED_TORCH_SUFFIXES = (".num_batches_tracked",)
@@ -147,16 +147,9 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     if problems:
         raise ParityInputError(f"weight transfer refused, {len(problems)} problem(s): "
                                f"{_not_the_same_model(alignment, mindspore_params, torch_params)}"
-                               f"{listed(problems)}. Fix the weights or the port, or map names "
-                               "with --map FILE")
+                               f"{first_few(problems, MAX_PROBLEMS_LISTED, '; ')}. Fix the "
+                               "weights or the port, or map names with --map FILE")
     return dict(alignment.mindspore_to_torch)
-
-
-def listed(problems: Sequence[str], separator: str = "; ") -> str:
-    """The first problems, and how many more: one line a reader can take in."""
-    more = len(problems) - MAX_PROBLEMS_LISTED
-    return separator.join(problems[:MAX_PROBLEMS_LISTED]) + \
-        (f"{separator}and {more} more" if more > 0 else "")
 
 
 def _not_the_same_model(alignment, mindspore_params: Sequence, torch_params: Sequence) -> str:

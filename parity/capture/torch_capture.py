@@ -22,12 +22,13 @@ from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.capture.spill import SavedTensorSpill
 from parity.config import StepConfig
-from parity.errors import ParityInputError
+from parity.errors import ParityInputError, first_few
 from parity.models_loader import build_loss
 from parity.resources import peak_resident_bytes
 from parity.records import RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunWriter, SafetensorsFile
-from parity.weights import is_ignored, listed, load_state_dict, save_state_dict_bytes
+from parity.weights import (MAX_PROBLEMS_LISTED, is_ignored, load_state_dict,
+                            save_state_dict_bytes)
 
 BLOCK = 1 << 18     # elements per float64 block: temporaries stay small
 M_MMAP_THRESHOLD = -3       # glibc's mallopt parameter (malloc.h)
@@ -43,9 +44,10 @@ def _load_weights(model, path: Path) -> None:
     shapes = [f"{k}: file {tuple(v.shape)} vs model {tuple(expected[k].shape)}"
               for k, v in state_dict.items() if k in expected and v.shape != expected[k].shape]
     if missing or extra or shapes:
-        parts = ([f"missing keys: {listed(missing, ', ')}"] if missing else []) + \
-                ([f"unexpected keys: {listed(extra, ', ')}"] if extra else []) + \
-                ([f"wrong shapes: {listed(shapes)}"] if shapes else [])
+        parts = [f"{what}: {first_few(names, MAX_PROBLEMS_LISTED, separator)}"
+                 for what, names, separator in (("missing keys", missing, ", "),
+                                                ("unexpected keys", extra, ", "),
+                                                ("wrong shapes", shapes, "; ")) if names]
         raise ParityInputError(f"{path} does not fit the torch model: {' | '.join(parts)}")
     model.load_state_dict(state_dict, strict=True)
 
@@ -132,7 +134,8 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
     params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     missing_grads = [name for name, p in params if p.grad is None]
     if missing_grads:
-        raise ParityInputError(f"no gradient reached {listed(missing_grads, ', ')}: "
+        raise ParityInputError(f"no gradient reached "
+                               f"{first_few(missing_grads, MAX_PROBLEMS_LISTED)}: "
                                "unused parameters cannot be compared; remove them or freeze "
                                "them (requires_grad=False on both sides)")
     for name, param in params:

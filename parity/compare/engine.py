@@ -24,7 +24,7 @@ from parity.compare.measure import (AnyJob, Helper, Job, Runs, StepCheck, helper
 from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
                                     with_allowance, worst_elements)
 from parity.compare.tolerance import TolerancePolicy
-from parity.errors import ParityInputError
+from parity.errors import ParityInputError, first_few
 from parity.records import KIND_RANK, Comparison, Divergence, Meta, RecordInfo, TensorStats
 from parity.resources import peak_resident_mb
 from parity.result import CheckResult, RecordDetail
@@ -395,14 +395,9 @@ def _step_checks(plan: List[_Planned], config: Mapping[str, Any],
             and p.pair.torch.name in grads and p.pair.torch.name in weights}
 
 
-def _first_few(items: List[str], shown: int = 4) -> str:
-    return ", ".join(items[:shown]) + \
-        (f" and {len(items) - shown} more" if len(items) > shown else "")
-
-
 def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> str:
     units = sum(s.units for s in sites)
-    where = _first_few([f"{s.name} ({s.units})" for s in sites])
+    where = first_few([f"{s.name} ({s.units})" for s in sites])
     widest = max(c.flip_allowance for c in comparisons)
     what = (f"The gradient passed on one side and blocked on the other is allowed for in the "
             f"gradients before them (up to {100 * widest:.2g} % relative error): a bug in the "
@@ -533,7 +528,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     dropouts = [r.name for r in torch_run.records if r.kind == "forward" and r.op == "dropout"]
     if dropouts:
         notes.append(f"{len(dropouts)} dropout module{'s' if len(dropouts) > 1 else ''} "
-                     f"({_first_few(dropouts)}) ran as identity on both sides: the frameworks "
+                     f"({first_few(dropouts)}) ran as identity on both sides: the frameworks "
                      "draw different random masks, so their rates are compared instead")
     unused = policy.unused_overrides()
     if unused:

@@ -35,7 +35,7 @@ from parity.compare import optimizer
 from parity.compare.metrics import Float64Noise, Tolerance, compare_tensors
 from parity.records import RecordInfo, TensorStats
 from parity.resources import peak_resident_mb
-from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
+from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile, stored_bytes
 
 # Below this many bytes stored in the two runs, the helper's start-up (0.2 s: numpy and
 # parity's readers) costs more than it saves.
@@ -170,9 +170,7 @@ def helper_for(torch_run: RunReader, ms_run: RunReader,
     """A helper for these two runs when they hold enough bytes to be worth one (None
     otherwise), ended when the block is left: ``started``, a helper started earlier whose
     start-up is over by now, if it is still running, else a new one."""
-    stored = sum(int(shard["bytes"]) for run in (torch_run, ms_run)
-                 for shard in run.manifest["shards"])
-    if not worth_a_helper(stored):
+    if not worth_a_helper(stored_bytes(torch_run.path) + stored_bytes(ms_run.path)):
         yield None
         return
     helper = started if started is not None and started.process.poll() is None \
