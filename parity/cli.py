@@ -12,11 +12,12 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is imported
 
-from parity.config import SEEDS, WEIGHT_DECAY_SCOPES, StepConfig  # noqa: E402
+from parity.config import (SEEDS, SHARED_STEP_SETTINGS, WEIGHT_DECAY_SCOPES,  # noqa: E402
+                           StepConfig)
 from parity.errors import ParityInputError  # noqa: E402
 
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
@@ -103,18 +104,21 @@ def _add_step_options(parser: argparse.ArgumentParser) -> None:
                        help="your batch: arrays x (floats such as N×C×H×W images, or integer token "
                             "ids), x1, x2... for a model taking more inputs (an attention mask), "
                             "and y (class indices: per sample, or per pixel or token)")
-    group.add_argument("--lr", type=_non_negative, default=0.1,
+    # The shared step settings default to None here: a MindSpore capture fills what was not
+    # given from its --reference, anything else from StepConfig's defaults (step_config).
+    group.add_argument("--lr", type=_non_negative,
                        help="SGD learning rate, both sides (default 0.1)")
-    group.add_argument("--momentum", type=_non_negative, default=0.9,
-                       help="SGD momentum (default 0.9)")
-    group.add_argument("--weight-decay", type=_non_negative, default=1e-4,
+    group.add_argument("--momentum", type=_non_negative, help="SGD momentum (default 0.9)")
+    group.add_argument("--weight-decay", type=_non_negative,
                        help="SGD weight decay (default 1e-4; its MindSpore scope: "
                             "--ms-weight-decay-scope)")
-    group.add_argument("--nesterov", action="store_true", help="Nesterov momentum")
-    group.add_argument("--dampening", type=_fraction, default=0.0,
-                       help="torch SGD dampening (no effect on the first step's buffer)")
-    group.add_argument("--label-smoothing", type=_fraction, default=0.0,
-                       help="of the default loss, mean cross entropy")
+    group.add_argument("--nesterov", action=argparse.BooleanOptionalAction,
+                       help="Nesterov momentum (default off)")
+    group.add_argument("--dampening", type=_fraction,
+                       help="torch SGD dampening (default 0; no effect on the first step's "
+                            "buffer)")
+    group.add_argument("--label-smoothing", type=_fraction,
+                       help="of the default loss, mean cross entropy (default 0)")
     group.add_argument("--torch-loss", metavar="PKG.MOD:FACTORY",
                        help="zero-argument callable returning your torch loss, called as "
                             "loss(outputs, labels) (default: mean cross entropy)")
@@ -166,14 +170,18 @@ def build_parser() -> ArgumentParser:
     capture = sub.add_parser("capture", help="one framework's half of a run",
                              description="Run the training step in one framework and write a "
                                          "run directory. Capture torch first: the MindSpore "
-                                         "side takes its weights and batch via --reference.")
+                                         "side then takes from it (--reference) its weights, "
+                                         "its batch and each step setting not given here "
+                                         "(--lr, --momentum, --weight-decay, --nesterov, "
+                                         "--dampening, --label-smoothing).")
     capture.add_argument("--framework", choices=("torch", "mindspore"), required=True,
                          help="which side to capture")
     capture.add_argument("--out", type=Path, required=True, metavar="DIR",
                          help="run directory to write (an earlier parity capture there is "
                               "replaced, anything else refused)")
     capture.add_argument("--reference", type=Path, metavar="TORCH_RUN",
-                         help="(mindspore) the torch capture to take weights and batch from")
+                         help="(mindspore) the torch capture to take weights, batch and step "
+                              "settings from")
     capture.add_argument("--weights", type=Path, metavar="FILE",
                          help="torch state dict (.pth/.pt/.safetensors) to start from")
     _add_model_options(capture)
@@ -225,16 +233,21 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def step_config(args: argparse.Namespace) -> StepConfig:
+DEFAULT_STEP = StepConfig()
+
+
+def step_config(args: argparse.Namespace, inherited: Mapping[str, Any] = {}) -> StepConfig:
+    """The step the options describe; a shared step setting not given comes from ``inherited``
+    (the torch capture's, for a MindSpore capture made from it), else from the defaults."""
     if args.config_json:
         return StepConfig.from_dict(json.loads(args.config_json))
+    shared = {key: getattr(args, key) if getattr(args, key) is not None
+              else inherited.get(key, getattr(DEFAULT_STEP, key)) for key in SHARED_STEP_SETTINGS}
     try:
         return StepConfig(
             model=args.model, torch_factory=args.torch_model, mindspore_factory=args.ms_model,
             num_classes=args.num_classes, batch_size=args.batch_size,
-            image_size=args.image_size, seed=args.seed, lr=args.lr, momentum=args.momentum,
-            weight_decay=args.weight_decay, nesterov=args.nesterov, dampening=args.dampening,
-            label_smoothing=args.label_smoothing, torch_loss=args.torch_loss,
+            image_size=args.image_size, seed=args.seed, **shared, torch_loss=args.torch_loss,
             ms_loss=args.ms_loss,
             ms_weight_decay_scope=args.ms_weight_decay_scope, ms_loss_scale=args.ms_loss_scale,
             ms_scale_loss=not args.ms_no_scale_loss)
@@ -343,9 +356,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _finish(result, args, _write_reports(result, args, defaults))
 
 
+def _reference_settings(args: argparse.Namespace) -> Dict[str, Any]:
+    """The step settings of the torch capture a MindSpore capture starts from."""
+    if args.framework != "mindspore" or args.reference is None:
+        return {}
+    from parity.rundir import RunReader
+    config = RunReader.open(args.reference).manifest.get("config", {})
+    return {key: config[key] for key in SHARED_STEP_SETTINGS if key in config}
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
     from parity import api
-    config = step_config(args)
+    config = step_config(args, _reference_settings(args))
     torch_factory, ms_factory = factories(args)
     if args.framework == "torch":
         from parity.capture.torch_capture import capture_torch

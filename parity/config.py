@@ -14,6 +14,10 @@ from typing import Any, Dict, Optional
 # MindSpore optimizers skip parameters named gamma/beta by default; torch decays everything.
 WEIGHT_DECAY_SCOPES = ("all", "no-gamma-beta", "no-gamma-beta-bias")
 SEEDS = range(2**32)     # what MindSpore's set_seed takes
+# Settings of the step both captures run (the ms_* ones and the losses are one side's own). A
+# MindSpore capture made from a torch one (--reference) takes them from it unless given.
+SHARED_STEP_SETTINGS = ("lr", "momentum", "weight_decay", "nesterov", "dampening",
+                        "label_smoothing")
 
 
 @dataclass(frozen=True)

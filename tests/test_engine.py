@@ -737,6 +737,25 @@ def test_fixed_tolerances_also_pass_the_correct_port(resnet50_run):
     assert result.records.noise_ratio.isna().all()
 
 
+def test_mindspore_capture_takes_the_step_settings_not_given_from_its_reference(tmp_path):
+    """Two machines, the torch capture run with its own options: the MindSpore capture made
+    from it runs the same step unless told otherwise, and what it is told wins."""
+    torch_run, ms_run, report = tmp_path / "t", tmp_path / "m", tmp_path / "r.json"
+    assert parity_cli("capture", "--framework", "torch", *TINY, "--lr", "0.05", "--nesterov",
+                      "--label-smoothing", "0.1", "--out", torch_run).returncode == 0
+    process = parity_cli("capture", "--framework", "mindspore", *TINY, "--no-nesterov",
+                         "--reference", torch_run, "--out", ms_run)
+    assert process.returncode == 0, process.stderr
+    config = RunReader.open(ms_run).manifest["config"]
+    assert (config["lr"], config["label_smoothing"], config["momentum"]) == (0.05, 0.1, 0.9)
+    assert config["nesterov"] is False
+    parity_cli("compare", torch_run, ms_run, "--json", report, "--quiet")
+    differing = [note for note in read_json(report)["meta"]["notes"]
+                 if note.startswith("the captures ran different step settings")]
+    assert differing == ["the captures ran different step settings: nesterov True in the torch "
+                         "capture, False in the MindSpore one"], differing
+
+
 @pytest.mark.parametrize("option, value, first_kind", [("--lr", "0.5", "update"),
                                                        ("--dampening", "0.5", None)])
 def test_captures_run_apart_with_different_step_settings_are_told_so(tmp_path, option, value,

@@ -16,6 +16,7 @@ from parity.compare import kernels, optimizer, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.settings import settings_cause
 from parity.compare.structure import FROZEN_ON_ONE_SIDE, frozen_on_one_side
+from parity.config import SHARED_STEP_SETTINGS
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
@@ -39,10 +40,7 @@ INPUT_SHARE = 0.1
 NOISE_MARGIN = 10
 
 HALF_DTYPES = ("float16", "bfloat16")
-# Settings of the step both captures run (the ms_* ones and the losses are one side's own; the
-# MindSpore capture takes the batch and weights from the torch one), and the records they reach.
-SHARED_STEP_SETTINGS = ("lr", "momentum", "weight_decay", "nesterov", "dampening",
-                        "label_smoothing")
+# The records the shared step settings reach.
 AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
 
 
