@@ -367,6 +367,10 @@ def _reference_settings(args: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     from parity import api
+    if args.framework == "torch" and args.reference is not None:
+        raise ParityInputError("--reference is the MindSpore capture's (the torch capture it "
+                               "starts from); the torch capture starts from --weights FILE or "
+                               "the --seed")
     config = step_config(args, _reference_settings(args))
     torch_factory, ms_factory = factories(args)
     if args.framework == "torch":

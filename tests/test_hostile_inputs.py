@@ -201,6 +201,13 @@ def test_report_path_holding_a_user_file(tiny_run, tmp_path):
     assert (tmp_path / "notes.json").read_text() == "my notes"
 
 
+def test_a_reference_given_to_the_torch_capture_is_refused(tmp_path):
+    process = parity_cli("capture", "--framework", "torch", *TINY, "--reference", tmp_path,
+                         "--out", tmp_path / "torch")
+    assert_one_line_error(process, "--reference is the MindSpore capture's")
+    assert not (tmp_path / "torch").exists()
+
+
 def test_unknown_option():
     assert_one_line_error(parity_cli("run", "--batchsize", "2"), "unrecognized arguments")
 
