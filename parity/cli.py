@@ -91,10 +91,13 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_step_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("training step")
-    group.add_argument("--batch-size", type=_positive_int, default=2,
+    # Default None, as the shared step settings below: given where the batch is not parity's
+    # synthetic one they are refused (step_config), not ignored.
+    group.add_argument("--batch-size", type=_positive_int,
                        help="samples in the synthetic batch (default 2)")
-    group.add_argument("--image-size", type=_positive_int, default=64,
-                       help="square input side (default 64; ResNet works at that size)")
+    group.add_argument("--image-size", type=_positive_int,
+                       help="square side of the synthetic batch's images (default 64; ResNet "
+                            "works at that size)")
     group.add_argument("--seed", type=_seed, default=0,
                        help="seeds the initial weights and the synthetic batch (default 0); "
                             "another seed checks other ReLU units and roundings")
@@ -234,25 +237,50 @@ def build_parser() -> ArgumentParser:
 
 
 DEFAULT_STEP = StepConfig()
+SYNTHETIC_BATCH_SETTINGS = ("batch_size", "image_size")
 
 
-def step_config(args: argparse.Namespace, inherited: Mapping[str, Any] = {}) -> StepConfig:
-    """The step the options describe; a shared step setting not given comes from ``inherited``
-    (the torch capture's, for a MindSpore capture made from it), else from the defaults."""
+def step_config(args: argparse.Namespace, reference: Mapping[str, Any] = {}) -> StepConfig:
+    """The step the options describe. A setting both captures share that was not given comes
+    from ``reference`` (the settings of the torch capture a MindSpore capture is made from),
+    else from the defaults."""
     if args.config_json:
         return StepConfig.from_dict(json.loads(args.config_json))
+    _refuse_batch_options_without_effect(args, reference)
     shared = {key: getattr(args, key) if getattr(args, key) is not None
-              else inherited.get(key, getattr(DEFAULT_STEP, key)) for key in SHARED_STEP_SETTINGS}
+              else reference.get(key, getattr(DEFAULT_STEP, key))
+              for key in SHARED_STEP_SETTINGS + SYNTHETIC_BATCH_SETTINGS}
     try:
         return StepConfig(
             model=args.model, torch_factory=args.torch_model, mindspore_factory=args.ms_model,
-            num_classes=args.num_classes, batch_size=args.batch_size,
-            image_size=args.image_size, seed=args.seed, **shared, torch_loss=args.torch_loss,
+            num_classes=args.num_classes, seed=args.seed, **shared, torch_loss=args.torch_loss,
             ms_loss=args.ms_loss,
             ms_weight_decay_scope=args.ms_weight_decay_scope, ms_loss_scale=args.ms_loss_scale,
             ms_scale_loss=not args.ms_no_scale_loss)
     except ValueError as error:
         raise ParityInputError(str(error)) from None
+
+
+def _refuse_batch_options_without_effect(args: argparse.Namespace,
+                                         reference: Mapping[str, Any]) -> None:
+    """--batch-size and --image-size shape the synthetic batch: with the user's own batch, or
+    for a MindSpore capture taking the torch capture's batch at another size, they would be
+    silently ignored."""
+    given = {key: getattr(args, key) for key in SYNTHETIC_BATCH_SETTINGS
+             if getattr(args, key) is not None}
+
+    def option(key: str) -> str:
+        return f"--{key.replace('_', '-')}"
+    if args.input and given:
+        shape, them = ("shapes", "it") if len(given) == 1 else ("shape", "them")
+        raise ParityInputError(f"{' and '.join(map(option, given))} {shape} parity's synthetic "
+                               f"batch; with --input the batch is your file's: leave {them} out")
+    differing = [f"{option(key)} {value} (the torch capture's: {reference[key]})"
+                 for key, value in given.items() if key in reference and reference[key] != value]
+    if differing:
+        them = "it" if len(differing) == 1 else "them"
+        raise ParityInputError(f"{', '.join(differing)}: the MindSpore capture takes its batch "
+                               f"from --reference; leave {them} out")
 
 
 def builtin_pair(name: str):
@@ -362,7 +390,8 @@ def _reference_settings(args: argparse.Namespace) -> Dict[str, Any]:
         return {}
     from parity.rundir import RunReader
     config = RunReader.open(args.reference).manifest.get("config", {})
-    return {key: config[key] for key in SHARED_STEP_SETTINGS if key in config}
+    return {key: config[key] for key in SHARED_STEP_SETTINGS + SYNTHETIC_BATCH_SETTINGS
+            if key in config}
 
 
 def cmd_capture(args: argparse.Namespace) -> int:

@@ -21,8 +21,8 @@ import pytest
 pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["--torch-model", "tests.tiny:torch_tiny", "--ms-model", "tests.tiny:ms_tiny",
-        "--image-size", "16"]
+TINY_PAIR = ["--torch-model", "tests.tiny:torch_tiny", "--ms-model", "tests.tiny:ms_tiny"]
+TINY = [*TINY_PAIR, "--image-size", "16"]
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from parity.errors import ParityInputError
-from tests.conftest import REPO, TINY, assert_one_line_error, parity_cli, read_json
+from tests.conftest import (REPO, TINY, TINY_PAIR, assert_one_line_error, parity_cli,
+                            read_json)
 
 
 def _copy(run: Path, tmp_path: Path) -> Path:
@@ -95,7 +96,7 @@ def test_nan_in_the_batch_is_the_first_divergence_not_a_crash(tmp_path):
     x = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
     x[1, 2, 3, 4] = np.nan
     np.savez(tmp_path / "batch.npz", x=x, y=np.array([1, 2]))
-    process = parity_cli("run", *TINY, "--input", tmp_path / "batch.npz", "--out",
+    process = parity_cli("run", *TINY_PAIR, "--input", tmp_path / "batch.npz", "--out",
                          tmp_path / "run", "--json", tmp_path / "r.json", "--quiet")
     assert process.returncode == 1, process.stderr
     report = read_json(tmp_path / "r.json")
@@ -107,7 +108,7 @@ def test_nan_in_the_batch_is_the_first_divergence_not_a_crash(tmp_path):
 
 def test_batch_file_without_labels(tmp_path):
     np.savez(tmp_path / "batch.npz", x=np.zeros((2, 3, 8, 8), np.float32))
-    process = parity_cli("run", *TINY, "--input", tmp_path / "batch.npz", "--out",
+    process = parity_cli("run", *TINY_PAIR, "--input", tmp_path / "batch.npz", "--out",
                          tmp_path / "run")
     assert_one_line_error(process, "lacks array(s) y")
 
@@ -145,7 +146,7 @@ def test_a_damaged_batch_file_is_named_not_a_crash(tmp_path, damage):
 
 def test_batch_of_booleans(tmp_path):
     np.savez(tmp_path / "batch.npz", x=np.zeros((2, 3, 8, 8), bool), y=np.array([1, 2]))
-    process = parity_cli("run", *TINY, "--input", tmp_path / "batch.npz", "--out",
+    process = parity_cli("run", *TINY_PAIR, "--input", tmp_path / "batch.npz", "--out",
                          tmp_path / "run")
     assert_one_line_error(process, "the input batch holds bool: pass floats")
 
@@ -206,6 +207,24 @@ def test_a_reference_given_to_the_torch_capture_is_refused(tmp_path):
                          "--out", tmp_path / "torch")
     assert_one_line_error(process, "--reference is the MindSpore capture's")
     assert not (tmp_path / "torch").exists()
+
+
+def test_batch_options_with_a_batch_file_are_refused_not_ignored(tmp_path):
+    np.savez(tmp_path / "batch.npz", x=np.zeros((2, 3, 16, 16), np.float32), y=np.array([1, 2]))
+    process = parity_cli("run", *TINY_PAIR, "--input", tmp_path / "batch.npz", "--batch-size", "4",
+                         "--out", tmp_path / "run")
+    assert_one_line_error(process, "--batch-size shapes parity's synthetic batch; with --input "
+                                   "the batch is your file's: leave it out")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_mindspore_capture_at_another_batch_size_than_its_reference_is_refused(tiny_run,
+                                                                                 tmp_path):
+    process = parity_cli("capture", "--framework", "mindspore", *TINY_PAIR, "--image-size", "32",
+                         "--reference", tiny_run / "torch", "--out", tmp_path / "ms")
+    assert_one_line_error(process, "--image-size 32 (the torch capture's: 16): the MindSpore "
+                                   "capture takes its batch from --reference; leave it out")
+    assert not (tmp_path / "ms").exists()
 
 
 def test_unknown_option():
@@ -315,7 +334,7 @@ def test_a_model_that_takes_other_inputs_is_pointed_to_input(tmp_path):
 def test_a_batch_file_the_model_cannot_take_is_named_with_its_arrays(tmp_path):
     np.savez(tmp_path / "gray.npz", x=np.zeros((2, 1, 16, 16), np.float32),
              y=np.zeros(2, np.int64))
-    process = parity_cli("run", *TINY, "--input", tmp_path / "gray.npz", "--out", tmp_path / "run")
+    process = parity_cli("run", *TINY_PAIR, "--input", tmp_path / "gray.npz", "--out", tmp_path / "run")
     assert_one_line_error(process, "the torch model failed on your --input",
                           "(x (2, 1, 16, 16) float32; labels y (2,))", "RuntimeError",
                           "x, x1... the inputs in order")
