@@ -334,7 +334,8 @@ def test_a_model_that_takes_other_inputs_is_pointed_to_input(tmp_path):
 def test_a_batch_file_the_model_cannot_take_is_named_with_its_arrays(tmp_path):
     np.savez(tmp_path / "gray.npz", x=np.zeros((2, 1, 16, 16), np.float32),
              y=np.zeros(2, np.int64))
-    process = parity_cli("run", *TINY_PAIR, "--input", tmp_path / "gray.npz", "--out", tmp_path / "run")
+    process = parity_cli("run", *TINY_PAIR, "--input", tmp_path / "gray.npz", "--out",
+                         tmp_path / "run")
     assert_one_line_error(process, "the torch model failed on your --input",
                           "(x (2, 1, 16, 16) float32; labels y (2,))", "RuntimeError",
                           "x, x1... the inputs in order")
