@@ -146,3 +146,4 @@ class Meta:
     notes: Tuple[str, ...] = ()
     run_dirs: Dict[str, str] = field(default_factory=dict)
     fingerprint: str = ""       # of the initial weights and batch (torch capture); "" if unknown
+    batch: str = ""             # its arrays: "input 2×3×64×64 float32 · target 2 int64"

@@ -189,6 +189,8 @@ def test_a_model_taking_token_ids_and_a_mask_is_fed_both(tmp_path, ms_model, pas
     assert code == (0 if passed else 1), report["diagnosis"]
     inputs = {r["name"]: r["passed"] for r in report["records"] if r["kind"] == "input"}
     assert inputs == {"input": True, "input1": True, "target": True}
+    assert report["meta"]["batch"] == \
+        f"input 4×{TOKENS} int64 · input1 4×{TOKENS} float32 · target 4 int64"
     if not passed:
         assert (report["first_divergence"]["name"], report["first_divergence"]["kind"]) == \
             ("flatten", "forward")

@@ -30,6 +30,7 @@ def test_failing_report_names_the_first_divergence(failing_report):
     assert 'id="first-divergence">layer2.0.conv2</span>' in html
     assert "pad_mode=&#39;same&#39; with stride &gt; 1" in html
     assert html.count("<svg") >= 3           # two depth charts and per-record histograms
+    assert '<dt>batch</dt><dd class="mono">input 2×3×64×64 float32 · target 2 int64</dd>' in html
 
 
 def test_report_is_self_contained_and_small(failing_report):

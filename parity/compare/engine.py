@@ -543,7 +543,9 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
                 "mindspore_factory": ms_run.manifest.get("factory", "")},
         tolerance=policy.to_dict(), command=command, notes=tuple(notes),
         run_dirs={"torch": str(torch_run.path), "mindspore": str(ms_run.path)},
-        fingerprint=str(torch_run.manifest.get("fingerprint", "")))
+        fingerprint=str(torch_run.manifest.get("fingerprint", "")),
+        batch=" · ".join(f"{r.name} {'×'.join(map(str, r.shape))} {r.dtype}"
+                         for r in torch_run.records if r.kind == "input"))
     return CheckResult(comparisons=tuple(comparisons), first_divergence=divergence,
                        diagnosis=diagnosis, unmatched=unmatched, details=details, meta=meta,
                        extra={"observer_effect": self_checks,
