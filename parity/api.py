@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -116,9 +117,23 @@ def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
         raise ParityInputError(f"{framework} capture: {message.removeprefix('parity: error: ')}")
     if debug:
         print("\n".join(lines), file=sys.stderr)
+    if process.returncode < 0:
+        raise ParityInputError(f"the {framework} capture was {_killed_by(-process.returncode)}")
     last = lines[-1] if lines else "no output"
     raise ParityInputError(f"the {framework} capture failed (exit {process.returncode}): {last}; "
                            "rerun with --debug for its full output")
+
+
+def _killed_by(number: int) -> str:
+    """How a capture process that a signal ended died, and what to do."""
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    if number == signal.SIGKILL:
+        return (f"killed ({name}), on Linux most often by the kernel when memory runs out "
+                "(dmesg says): a smaller --batch-size or --image-size needs less")
+    return f"ended by {name}; rerun with --debug for its full output"
 
 
 def run(config: StepConfig, out: Path, options: CaptureOptions, *,

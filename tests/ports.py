@@ -5,6 +5,9 @@ Each factory is zero-argument, as ``--ms-model pkg.mod:factory`` expects.
 
 from __future__ import annotations
 
+import os
+import signal
+
 import mindspore as ms
 import mindspore.nn as nn
 import mindspore.ops as ops
@@ -175,6 +178,11 @@ class RenamedResNet50(nn.Cell):
 
 def renamed_resnet50():
     return RenamedResNet50()
+
+
+def killed_factory():
+    """A user factory whose process the kernel kills (as its out-of-memory killer would)."""
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def broken_factory():

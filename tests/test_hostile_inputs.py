@@ -308,6 +308,16 @@ def test_failing_user_model_code_is_one_line(tmp_path):
     assert (tmp_path / "run" / "torch" / "manifest.json").exists()
 
 
+def test_a_capture_killed_by_the_kernel_is_told_so(tmp_path):
+    """The kernel's out-of-memory killer ends a process with SIGKILL: no error of its own."""
+    process = parity_cli("run", *TINY_PAIR[:2], "--ms-model", "tests.ports:killed_factory",
+                         "--out", tmp_path / "run")
+    assert_one_line_error(process, "the mindspore capture was killed (SIGKILL), on Linux most "
+                                   "often by the kernel when memory runs out",
+                          f"the torch capture is kept in {tmp_path / 'run' / 'torch'}")
+    assert not (tmp_path / "run" / "mindspore").exists()
+
+
 @pytest.mark.parametrize("ms_model", ["ms_tiny_compiled", "ms_tiny_mixed_precision_o1"])
 def test_a_mindspore_model_whose_hooks_never_fire_is_refused(tmp_path, ms_model):
     """No forward hook fires in a construct compiled with @jit, nor in a network rewritten by
