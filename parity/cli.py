@@ -165,7 +165,8 @@ def build_parser() -> ArgumentParser:
     _add_model_options(run)
     _add_step_options(run)
     run.add_argument("--torch-weights", type=Path, metavar="FILE",
-                     help="start from these weights (.pth/.pt/.safetensors state dict)")
+                     help="start from these weights (.pth/.pt/.safetensors state dict, or a "
+                          "training checkpoint holding one)")
     run.add_argument("--out", type=Path, metavar="DIR",
                      help="run directory (default reports/runs/MODEL)")
     _add_report_options(run)

@@ -42,11 +42,18 @@ def load_state_dict(path: Path) -> StateDict:
                                "saved (torch.save(model.state_dict(), ...) or .safetensors)")
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
-        return _load_safetensors(path)
-    if suffix in (".pth", ".pt"):
-        return _load_torch_file(path)
-    raise ParityInputError(f"{path}: unknown weights format {suffix!r}; "
-                           "use .safetensors, .pth or .pt")
+        state_dict = _load_safetensors(path)
+    elif suffix in (".pth", ".pt"):
+        state_dict = _load_torch_file(path)
+    else:
+        raise ParityInputError(f"{path}: unknown weights format {suffix!r}; "
+                               "use .safetensors, .pth or .pt")
+    if not state_dict:
+        raise ParityInputError(f"{path} holds no tensors; pass the file your training saved")
+    # saved from a model wrapped in DataParallel / DistributedDataParallel
+    if all(key.startswith("module.") for key in state_dict):
+        state_dict = {key.removeprefix("module."): value for key, value in state_dict.items()}
+    return state_dict
 
 
 def save_state_dict_bytes(state_dict: Mapping[str, np.ndarray]) -> bytes:
@@ -84,24 +91,42 @@ def _load_torch_file(path: Path) -> StateDict:
     try:
         loaded = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else "unpickling"
+        # torch names the first object it refused ("Unsupported global: GLOBAL pkg.Class ...")
+        refused = re.search(r"GLOBAL ([\w.]+)", str(error))
+        what = f" (the first: {refused.group(1)})" if refused else ""
         raise ParityInputError(
-            f"{path} holds pickled objects that are not tensors; refused without executing them "
-            f"({first_line[:160]}). Save a plain state_dict or use .safetensors") from None
+            f"{path} holds pickled objects that are not tensors{what}; refused without "
+            "executing them. Save model.state_dict() (torch.save(model) pickles the whole "
+            "model) or use .safetensors") from None
     except Exception as error:      # torch's own errors name the problem, some only by type
         said = str(error).strip().split(". ")[0][:160]
         raise ParityInputError(f"{path} is not a readable torch file ({type(error).__name__}"
                                f"{': ' if said else ''}{said}); pass a state dict saved by "
                                "torch.save, or a .safetensors file") from None
-    if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):
-        loaded = loaded["state_dict"]
     if not isinstance(loaded, dict):
         raise ParityInputError(f"{path} holds a {type(loaded).__name__}, not a state dict")
-    not_tensors = [k for k, v in loaded.items() if not isinstance(v, torch.Tensor)]
-    if not_tensors:
-        raise ParityInputError(f"{path}: entries that are not tensors: {', '.join(not_tensors)}; "
-                               "save model.state_dict()")
-    return {k: v.detach().cpu().numpy().copy() for k, v in loaded.items()}
+    state_dict = _the_state_dict(path, loaded, torch.Tensor)
+    return {k: v.detach().cpu().numpy().copy() for k, v in state_dict.items()}
+
+
+def _the_state_dict(path: Path, loaded: Dict, tensor_type: type) -> Dict:
+    """The model's state dict in what torch.load returned: the dict itself, or a training
+    checkpoint's one dict of tensors beside its other entries ({"state_dict": ..., "epoch": 3},
+    {"model": ...})."""
+    def all_tensors(entry: object) -> bool:
+        return isinstance(entry, dict) and bool(entry) and \
+            all(isinstance(v, tensor_type) for v in entry.values())
+    if loaded and not all_tensors(loaded):
+        nested = [key for key, entry in loaded.items() if all_tensors(entry)]
+        if len(nested) > 1:
+            raise ParityInputError(f"{path} holds several state dicts ({', '.join(nested)}); "
+                                   "save the one to check alone: torch.save(checkpoint[NAME])")
+        if not nested:
+            not_tensors = [k for k, v in loaded.items() if not isinstance(v, tensor_type)]
+            raise ParityInputError(f"{path}: entries that are not tensors: "
+                                   f"{first_few(not_tensors)}; save model.state_dict()")
+        loaded = loaded[nested[0]]
+    return loaded
 
 
 def plan_transfer(state_dict: Mapping[str, np.ndarray],

@@ -132,3 +132,37 @@ def test_a_truncated_torch_file_is_named_with_the_first_sentence_of_torchs_error
     with pytest.raises(ParityInputError, match=r"not a readable torch file \(\w+Error: [^.()]+\); "
                                                "pass a state dict"):
         load_state_dict(tmp_path / "w.pth")
+
+
+@pytest.mark.parametrize("saved", [
+    lambda state: {"state_dict": state, "epoch": 3, "best_acc1": 0.7},    # torchvision's recipe
+    lambda state: {"model": state, "optimizer": {"state": {}}, "epoch": 3},
+    lambda state: {f"module.{name}": tensor for name, tensor in state.items()},  # DataParallel
+    lambda state: {"model": {f"module.{name}": tensor for name, tensor in state.items()}},
+])
+def test_a_training_checkpoint_gives_its_model_state_dict(tmp_path, saved):
+    from parity.weights import load_state_dict
+    state = torchvision.models.resnet18(num_classes=10).state_dict()
+    torch.save(saved(state), tmp_path / "checkpoint.pth")
+    loaded = load_state_dict(tmp_path / "checkpoint.pth")
+    assert list(loaded) == list(state)
+    assert all(np.array_equal(loaded[name], tensor.numpy()) for name, tensor in state.items())
+
+
+@pytest.mark.parametrize("saved, message", [
+    ({"model": {"w": torch.ones(2)}, "ema": {"w": torch.zeros(2)}, "epoch": 3},
+     r"holds several state dicts \(model, ema\); save the one to check alone"),
+    ({"epoch": 3, "arch": "resnet18"}, "entries that are not tensors: epoch, arch; save "
+                                       r"model.state_dict\(\)"),
+    ({}, "holds no tensors"),
+    (torch.nn.Linear(2, 2), r"pickled objects that are not tensors \(the first: "
+                            r"torch.nn.modules.linear.Linear\); refused without executing them. "
+                            r"Save model.state_dict\(\) \(torch.save\(model\) pickles the whole "
+                            r"model\)"),
+])
+def test_a_checkpoint_without_one_clear_state_dict_is_told_what_it_holds(tmp_path, saved,
+                                                                       message):
+    from parity.weights import load_state_dict
+    torch.save(saved, tmp_path / "checkpoint.pth")
+    with pytest.raises(ParityInputError, match=message):
+        load_state_dict(tmp_path / "checkpoint.pth")
