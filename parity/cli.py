@@ -241,12 +241,14 @@ DEFAULT_STEP = StepConfig()
 SYNTHETIC_BATCH_SETTINGS = ("batch_size", "image_size")
 
 
-def step_config(args: argparse.Namespace, reference: Mapping[str, Any] = {}) -> StepConfig:
+def step_config(args: argparse.Namespace,
+                reference: Optional[Mapping[str, Any]] = None) -> StepConfig:
     """The step the options describe. A setting both captures share that was not given comes
     from ``reference`` (the settings of the torch capture a MindSpore capture is made from),
     else from the defaults."""
     if args.config_json:
         return StepConfig.from_dict(json.loads(args.config_json))
+    reference = reference or {}
     _refuse_batch_options_without_effect(args, reference)
     shared = {key: getattr(args, key) if getattr(args, key) is not None
               else reference.get(key, getattr(DEFAULT_STEP, key))

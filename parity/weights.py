@@ -105,24 +105,26 @@ def _load_torch_file(path: Path) -> StateDict:
                                "torch.save, or a .safetensors file") from None
     if not isinstance(loaded, dict):
         raise ParityInputError(f"{path} holds a {type(loaded).__name__}, not a state dict")
-    state_dict = _the_state_dict(path, loaded, torch.Tensor)
+    state_dict = _the_state_dict(path, loaded)
     return {k: v.detach().cpu().numpy().copy() for k, v in state_dict.items()}
 
 
-def _the_state_dict(path: Path, loaded: Dict, tensor_type: type) -> Dict:
+def _the_state_dict(path: Path, loaded: Dict) -> Dict:
     """The model's state dict in what torch.load returned: the dict itself, or a training
     checkpoint's one dict of tensors beside its other entries ({"state_dict": ..., "epoch": 3},
     {"model": ...})."""
+    import torch
+
     def all_tensors(entry: object) -> bool:
         return isinstance(entry, dict) and bool(entry) and \
-            all(isinstance(v, tensor_type) for v in entry.values())
+            all(isinstance(v, torch.Tensor) for v in entry.values())
     if loaded and not all_tensors(loaded):
         nested = [key for key, entry in loaded.items() if all_tensors(entry)]
         if len(nested) > 1:
             raise ParityInputError(f"{path} holds several state dicts ({', '.join(nested)}); "
                                    "save the one to check alone: torch.save(checkpoint[NAME])")
         if not nested:
-            not_tensors = [k for k, v in loaded.items() if not isinstance(v, tensor_type)]
+            not_tensors = [k for k, v in loaded.items() if not isinstance(v, torch.Tensor)]
             raise ParityInputError(f"{path}: entries that are not tensors: "
                                    f"{first_few(not_tensors)}; save model.state_dict()")
         loaded = loaded[nested[0]]
