@@ -185,7 +185,8 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
     return result
 
 
-def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: int = 224,
+def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,
+          image_size: Optional[int] = None,
           seed: int = 0, inputs: Optional[Tuple[Any, np.ndarray]] = None,
           optimizer: Optional[Mapping[str, Any]] = None,
           torch_loss: Optional[str] = None, ms_loss: Optional[str] = None,
@@ -197,20 +198,25 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: int = 2, image_size: i
     The torch model's current weights are copied into the MindSpore model (validated transfer)
     first. ``inputs`` is an optional ``(x, y)`` batch (float32 N×C×H×W or integer token ids,
     integer labels; ``x`` a tuple of arrays for a model taking several inputs); without it a
-    seeded synthetic batch of ``batch_size`` × 3 × ``image_size``² is used.
+    seeded synthetic batch of ``batch_size`` × 3 × ``image_size``² is used (default 2 × 3 ×
+    224²; with ``inputs`` the two sizes are refused, not ignored).
     ``optimizer`` overrides StepConfig fields (lr, momentum, weight_decay, nesterov, ...).
     ``torch_loss`` / ``ms_loss`` are "package.module:factory" paths of your losses, as the
     command line's --torch-loss / --ms-loss (default: mean cross entropy).
     Captures go to ``out`` (a temporary directory when None, deleted afterwards).
     """
+    if inputs is not None and (batch_size, image_size) != (None, None):
+        raise ParityInputError("check()'s batch_size and image_size shape the synthetic batch; "
+                               "with inputs= the batch is yours: leave them out")
     import mindspore  # noqa: F401  (before torch; see DESIGN.md)
 
     from parity.capture.mindspore_capture import capture_mindspore
     from parity.capture.torch_capture import capture_torch
 
     _refuse_wrong_models(torch_model, ms_model)
-    own = dict(batch_size=batch_size, image_size=image_size, seed=seed, torch_loss=torch_loss,
-               ms_loss=ms_loss)
+    own = dict(batch_size=2 if batch_size is None else batch_size,
+               image_size=224 if image_size is None else image_size, seed=seed,
+               torch_loss=torch_loss, ms_loss=ms_loss)
     options = dict(optimizer or {})
     unknown = set(options) - set(StepConfig.__dataclass_fields__)
     if unknown:

@@ -405,6 +405,15 @@ def test_check_is_told_when_its_models_are_not_a_torch_model_then_a_mindspore_on
         parity.check(*(getattr(tiny, name)() for name in models), image_size=16)
 
 
+@pytest.mark.parametrize("size", [dict(batch_size=4), dict(image_size=16)])
+def test_check_refuses_batch_sizes_beside_its_own_batch(size):
+    import parity
+    from tests import tiny
+    batch = (np.zeros((2, 3, 16, 16), np.float32), np.array([1, 2]))
+    with pytest.raises(ParityInputError, match="with inputs= the batch is yours: leave them out"):
+        parity.check(tiny.torch_tiny(), tiny.ms_tiny(), inputs=batch, **size)
+
+
 def test_a_mindspore_capture_made_from_another_torch_capture_is_refused(tiny_run, tmp_path):
     """The MindSpore half of a run against a torch capture of the same pair from another seed:
     other weights and batch, so every record would differ (it read as 'preprocessing
