@@ -25,10 +25,24 @@ REPORTS = Path("reports")
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line and exit code 2."""
+    """argparse that reports usage errors as one line and exit code 2, pointing to the help of
+    the (sub)command they concern."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ParityInputError(f"{message} (see '{self.prog} --help')")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extra = super().parse_known_args(args, namespace)
+        if not hasattr(parsed, "_command_prog"):      # the innermost subcommand parses first
+            parsed._command_prog = self.prog
+        return parsed, extra
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:   # argparse would blame the top-level command for a subcommand's option
+            raise ParityInputError(f"unrecognized arguments: {' '.join(extra)} "
+                                   f"(see '{parsed._command_prog} --help')")
+        return parsed
 
 
 def _positive_int(text: str) -> int:

@@ -228,7 +228,10 @@ def test_a_mindspore_capture_at_another_batch_size_than_its_reference_is_refused
 
 
 def test_unknown_option():
-    assert_one_line_error(parity_cli("run", "--batchsize", "2"), "unrecognized arguments")
+    assert_one_line_error(parity_cli("run", "--batchsize", "2"),
+                          "unrecognized arguments: --batchsize 2 (see 'parity run --help')")
+    assert_one_line_error(parity_cli("baseline", "check", "r", "b.json", "--baseline", "b.json"),
+                          "(see 'parity baseline check --help')")
 
 
 def test_unknown_model():
