@@ -227,6 +227,14 @@ def test_a_mindspore_capture_at_another_batch_size_than_its_reference_is_refused
     assert not (tmp_path / "ms").exists()
 
 
+@pytest.mark.parametrize("torch_model", ["torch.nn:Identity", "tests.tiny:torch_tiny_frozen"])
+def test_a_model_with_nothing_to_train_is_refused(tmp_path, torch_model):
+    process = parity_cli("run", "--torch-model", torch_model, "--ms-model", "tests.tiny:ms_tiny",
+                         "--image-size", "16", "--out", tmp_path / "run")
+    assert_one_line_error(process, "the torch model has no trainable parameter")
+    assert not (tmp_path / "run").exists()
+
+
 def test_unknown_option():
     assert_one_line_error(parity_cli("run", "--batchsize", "2"),
                           "unrecognized arguments: --batchsize 2 (see 'parity run --help')")

@@ -30,6 +30,11 @@ def torch_tiny() -> tnn.Module:
     return _torch_tiny()
 
 
+def torch_tiny_frozen() -> tnn.Module:
+    """Every parameter frozen: nothing for a training step to train."""
+    return _torch_tiny().requires_grad_(False)
+
+
 def torch_tiny_dropout() -> tnn.Module:
     """Dropout (p = 0.2) before the classifier."""
     return _torch_tiny(tnn.Dropout(0.2))
