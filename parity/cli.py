@@ -402,8 +402,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _reference_settings(args: argparse.Namespace) -> Dict[str, Any]:
-    """The step settings of the torch capture a MindSpore capture starts from."""
-    if args.framework != "mindspore" or args.reference is None:
+    """The step settings of the torch capture a MindSpore capture starts from (parity run
+    hands its captures the whole configuration instead)."""
+    if args.framework != "mindspore" or args.reference is None or args.config_json:
         return {}
     from parity.rundir import RunReader
     config = RunReader.open(args.reference).manifest.get("config", {})
