@@ -132,7 +132,8 @@ def _killed_by(number: int) -> str:
         name = f"signal {number}"
     if number == signal.SIGKILL:
         return (f"killed ({name}), on Linux most often by the kernel when memory runs out "
-                "(dmesg says): a smaller --batch-size or --image-size needs less")
+                "(dmesg says): a smaller batch needs less (--batch-size, --image-size, or fewer "
+                "samples in --input)")
     return f"ended by {name}; rerun with --debug for its full output"
 
 

@@ -253,6 +253,8 @@ def build_parser() -> ArgumentParser:
 
 DEFAULT_STEP = StepConfig()
 SYNTHETIC_BATCH_SETTINGS = ("batch_size", "image_size")
+# what a MindSpore capture takes from its --reference when not given
+REFERENCE_SETTINGS = SHARED_STEP_SETTINGS + SYNTHETIC_BATCH_SETTINGS
 
 
 def step_config(args: argparse.Namespace,
@@ -266,7 +268,7 @@ def step_config(args: argparse.Namespace,
     _refuse_batch_options_without_effect(args, reference)
     shared = {key: getattr(args, key) if getattr(args, key) is not None
               else reference.get(key, getattr(DEFAULT_STEP, key))
-              for key in SHARED_STEP_SETTINGS + SYNTHETIC_BATCH_SETTINGS}
+              for key in REFERENCE_SETTINGS}
     try:
         return StepConfig(
             model=args.model, torch_factory=args.torch_model, mindspore_factory=args.ms_model,
@@ -408,8 +410,7 @@ def _reference_settings(args: argparse.Namespace) -> Dict[str, Any]:
         return {}
     from parity.rundir import RunReader
     config = RunReader.open(args.reference).manifest.get("config", {})
-    return {key: config[key] for key in SHARED_STEP_SETTINGS + SYNTHETIC_BATCH_SETTINGS
-            if key in config}
+    return {key: config[key] for key in REFERENCE_SETTINGS if key in config}
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
