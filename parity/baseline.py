@@ -94,8 +94,8 @@ def load(path: Path) -> Dict[str, Any]:
 
 def check(result: CheckResult, baseline: Path, factor: Optional[float] = None) -> Drift:
     factor = DEFAULT_FACTOR if factor is None else float(factor)
-    if factor < 1:
-        raise ParityInputError(f"--factor must be at least 1, got {factor:g}")
+    if not 1 <= factor < math.inf:                    # NaN too
+        raise ParityInputError(f"--factor must be a finite number >= 1, got {factor:g}")
     golden = load(baseline)
     saved_from, checked = golden.get("fingerprint", ""), result.meta.fingerprint
     if saved_from and checked and saved_from != checked:

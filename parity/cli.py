@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is imported
 
 from parity.config import (SEEDS, SHARED_STEP_SETTINGS, WEIGHT_DECAY_SCOPES,  # noqa: E402
-                           StepConfig)
+                           StepConfig, out_of_range)
 from parity.errors import ParityInputError  # noqa: E402
 
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
@@ -65,28 +66,18 @@ def _seed(text: str) -> int:
     return value
 
 
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value >= 0:                     # NaN too
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = _non_negative(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return value
-
-
-def _positive(text: str) -> float:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
-    return value
+def _number(setting: str) -> Callable[[str], float]:
+    """The argparse type of a numeric step setting: a float in config.NUMBER_RANGES[setting]."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        problem = out_of_range(setting, value)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{problem}, got {text}")
+        return value
+    return parse
 
 
 BUILT_IN = "resnet18/34/50/101/152, mobilenet_v2 (default resnet50)"
@@ -123,18 +114,18 @@ def _add_step_options(parser: argparse.ArgumentParser) -> None:
                             "and y (class indices: per sample, or per pixel or token)")
     # The shared step settings default to None here: a MindSpore capture fills what was not
     # given from its --reference, anything else from StepConfig's defaults (step_config).
-    group.add_argument("--lr", type=_non_negative,
+    group.add_argument("--lr", type=_number("lr"),
                        help="SGD learning rate, both sides (default 0.1)")
-    group.add_argument("--momentum", type=_non_negative, help="SGD momentum (default 0.9)")
-    group.add_argument("--weight-decay", type=_non_negative,
+    group.add_argument("--momentum", type=_number("momentum"), help="SGD momentum (default 0.9)")
+    group.add_argument("--weight-decay", type=_number("weight_decay"),
                        help="SGD weight decay (default 1e-4; its MindSpore scope: "
                             "--ms-weight-decay-scope)")
     group.add_argument("--nesterov", action=argparse.BooleanOptionalAction,
                        help="Nesterov momentum (default off)")
-    group.add_argument("--dampening", type=_fraction,
+    group.add_argument("--dampening", type=_number("dampening"),
                        help="torch SGD dampening (default 0; no effect on the first step's "
                             "buffer)")
-    group.add_argument("--label-smoothing", type=_fraction,
+    group.add_argument("--label-smoothing", type=_number("label_smoothing"),
                        help="of the default loss, mean cross entropy (default 0)")
     group.add_argument("--torch-loss", metavar="PKG.MOD:FACTORY",
                        help="zero-argument callable returning your torch loss, called as "
@@ -145,7 +136,7 @@ def _add_step_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ms-weight-decay-scope", choices=WEIGHT_DECAY_SCOPES, default="all",
                        help="which MindSpore parameters get weight decay; torch decays all. "
                             "MindSpore's own default skips gamma/beta")
-    group.add_argument("--ms-loss-scale", type=_positive, default=1.0,
+    group.add_argument("--ms-loss-scale", type=_number("ms_loss_scale"), default=1.0,
                        help="MindSpore optimizer loss_scale")
     group.add_argument("--ms-no-scale-loss", action="store_true",
                        help="do not multiply the MindSpore loss by --ms-loss-scale "

@@ -8,8 +8,9 @@ reproduce their own MindSpore training set-up and see its effect on the comparis
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 # MindSpore optimizers skip parameters named gamma/beta by default; torch decays everything.
 WEIGHT_DECAY_SCOPES = ("all", "no-gamma-beta", "no-gamma-beta-bias")
@@ -18,6 +19,25 @@ SEEDS = range(2**32)     # what MindSpore's set_seed takes
 # MindSpore capture made from a torch one (--reference) takes them from it unless given.
 SHARED_STEP_SETTINGS = ("lr", "momentum", "weight_decay", "nesterov", "dampening",
                         "label_smoothing")
+_FINITE_AT_LEAST_ZERO = (lambda value: 0 <= value < math.inf, "a finite number >= 0")
+_FRACTION = (lambda value: 0 <= value <= 1, "between 0 and 1")
+# The values each numeric setting may take (NaN is in none): outside them one framework
+# refuses it deep in a capture, or the step means nothing (an infinite weight decay).
+NUMBER_RANGES: Dict[str, Tuple[Callable[[float], bool], str]] = {
+    "lr": _FINITE_AT_LEAST_ZERO,
+    "momentum": _FINITE_AT_LEAST_ZERO,
+    "weight_decay": _FINITE_AT_LEAST_ZERO,
+    "dampening": _FRACTION,
+    "label_smoothing": _FRACTION,
+    "ms_loss_scale": (lambda value: 0 < value < math.inf, "a finite number > 0"),
+}
+
+
+def out_of_range(name: str, value: Any) -> Optional[str]:
+    """What is wrong with ``value`` for the numeric setting ``name`` ("must be ..."), or None."""
+    accepts, wanted = NUMBER_RANGES[name]
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return None if is_number and accepts(value) else f"must be {wanted}"
 
 
 @dataclass(frozen=True)
@@ -49,6 +69,14 @@ class StepConfig:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.seed not in SEEDS:
             raise ValueError(f"seed must be between 0 and 2**32 - 1, got {self.seed}")
+        for name in NUMBER_RANGES:
+            problem = out_of_range(name, getattr(self, name))
+            if problem:
+                raise ValueError(f"{name} {problem}, got {getattr(self, name)!r}")
+        if self.nesterov and not (self.momentum > 0 and self.dampening == 0):
+            raise ValueError("Nesterov momentum needs momentum > 0 and dampening 0 (torch's SGD "
+                             f"refuses anything else), got momentum {self.momentum:g}, "
+                             f"dampening {self.dampening:g}")
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

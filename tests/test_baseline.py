@@ -38,6 +38,14 @@ def test_drift_within_the_factor_passes(good, tmp_path):
     assert baseline.check(_drifted(good, 3.0), path, factor=4).passed
 
 
+@pytest.mark.parametrize("factor", [0.5, float("nan"), float("inf")])
+def test_a_factor_that_cannot_bound_growth_is_refused(good, tmp_path, factor):
+    """NaN made every record 'grow' (no comparison with it holds); inf let any growth pass."""
+    path = baseline.save(good, tmp_path / "golden.json")
+    with pytest.raises(ParityInputError, match="--factor must be a finite number >= 1"):
+        baseline.check(good, path, factor=factor)
+
+
 def test_errors_below_float32_resolution_are_not_drift(good, tmp_path):
     path = baseline.save(dataclasses.replace(good, comparisons=tuple(
         dataclasses.replace(c, ms_error=0.0) for c in good.comparisons)), tmp_path / "g.json")

@@ -646,6 +646,12 @@ def test_python_api_refuses_a_setting_given_twice_or_out_of_range():
         parity.check(torch_tiny(), ms_tiny(), optimizer={"seed": 1, "lr": 0.01})
     with pytest.raises(ParityInputError, match="batch_size must be a positive integer"):
         parity.check(torch_tiny(), ms_tiny(), batch_size=0)
+    with pytest.raises(ParityInputError, match="lr must be a finite number >= 0, got inf"):
+        parity.check(torch_tiny(), ms_tiny(), optimizer={"lr": float("inf")})
+    with pytest.raises(ParityInputError, match="label_smoothing must be between 0 and 1"):
+        parity.check(torch_tiny(), ms_tiny(), optimizer={"label_smoothing": "0.1"})
+    with pytest.raises(ParityInputError, match="Nesterov momentum needs momentum > 0"):
+        parity.check(torch_tiny(), ms_tiny(), optimizer={"nesterov": True, "momentum": 0})
 
 
 def test_a_random_op_outside_dropout_modules_fails_and_is_named(tmp_path):

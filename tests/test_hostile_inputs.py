@@ -181,17 +181,27 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_the_captures(tmp
 
 
 @pytest.mark.parametrize("option, value, message", [
-    ("--lr", "-1", "must be a number >= 0"),
-    ("--momentum", "nan", "must be a number >= 0"),
-    ("--weight-decay", "abc", "must be a number >= 0"),
+    ("--lr", "-1", "must be a finite number >= 0"),
+    ("--momentum", "nan", "must be a finite number >= 0"),
+    ("--weight-decay", "abc", "must be a finite number >= 0"),
+    ("--weight-decay", "inf", "must be a finite number >= 0"),   # MindSpore refused it late
     ("--batch-size", "two", "must be a positive integer"),
     ("--label-smoothing", "1.5", "must be between 0 and 1"),
-    ("--ms-loss-scale", "0", "must be a number > 0"),
+    ("--ms-loss-scale", "0", "must be a finite number > 0"),
+    ("--ms-loss-scale", "inf", "must be a finite number > 0"),
     ("--seed", "-1", "must be an integer between 0 and 2**32 - 1"),
     ("--seed", str(2**32), "must be an integer between 0 and 2**32 - 1"),
 ])
 def test_step_settings_out_of_range(option, value, message):
     assert_one_line_error(parity_cli("run", option, value), f"argument {option}: {message}")
+
+
+@pytest.mark.parametrize("settings", [["--momentum", "0"], ["--dampening", "0.5"]])
+def test_nesterov_without_momentum_is_refused_before_the_captures(tmp_path, settings):
+    """It read as the torch model failing on the synthetic batch, after building it."""
+    process = parity_cli("run", *TINY, "--nesterov", *settings, "--out", tmp_path / "run")
+    assert_one_line_error(process, "Nesterov momentum needs momentum > 0 and dampening 0")
+    assert not (tmp_path / "run").exists()
 
 
 def test_report_path_holding_a_user_file(tiny_run, tmp_path):
