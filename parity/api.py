@@ -215,8 +215,9 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,
     from parity.capture.torch_capture import capture_torch
 
     _refuse_wrong_models(torch_model, ms_model)
-    own = dict(batch_size=2 if batch_size is None else batch_size,
-               image_size=224 if image_size is None else image_size, seed=seed,
+    synthetic = inputs is None
+    own = dict(batch_size=2 if synthetic and batch_size is None else batch_size,
+               image_size=224 if synthetic and image_size is None else image_size, seed=seed,
                torch_loss=torch_loss, ms_loss=ms_loss)
     options = dict(optimizer or {})
     unknown = set(options) - set(StepConfig.__dataclass_fields__)

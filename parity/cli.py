@@ -260,6 +260,8 @@ def step_config(args: argparse.Namespace,
     shared = {key: getattr(args, key) if getattr(args, key) is not None
               else reference.get(key, getattr(DEFAULT_STEP, key))
               for key in REFERENCE_SETTINGS}
+    if args.input:                  # no synthetic batch to shape
+        shared.update(dict.fromkeys(SYNTHETIC_BATCH_SETTINGS))
     try:
         return StepConfig(
             model=args.model, torch_factory=args.torch_model, mindspore_factory=args.ms_model,
@@ -285,7 +287,8 @@ def _refuse_batch_options_without_effect(args: argparse.Namespace,
         shape, them = ("shapes", "it") if len(given) == 1 else ("shape", "them")
         raise ParityInputError(f"{' and '.join(map(option, given))} {shape} parity's synthetic "
                                f"batch; with --input the batch is your file's: leave {them} out")
-    differing = [f"{option(key)} {value} (the torch capture's: {reference[key]})"
+    differing = [f"{option(key)} {value} (the torch capture's: "
+                 f"{'its --input file' if reference[key] is None else reference[key]})"
                  for key, value in given.items() if key in reference and reference[key] != value]
     if differing:
         them = "it" if len(differing) == 1 else "them"

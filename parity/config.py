@@ -46,8 +46,8 @@ class StepConfig:
     torch_factory: Optional[str] = None
     mindspore_factory: Optional[str] = None
     num_classes: Optional[int] = None      # None: the model's own (read from its output)
-    batch_size: int = 2
-    image_size: int = 64
+    batch_size: Optional[int] = 2          # of the synthetic batch; None: the batch is the user's
+    image_size: Optional[int] = 64
     seed: int = 0
     lr: float = 0.1
     momentum: float = 0.9

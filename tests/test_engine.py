@@ -191,6 +191,9 @@ def test_a_model_taking_token_ids_and_a_mask_is_fed_both(tmp_path, ms_model, pas
     assert inputs == {"input": True, "input1": True, "target": True}
     assert report["meta"]["batch"] == \
         f"input 4×{TOKENS} int64 · input1 4×{TOKENS} float32 · target 4 int64"
+    for side in ("torch", "mindspore"):     # not the synthetic batch's sizes, which it did not use
+        config = report["meta"]["config"][side]
+        assert (config["batch_size"], config["image_size"]) == (None, None)
     if not passed:
         assert (report["first_divergence"]["name"], report["first_divergence"]["kind"]) == \
             ("flatten", "forward")
@@ -508,7 +511,9 @@ def test_your_own_batch_of_several_inputs_through_the_python_api():
     ids, mask = rng.integers(0, VOCABULARY, (3, TOKENS)), rng.integers(0, 2, (3, TOKENS))
     batch = ((ids, mask.astype(np.float32)), rng.integers(0, 5, 3))
     torch_model = torch_masked()
-    assert parity.check(torch_model, ms_masked(), inputs=batch).passed
+    masked = parity.check(torch_model, ms_masked(), inputs=batch)
+    assert masked.passed
+    assert masked.meta.config["torch"]["batch_size"] is None
     dropped = parity.check(torch_model, ms_masked_ignoring_mask(), inputs=batch)
     assert dropped.first_divergence.name == "flatten"
 
