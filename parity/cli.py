@@ -10,10 +10,11 @@ import json
 import math
 import os
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional
 
 os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is imported
 
@@ -477,17 +478,20 @@ COMMANDS = {"run": cmd_run, "capture": cmd_capture, "compare": cmd_compare,
             "report": cmd_report, "convert-weights": cmd_convert, "baseline": cmd_baseline}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None) -> NoReturn:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    _CtrlC.install()
     code = _main(argv, debug)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # the work is over: a Ctrl-C changes nothing
     sys.stdout.flush()
     sys.stderr.flush()
-    if "capture" in argv or "convert-weights" in argv:
-        # MindSpore 2.10 prints "Exception ignored in Cell.__del__" at interpreter exit; all
-        # output is flushed and closed, so leave without the teardown.
-        os._exit(code)
-    return code
+    # Leave without the interpreter's teardown, whose Ctrl-C would end the process by SIGINT
+    # (-2) instead of with our code: CPython restores the default handler first, and a Ctrl-C
+    # that landed in an exec() (dataclasses build their methods with one) leaves its "unhandled
+    # KeyboardInterrupt" flag set however the exception was handled. MindSpore 2.10 also prints
+    # "Exception ignored in Cell.__del__" in the teardown. Every output is written and closed.
+    os._exit(code)
 
 
 def _main(argv: List[str], debug: bool) -> int:
@@ -497,17 +501,40 @@ def _main(argv: List[str], debug: bool) -> int:
             build_parser().print_help()
             return EXIT_INPUT
         return COMMANDS[args.command](args)
-    except ParityInputError as error:
-        if debug:
-            raise
-        print(f"parity: error: {error}", file=sys.stderr)
-        return EXIT_INPUT
     except KeyboardInterrupt:
-        print("parity: interrupted; no partial output was left behind", file=sys.stderr)
-        return EXIT_INTERRUPT
-    except Exception as error:  # the user's model code, or a bug of ours: one line either way
+        return _interrupted()
+    except Exception as error:
+        if _CtrlC.received:
+            return _interrupted()
         if debug:
             raise
+        if isinstance(error, ParityInputError):
+            print(f"parity: error: {error}", file=sys.stderr)
+            return EXIT_INPUT
+        # the user's model code, or a bug of ours: one line either way
         print(f"parity: error: unexpected {type(error).__name__}: {error} "
               "(rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_INPUT
+
+
+def _interrupted() -> int:
+    print("parity: interrupted; no partial output was left behind", file=sys.stderr)
+    return EXIT_INTERRUPT
+
+
+class _CtrlC:
+    """SIGINT raises KeyboardInterrupt as Python's own handler does, and is remembered: a
+    library can turn it into another error (numpy, interrupted while importing, raises an
+    ImportError that does not chain it), which then is the interrupt's consequence."""
+
+    received = False
+
+    @classmethod
+    def install(cls) -> None:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored
+            signal.signal(signal.SIGINT, cls._handle)
+
+    @classmethod
+    def _handle(cls, signum: int, frame: Any) -> None:
+        cls.received = True
+        raise KeyboardInterrupt
