@@ -791,3 +791,14 @@ def test_captures_run_apart_with_different_step_settings_are_told_so(tmp_path, o
         assert result["first_divergence"]["kind"] == first_kind
         assert result["diagnosis"]["cause"] == "the captures ran different step settings"
         assert result["diagnosis"]["confidence"] == "certain"
+
+
+def test_map_entries_naming_a_record_neither_run_has_get_a_note(tiny_run):
+    """compare's --map pins forward records: an entry naming none pinned nothing, silently."""
+    from parity.compare.engine import compare_runs
+    result = compare_runs(tiny_run / "torch", tiny_run / "mindspore",
+                          forward_overrides={"0": "0", "0#1": "0", "1.gamma": "1.weight",
+                                             "3": "conv3", "nothing": "8"})
+    assert [note for note in result.meta.notes if note.startswith("--map")] == [
+        '--map entries naming a record neither run has ("mindspore.name" = "torch.name"): '
+        '0#1 = 0, 3 = conv3, nothing = 8']     # 0 runs once: no second call to pin

@@ -443,6 +443,17 @@ def test_bad_map_file(tmp_path):
     assert_one_line_error(process, "must map MindSpore names to PyTorch names")
 
 
+def test_a_map_naming_no_cell_or_parameter_of_the_port_is_refused(tiny_run, tmp_path):
+    """A misspelt entry (or one written torch = mindspore) pinned nothing, silently."""
+    (tmp_path / "map.toml").write_text('"0" = "0"\n"fc.weight" = "8.weight"\n')
+    process = parity_cli("capture", "--framework", "mindspore", *TINY, "--reference",
+                         tiny_run / "torch", "--map", tmp_path / "map.toml",
+                         "--out", tmp_path / "ms")
+    assert_one_line_error(process, "--map: fc.weight is no cell or parameter of the MindSpore "
+                                   "model")
+    assert not (tmp_path / "ms").exists()
+
+
 @pytest.mark.parametrize("models, message", [
     (("ms_tiny", "torch_tiny"), "check() got the MindSpore model first"),
     (("torch_tiny", "torch_tiny"), "check()'s ms_model is a Sequential, not a mindspore.nn.Cell"),

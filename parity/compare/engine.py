@@ -409,6 +409,19 @@ def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> st
             f"{where}. {what}")
 
 
+def _map_entries_naming_no_record(overrides: Mapping[str, str], torch_run: RunReader,
+                                  ms_run: RunReader) -> List[str]:
+    """Entries of a --map whose MindSpore name is no record or parameter of the MindSpore run,
+    or whose PyTorch name none of the torch run's."""
+    def names(run: RunReader) -> set:
+        return {name for record in run.records if record.kind in ("forward", "weight", "buffer")
+                for name in (record.name, record.name.partition("#")[0])}
+    param_map = ms_run.manifest.get("param_map", {})
+    ms_names, torch_names = names(ms_run) | set(param_map), names(torch_run)
+    return [f"{ms_name} = {torch_name}" for ms_name, torch_name in overrides.items()
+            if ms_name not in ms_names or torch_name not in torch_names]
+
+
 def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] = None,
                  forward_overrides: Optional[Mapping[str, str]] = None,
                  command: str = "", use_fp64_reference: bool = True,
@@ -533,6 +546,10 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     unused = policy.unused_overrides()
     if unused:
         notes.append(f"tolerance overrides that matched no record: {', '.join(unused)}")
+    unused = _map_entries_naming_no_record(forward_overrides or {}, torch_run, ms_run)
+    if unused:
+        notes.append(f"--map entries naming a record neither run has (\"mindspore.name\" "
+                     f"= \"torch.name\"): {first_few(unused)}")
     meta = Meta(
         versions={"torch": torch_run.manifest.get("versions", {}),
                   "mindspore": ms_run.manifest.get("versions", {})},
