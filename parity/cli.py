@@ -500,6 +500,8 @@ def _main(argv: List[str], debug: bool) -> int:
         if args.command is None:
             build_parser().print_help()
             return EXIT_INPUT
+        _load_for(args)
+        _CtrlC.ends_at_once = False     # the command writes from now on: it cleans up
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         return _interrupted()
@@ -522,12 +524,28 @@ def _interrupted() -> int:
     return EXIT_INTERRUPT
 
 
+def _load_for(args: argparse.Namespace) -> None:
+    """Import the libraries the command works with (seconds, for the frameworks), while a
+    Ctrl-C ends the process at once: nothing is written yet, and a KeyboardInterrupt raised
+    inside an import can come out as another error (numpy's ImportError), or be printed by
+    the import machinery as a traceback."""
+    if args.command == "convert-weights" or getattr(args, "framework", "") == "mindspore":
+        import mindspore  # noqa: F401  (before torch; see DESIGN.md)
+    elif args.command == "capture":
+        import torch  # noqa: F401
+    import parity.api  # noqa: F401
+    import parity.report.console  # noqa: F401
+    if args.command == "run" or getattr(args, "html", None):     # run writes one by default
+        import parity.report.html  # noqa: F401      (matplotlib: 0.6 s)
+
+
 class _CtrlC:
-    """SIGINT raises KeyboardInterrupt as Python's own handler does, and is remembered: a
-    library can turn it into another error (numpy, interrupted while importing, raises an
-    ImportError that does not chain it), which then is the interrupt's consequence."""
+    """While parity loads, SIGINT ends the process at once. Once a command works, it raises
+    KeyboardInterrupt as Python's own handler does (the command cleans up on its way out) and
+    is remembered: a library can turn it into another error, the interrupt's consequence."""
 
     received = False
+    ends_at_once = True
 
     @classmethod
     def install(cls) -> None:
@@ -536,5 +554,9 @@ class _CtrlC:
 
     @classmethod
     def _handle(cls, signum: int, frame: Any) -> None:
+        if cls.ends_at_once:
+            _interrupted()
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPT)
         cls.received = True
         raise KeyboardInterrupt
