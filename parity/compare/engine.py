@@ -412,7 +412,7 @@ def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> st
 def _map_entries_naming_no_record(overrides: Mapping[str, str], torch_run: RunReader,
                                   ms_run: RunReader) -> List[str]:
     """Entries of a --map whose MindSpore name is no record or parameter of the MindSpore run,
-    or whose PyTorch name none of the torch run's."""
+    or whose PyTorch name is none of the torch run's."""
     def names(run: RunReader) -> set:
         return {name for record in run.records if record.kind in ("forward", "weight", "buffer")
                 for name in (record.name, record.name.partition("#")[0])}
