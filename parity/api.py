@@ -7,6 +7,7 @@ the same for live model objects inside the calling process.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -26,13 +27,19 @@ from parity.compare.engine import compare_runs
 from parity.compare.measure import start_helper, worth_a_helper
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
-from parity.errors import ParityInputError
+from parity.errors import Interrupted, ParityInputError
 from parity.result import CheckResult
-from parity.rundir import KEEP_REPLACED_ENV, remove_replaced, stored_bytes
+from parity.rundir import KEEP_REPLACED_ENV, partial_dir, remove_replaced, stored_bytes
 
 RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
 # What a capture subprocess needs in its environment: quiet MindSpore logging.
 CHILD_ENV = {"GLOG_v": "3"}
+# Names the process that started a capture subprocess: the capture ends with it.
+CAPTURE_PARENT_ENV = "PARITY_CAPTURE_PARENT"
+# How long an interrupted capture may take to remove its partial directory before parity kills
+# it (and removes the directory itself): a kernel running when the interrupt came finishes first.
+CLEAN_UP_SECONDS = 60
+PR_SET_PDEATHSIG = 1        # Linux's prctl option (sys/prctl.h)
 
 Progress = Callable[[str, str], None]       # (stage, state) with state "start" or "done"
 
@@ -104,24 +111,71 @@ def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
         command.append("--no-fp64-reference")
     if debug:
         command.append("--debug")
-    env = {**os.environ, **CHILD_ENV, **({KEEP_REPLACED_ENV: "1"} if keep_replaced else {})}
-    process = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-    if process.returncode == 0:
+    env = {**os.environ, **CHILD_ENV, CAPTURE_PARENT_ENV: str(os.getpid()),
+           **({KEEP_REPLACED_ENV: "1"} if keep_replaced else {})}
+    returncode, stderr = _run_capture(command, env, out)
+    if returncode == 0:
         return out
-    if process.returncode in (-2, 130):
+    if returncode in (-2, 130):
         raise KeyboardInterrupt
-    lines = [line for line in process.stderr.strip().splitlines() if line.strip()]
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
     message = next((line for line in reversed(lines) if line.startswith("parity: error:")), None)
     if message:
         raise ParityInputError(f"{framework} capture: {message.removeprefix('parity: error: ')}")
     if debug:
         print("\n".join(lines), file=sys.stderr)
-    if process.returncode < 0:
-        raise ParityInputError(f"the {framework} capture was {_killed_by(-process.returncode)}")
+    if returncode < 0:
+        raise ParityInputError(f"the {framework} capture was {_killed_by(-returncode)}")
     last = lines[-1] if lines else "no output"
-    raise ParityInputError(f"the {framework} capture failed (exit {process.returncode}): {last}; "
+    raise ParityInputError(f"the {framework} capture failed (exit {returncode}): {last}; "
                            "rerun with --debug for its full output")
+
+
+def _run_capture(command: List[str], env: Dict[str, str], out: Path) -> Tuple[int, str]:
+    """Run a capture process to its end: (exit code, its stderr).
+
+    It runs in a session of its own, so that a Ctrl-C reaches it once, from here, whether a
+    terminal sent it or ``kill -INT`` sent it to parity alone; parity then waits while the
+    capture removes its partial directory (``subprocess.run`` killed it after 0.25 s), and kills
+    it only after CLEAN_UP_SECONDS or at a second Ctrl-C. The partial directory of a capture
+    that could not remove it (killed: by the kernel when memory ran out, or from here) is
+    removed here.
+    """
+    process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        try:
+            _, stderr = process.communicate()
+        except KeyboardInterrupt:
+            _interrupt(process)
+            raise
+    finally:
+        if process.returncode != 0:
+            shutil.rmtree(partial_dir(out, process.pid), ignore_errors=True)
+    return process.returncode, stderr
+
+
+def _interrupt(process: subprocess.Popen) -> None:
+    """Ctrl-C a capture and wait while it cleans up; kill it after CLEAN_UP_SECONDS, or at once
+    at a second Ctrl-C."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.communicate(timeout=CLEAN_UP_SECONDS)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        process.kill()
+        process.communicate()
+
+
+def end_capture_with_parent() -> None:
+    """In a capture that ``parity run`` started: be interrupted (SIGINT) when parity ends,
+    killed or with its terminal, as the capture's own session hears neither. Linux only."""
+    parent = os.environ.get(CAPTURE_PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGINT)
+    if os.getppid() != int(parent):         # it ended before prctl
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _killed_by(number: int) -> str:
@@ -168,9 +222,9 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
             capture_in_subprocess("mindspore", config, ms_dir, options, reference=torch_dir,
                                   map_file=map_file, debug=debug, keep_replaced=True)
         except ParityInputError as error:
-            raise ParityInputError(f"{error}; the torch capture is kept in {torch_dir} ('parity "
-                                   f"capture --framework mindspore --reference {torch_dir}' "
-                                   "reruns MindSpore alone, with this run's options)") from None
+            raise ParityInputError(f"{error}; {_kept(torch_dir)}") from None
+        except KeyboardInterrupt:
+            raise Interrupted(_kept(torch_dir)) from None
         report("mindspore capture", "done")
         report("compare", "start")
         try:
@@ -184,6 +238,11 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
             helper.close()
     report("compare", "done")
     return result
+
+
+def _kept(torch_dir: Path) -> str:
+    return (f"the torch capture is kept in {torch_dir} ('parity capture --framework mindspore "
+            f"--reference {torch_dir}' reruns MindSpore alone, with this run's options)")
 
 
 def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,

@@ -410,6 +410,7 @@ def _reference_settings(args: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     from parity import api
+    api.end_capture_with_parent()
     if args.framework == "torch" and args.reference is not None:
         raise ParityInputError("--reference is the MindSpore capture's (the torch capture it "
                                "starts from); the torch capture starts from --weights FILE or "
@@ -503,8 +504,8 @@ def _main(argv: List[str], debug: bool) -> int:
         _load_for(args)
         _CtrlC.ends_at_once = False     # the command writes from now on: it cleans up
         return COMMANDS[args.command](args)
-    except KeyboardInterrupt:
-        return _interrupted()
+    except KeyboardInterrupt as interrupt:
+        return _interrupted(getattr(interrupt, "kept", ""))
     except Exception as error:
         if _CtrlC.received:
             return _interrupted()
@@ -519,8 +520,9 @@ def _main(argv: List[str], debug: bool) -> int:
         return EXIT_INPUT
 
 
-def _interrupted() -> int:
-    print("parity: interrupted; no partial output was left behind", file=sys.stderr)
+def _interrupted(kept: str = "") -> int:
+    print(f"parity: interrupted; {kept + '; ' if kept else ''}no partial output was left behind",
+          file=sys.stderr)
     return EXIT_INTERRUPT
 
 

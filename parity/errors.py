@@ -1,11 +1,20 @@
-"""The one exception type the CLI turns into a one-line message and exit code 2, and how such a
-line names a long list."""
+"""The exceptions the CLI turns into one-line messages (exit code 2 for bad input, 130 for an
+interrupt), and how such a line names a long list."""
 
 from typing import Sequence
 
 
 class ParityInputError(Exception):
     """Bad input or usage: the message names the problem and the fix; never a traceback."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A Ctrl-C that left finished work behind on purpose: ``kept`` says what, and how to use
+    it."""
+
+    def __init__(self, kept: str) -> None:
+        super().__init__(kept)
+        self.kept = kept
 
 
 def first_few(items: Sequence[str], shown: int = 4, separator: str = ", ") -> str:

@@ -87,6 +87,11 @@ def stored_bytes(run: Path) -> int:
     return sum(path.stat().st_size for path in Path(run).glob(SHARD_PATTERN))
 
 
+def partial_dir(out: Path, pid: int) -> Path:
+    """Where process ``pid`` writes its capture for ``out`` until it renames it into place."""
+    return out.with_name(f".{out.name}.partial-{pid}")
+
+
 def remove_replaced(out: Path) -> None:
     """Delete the runs that captures into ``out`` left aside (a killed run's too)."""
     for old in out.parent.glob(f".{out.name}.old-*"):
@@ -104,7 +109,7 @@ class RunWriter:
         self.out = Path(out)
         refuse_foreign(self.out)            # before any work, not only at the final rename
         self.framework = framework
-        self.partial = self.out.with_name(f".{self.out.name}.partial-{os.getpid()}")
+        self.partial = partial_dir(self.out, os.getpid())
         shutil.rmtree(self.partial, ignore_errors=True)
         self.partial.mkdir(parents=True)
         self._pending: Dict[str, np.ndarray] = {}

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Tuple
 
 import numpy as np
 import pytest
@@ -318,6 +319,94 @@ def test_ctrl_c_during_capture_exits_130_and_leaves_nothing(tmp_path):
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["forward-started"]
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _run_caught_in_its_forward(tmp_path: Path, torch_model: str,
+                               ms_model: str = "tests.tiny:ms_tiny",
+                               ) -> Tuple[subprocess.Popen, int]:
+    """``parity run`` (its own process group, SIGINT at its default as from a terminal) once
+    the capture of its waiting model is in the step; with that capture's process id."""
+    marker = tmp_path / "forward-started"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "parity", "run", "--torch-model", torch_model,
+         "--ms-model", ms_model, "--image-size", "16", "--out", str(tmp_path / "run")],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PARITY_TEST_FORWARD_MARKER": str(marker),
+             "PARITY_TEST_MS_FORWARD_MARKER": str(marker)}, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None and \
+            not (marker.exists() and marker.read_text()):
+        time.sleep(0.05)
+    assert marker.exists(), process.communicate()[1]
+    return process, int(marker.read_text())
+
+
+@pytest.mark.parametrize("signalled", ["its process group", "parity alone"])
+def test_ctrl_c_during_a_runs_capture_waits_for_its_clean_up(tmp_path, signalled):
+    """A terminal's Ctrl-C reaches ``parity run``'s process group, ``kill -INT`` parity alone;
+    either way the capture is interrupted and parity waits while it cleans up. Here the capture
+    takes a second to stop, as a long kernel makes it: ``subprocess.run`` killed it after
+    0.25 s, leaving its partial directory and so the run directory."""
+    marker = tmp_path / "forward-started"
+    process, capture = _run_caught_in_its_forward(
+        tmp_path, "tests.tiny:torch_waits_in_training_slow_to_stop")
+    if signalled == "parity alone":
+        process.send_signal(signal.SIGINT)
+    else:
+        os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert (process.returncode, stderr.strip().splitlines()) == \
+        (130, ["parity: interrupted; no partial output was left behind"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forward-started"]
+    assert marker.read_text() == "interrupted", "the capture was not let finish its second"
+    assert not _alive(capture)
+
+
+def test_ctrl_c_during_a_runs_mindspore_capture_names_the_torch_capture_kept(tmp_path):
+    process, capture = _run_caught_in_its_forward(tmp_path, "tests.tiny:torch_tiny",
+                                                  "tests.tiny:ms_waits_in_training")
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    torch_run = tmp_path / "run" / "torch"
+    assert (process.returncode, stderr.strip().splitlines()) == (130, [
+        f"parity: interrupted; the torch capture is kept in {torch_run} ('parity capture "
+        f"--framework mindspore --reference {torch_run}' reruns MindSpore alone, with this run's "
+        "options); no partial output was left behind"])
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["parity-run.json", "torch"]
+    assert (torch_run / "manifest.json").exists()
+    assert not _alive(capture)
+
+
+def test_a_capture_ends_with_the_parity_run_that_started_it(tmp_path):
+    """``parity run`` killed (it cannot clean up): its capture, in a session of its own that
+    no terminal signal reaches, is interrupted, removes its partial directory and ends."""
+    process, capture = _run_caught_in_its_forward(tmp_path, "tests.tiny:torch_waits_in_training")
+    process.kill()
+    process.communicate()
+    deadline = time.time() + 60
+    while time.time() < deadline and _alive(capture):
+        time.sleep(0.05)
+    assert not _alive(capture)
+    assert list((tmp_path / "run").iterdir()) == [tmp_path / "run" / "parity-run.json"]
+
+
+def test_a_capture_killed_mid_step_leaves_no_partial_directory(tmp_path):
+    """A capture the kernel kills (out of memory: SIGKILL) cannot clean up after itself: its
+    gigabytes stayed in a hidden partial directory. ``parity run`` removes them."""
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_killed_in_training",
+                         "--ms-model", "tests.tiny:ms_tiny", "--image-size", "16",
+                         "--out", tmp_path / "run")
+    assert_one_line_error(process, "the torch capture was killed (SIGKILL)")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_ctrl_c_while_compare_loads_exits_130_wherever_it_lands(tiny_run, tmp_path):

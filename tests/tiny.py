@@ -6,6 +6,7 @@ an auxiliary head and a Transformer encoder layer."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Optional
@@ -52,8 +53,40 @@ def torch_tiny_functional_dropout() -> tnn.Module:
 
 
 class _WaitsInTraining(tnn.Module):
-    """The tiny net, but its training forward touches the file named by
-    $PARITY_TEST_FORWARD_MARKER, then sleeps: a capture caught mid-step, for Ctrl-C tests."""
+    """The tiny net, but its training forward writes its process id into the file named by
+    $PARITY_TEST_FORWARD_MARKER, then sleeps: a capture caught mid-step, for Ctrl-C tests.
+    ``slow_to_stop``: interrupted, it goes on for a second more, as a long kernel does (Python
+    raises KeyboardInterrupt only once the kernel returns), then writes "interrupted" there."""
+
+    def __init__(self, slow_to_stop: bool = False) -> None:
+        super().__init__()
+        self.net = torch_tiny()
+        self.slow_to_stop = slow_to_stop
+
+    def forward(self, x):
+        if self.training:
+            Path(os.environ["PARITY_TEST_FORWARD_MARKER"]).write_text(str(os.getpid()))
+            try:
+                time.sleep(300)
+            except KeyboardInterrupt:
+                if self.slow_to_stop:
+                    time.sleep(1)
+                    Path(os.environ["PARITY_TEST_FORWARD_MARKER"]).write_text("interrupted")
+                raise
+        return self.net(x)
+
+
+def torch_waits_in_training() -> tnn.Module:
+    return _WaitsInTraining()
+
+
+def torch_waits_in_training_slow_to_stop() -> tnn.Module:
+    return _WaitsInTraining(slow_to_stop=True)
+
+
+class _KilledInTraining(tnn.Module):
+    """The tiny net, but its training forward kills its own process (SIGKILL), as the kernel's
+    out-of-memory killer does mid-step."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -61,13 +94,12 @@ class _WaitsInTraining(tnn.Module):
 
     def forward(self, x):
         if self.training:
-            Path(os.environ["PARITY_TEST_FORWARD_MARKER"]).touch()
-            time.sleep(300)
+            os.kill(os.getpid(), signal.SIGKILL)
         return self.net(x)
 
 
-def torch_waits_in_training() -> tnn.Module:
-    return _WaitsInTraining()
+def torch_killed_in_training() -> tnn.Module:
+    return _KilledInTraining()
 
 
 def _ms_tiny(final_relu: bool = True, pad_mode: str = "pad", head=()) -> msnn.Cell:
@@ -90,6 +122,21 @@ def ms_tiny_dropout_keep_prob() -> msnn.Cell:
 
 def ms_tiny() -> msnn.Cell:
     return _ms_tiny()
+
+
+class _MsWaitsInTraining(msnn.SequentialCell):
+    """The tiny net, but its training construct writes its process id into the file named by
+    $PARITY_TEST_MS_FORWARD_MARKER, then sleeps: a MindSpore capture caught mid-step."""
+
+    def construct(self, x):
+        if self.training:
+            Path(os.environ["PARITY_TEST_MS_FORWARD_MARKER"]).write_text(str(os.getpid()))
+            time.sleep(300)
+        return super().construct(x)
+
+
+def ms_waits_in_training() -> msnn.Cell:
+    return _MsWaitsInTraining(list(_ms_tiny().cells()))
 
 
 class _ChannelsLast(msnn.Cell):
