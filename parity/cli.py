@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shlex
 import signal
@@ -18,8 +17,8 @@ from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional
 
 os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is imported
 
-from parity.config import (SEEDS, SHARED_STEP_SETTINGS, WEIGHT_DECAY_SCOPES,  # noqa: E402
-                           StepConfig, out_of_range)
+from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
+                           WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
 from parity.errors import ParityInputError  # noqa: E402
 
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
@@ -47,33 +46,14 @@ class ArgumentParser(argparse.ArgumentParser):
         return parsed
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value not in SEEDS:
-        raise argparse.ArgumentTypeError(f"must be an integer between 0 and 2**32 - 1, got {text}")
-    return value
-
-
 def _number(setting: str) -> Callable[[str], float]:
-    """The argparse type of a numeric step setting: a float in config.NUMBER_RANGES[setting]."""
+    """The argparse type of a numeric setting: a number in config.NUMBER_RANGES[setting], an
+    integer for config.INTEGER_SETTINGS."""
     def parse(text: str) -> float:
         try:
-            value = float(text)
+            value = int(text) if setting in INTEGER_SETTINGS else float(text)
         except ValueError:
-            value = math.nan
+            value = None
         problem = out_of_range(setting, value)
         if problem:
             raise argparse.ArgumentTypeError(f"{problem}, got {text}")
@@ -99,15 +79,15 @@ def _add_step_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("training step")
     # Default None, as the shared step settings below: given where the batch is not parity's
     # synthetic one they are refused (step_config), not ignored.
-    group.add_argument("--batch-size", type=_positive_int,
+    group.add_argument("--batch-size", type=_number("batch_size"),
                        help="samples in the synthetic batch (default 2)")
-    group.add_argument("--image-size", type=_positive_int,
+    group.add_argument("--image-size", type=_number("image_size"),
                        help="square side of the synthetic batch's images (default 64; ResNet "
                             "works at that size)")
-    group.add_argument("--seed", type=_seed, default=0,
+    group.add_argument("--seed", type=_number("seed"), default=0,
                        help="seeds the initial weights and the synthetic batch (default 0); "
                             "another seed checks other ReLU units and roundings")
-    group.add_argument("--num-classes", type=_positive_int,
+    group.add_argument("--num-classes", type=_number("num_classes"),
                        help="class count for synthetic labels (default: the model's own)")
     group.add_argument("--input", type=Path, metavar="FILE.npz",
                        help="your batch: arrays x (floats such as N×C×H×W images, or integer token "
@@ -218,7 +198,7 @@ def build_parser() -> ArgumentParser:
     convert.add_argument("--model", default="resnet50", help=f"built-in port to fill: {BUILT_IN}")
     convert.add_argument("--ms-model", metavar="PKG.MOD:FACTORY",
                          help=f"{MS_MODEL_HELP} (instead of --model)")
-    convert.add_argument("--num-classes", type=_positive_int,
+    convert.add_argument("--num-classes", type=_number("num_classes"),
                          help="the port's class count (default: its own)")
     convert.add_argument("--torch-weights", type=Path, required=True, metavar="FILE",
                          help="torch state dict (.pth/.pt, read without running pickled code, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -19,11 +20,17 @@ SEEDS = range(2**32)     # what MindSpore's set_seed takes
 # MindSpore capture made from a torch one (--reference) takes them from it unless given.
 SHARED_STEP_SETTINGS = ("lr", "momentum", "weight_decay", "nesterov", "dampening",
                         "label_smoothing")
+_COUNT = (lambda value: value >= 1, "a positive integer")
 _FINITE_AT_LEAST_ZERO = (lambda value: 0 <= value < math.inf, "a finite number >= 0")
 _FRACTION = (lambda value: 0 <= value <= 1, "between 0 and 1")
+# Integer settings; the counts may be None (the model's own class count, the user's batch).
+COUNTS = ("batch_size", "image_size", "num_classes")
+INTEGER_SETTINGS = (*COUNTS, "seed")
 # The values each numeric setting may take (NaN is in none): outside them one framework
 # refuses it deep in a capture, or the step means nothing (an infinite weight decay).
 NUMBER_RANGES: Dict[str, Tuple[Callable[[float], bool], str]] = {
+    **{name: _COUNT for name in COUNTS},
+    "seed": (lambda value: value in SEEDS, "an integer between 0 and 2**32 - 1"),
     "lr": _FINITE_AT_LEAST_ZERO,
     "momentum": _FINITE_AT_LEAST_ZERO,
     "weight_decay": _FINITE_AT_LEAST_ZERO,
@@ -36,7 +43,8 @@ NUMBER_RANGES: Dict[str, Tuple[Callable[[float], bool], str]] = {
 def out_of_range(name: str, value: Any) -> Optional[str]:
     """What is wrong with ``value`` for the numeric setting ``name`` ("must be ..."), or None."""
     accepts, wanted = NUMBER_RANGES[name]
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    kind = numbers.Integral if name in INTEGER_SETTINGS else numbers.Real
+    is_number = isinstance(value, kind) and not isinstance(value, bool)
     return None if is_number and accepts(value) else f"must be {wanted}"
 
 
@@ -64,15 +72,15 @@ class StepConfig:
     def __post_init__(self) -> None:
         if self.ms_weight_decay_scope not in WEIGHT_DECAY_SCOPES:
             raise ValueError(f"ms_weight_decay_scope must be one of {WEIGHT_DECAY_SCOPES}")
-        for name in ("batch_size", "image_size", "num_classes"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if self.seed not in SEEDS:
-            raise ValueError(f"seed must be between 0 and 2**32 - 1, got {self.seed}")
         for name in NUMBER_RANGES:
-            problem = out_of_range(name, getattr(self, name))
+            value = getattr(self, name)
+            if value is None and name in COUNTS:
+                continue
+            problem = out_of_range(name, value)
             if problem:
-                raise ValueError(f"{name} {problem}, got {getattr(self, name)!r}")
+                raise ValueError(f"{name} {problem}, got {value!r}")
+            # numpy's numbers as Python's: the configuration is written as JSON
+            object.__setattr__(self, name, (int if name in INTEGER_SETTINGS else float)(value))
         if self.nesterov and not (self.momentum > 0 and self.dampening == 0):
             raise ValueError("Nesterov momentum needs momentum > 0 and dampening 0 (torch's SGD "
                              f"refuses anything else), got momentum {self.momentum:g}, "

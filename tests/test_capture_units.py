@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -161,8 +162,21 @@ def test_a_framework_error_becomes_one_line_with_the_advice():
                                 "wrong. Do this.")
 
 
+def test_integer_settings_take_integers_of_any_kind_and_only_integers():
+    """A fractional count passed (2.5 >= 1) into the captures; numpy's integers are integers,
+    kept as Python's so that the configuration is written as JSON."""
+    from parity.config import StepConfig
+    for name in ("batch_size", "image_size", "num_classes", "seed"):
+        with pytest.raises(ValueError, match=f"{name} must be .*integer.*, got 2.5"):
+            StepConfig(**{name: 2.5})
+    config = StepConfig(batch_size=np.int64(4), seed=np.uint32(7), lr=np.float32(0.5))
+    assert json.loads(json.dumps(config.to_dict()))["batch_size"] == 4
+    assert (type(config.seed), type(config.lr)) == (int, float)
+    assert StepConfig(batch_size=None, image_size=None).batch_size is None
+
+
 @pytest.mark.parametrize("seed", [-1, 2**32])
 def test_a_seed_mindspore_cannot_take_is_refused_before_any_capture(seed):
     from parity.config import StepConfig
-    with pytest.raises(ValueError, match="seed must be between 0 and 2\\*\\*32 - 1"):
+    with pytest.raises(ValueError, match="seed must be an integer between 0 and 2\\*\\*32 - 1"):
         StepConfig(seed=seed)
