@@ -222,15 +222,17 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
             capture_in_subprocess("mindspore", config, ms_dir, options, reference=torch_dir,
                                   map_file=map_file, debug=debug, keep_replaced=True)
         except ParityInputError as error:
-            raise ParityInputError(f"{error}; {_kept(torch_dir)}") from None
+            raise ParityInputError(f"{error}; {_torch_capture_kept(torch_dir)}") from None
         except KeyboardInterrupt:
-            raise Interrupted(_kept(torch_dir)) from None
+            raise Interrupted(_torch_capture_kept(torch_dir)) from None
         report("mindspore capture", "done")
         report("compare", "start")
         try:
             result = compare_runs(torch_dir, ms_dir, policy=policy,
                                   forward_overrides=options.name_map, command=command,
                                   helper=helper)
+        except KeyboardInterrupt:
+            raise Interrupted(captures_kept(out)) from None
         finally:
             remove_replaced(ms_dir)
     finally:
@@ -240,9 +242,15 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
     return result
 
 
-def _kept(torch_dir: Path) -> str:
+def _torch_capture_kept(torch_dir: Path) -> str:
     return (f"the torch capture is kept in {torch_dir} ('parity capture --framework mindspore "
             f"--reference {torch_dir}' reruns MindSpore alone, with this run's options)")
+
+
+def captures_kept(out: Path) -> str:
+    """What a run interrupted once both captures are whole keeps, and how to finish it."""
+    return (f"both captures are kept in {out} ('parity compare {out / 'torch'} "
+            f"{out / 'mindspore'}' compares them)")
 
 
 def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,

@@ -19,7 +19,7 @@ os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is
 
 from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
                            WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
-from parity.errors import ParityInputError  # noqa: E402
+from parity.errors import Interrupted, ParityInputError  # noqa: E402
 
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
 REPORTS = Path("reports")
@@ -375,7 +375,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         result = api.run(config, out, options, policy=policy, map_file=args.map,
                          command=command, progress=report, debug=args.debug)
-    return _finish(result, args, _write_reports(result, args, defaults))
+    try:
+        return _finish(result, args, _write_reports(result, args, defaults))
+    except KeyboardInterrupt:
+        raise Interrupted(api.captures_kept(out)) from None
 
 
 def _reference_settings(args: argparse.Namespace) -> Dict[str, Any]:

@@ -386,6 +386,34 @@ def test_ctrl_c_during_a_runs_mindspore_capture_names_the_torch_capture_kept(tmp
     assert not _alive(capture)
 
 
+@pytest.mark.parametrize("stage, kept", [
+    ("mindspore capture", "the torch capture is kept in {run}/torch ('parity capture "
+                          "--framework mindspore --reference {run}/torch' reruns MindSpore alone"),
+    ("compare", "both captures are kept in {run} ('parity compare {run}/torch {run}/mindspore' "
+                "compares them)")])
+def test_a_run_interrupted_says_what_it_keeps(tmp_path, monkeypatch, stage, kept):
+    from parity import api
+    from parity.config import StepConfig
+    from parity.errors import Interrupted
+
+    def capture(framework, config, out, *args, **kwargs):
+        if (stage, framework) == ("mindspore capture", "mindspore"):
+            raise KeyboardInterrupt
+        out.mkdir()
+
+    def compare(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "capture_in_subprocess", capture)
+    monkeypatch.setattr(api, "compare_runs", compare)
+    monkeypatch.setattr(api, "worth_a_helper", lambda stored_bytes: False)
+    run = tmp_path / "run"
+    with pytest.raises(Interrupted) as interrupt:
+        api.run(StepConfig(), run, api.CaptureOptions("tests.tiny:torch_tiny",
+                                                      "tests.tiny:ms_tiny"))
+    assert interrupt.value.kept.startswith(kept.format(run=run))
+
+
 def test_a_capture_ends_with_the_parity_run_that_started_it(tmp_path):
     """``parity run`` killed (it cannot clean up): its capture, in a session of its own that
     no terminal signal reaches, is interrupted, removes its partial directory and ends."""
