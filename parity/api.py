@@ -27,7 +27,7 @@ from parity.compare.engine import compare_runs
 from parity.compare.measure import start_helper, worth_a_helper
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
-from parity.errors import Interrupted, ParityInputError
+from parity.errors import SMALLER_BATCH, Interrupted, ParityInputError
 from parity.result import CheckResult
 from parity.rundir import KEEP_REPLACED_ENV, partial_dir, remove_replaced, stored_bytes
 
@@ -186,8 +186,7 @@ def _killed_by(number: int) -> str:
         name = f"signal {number}"
     if number == signal.SIGKILL:
         return (f"killed ({name}), on Linux most often by the kernel when memory runs out "
-                "(dmesg says): a smaller batch needs less (--batch-size, --image-size, or fewer "
-                "samples in --input)")
+                f"(dmesg says): {SMALLER_BATCH}")
     return f"ended by {name}; rerun with --debug for its full output"
 
 

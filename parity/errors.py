@@ -8,6 +8,11 @@ class ParityInputError(Exception):
     """Bad input or usage: the message names the problem and the fix; never a traceback."""
 
 
+# What to do when a step runs out of memory.
+SMALLER_BATCH = ("a smaller batch needs less (--batch-size, --image-size, or fewer samples in "
+                 "--input)")
+
+
 class Interrupted(KeyboardInterrupt):
     """A Ctrl-C that left finished work behind on purpose: ``kept`` says what, and how to use
     it."""

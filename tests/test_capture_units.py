@@ -175,6 +175,35 @@ def test_integer_settings_take_integers_of_any_kind_and_only_integers():
     assert StepConfig(batch_size=None, image_size=None).batch_size is None
 
 
+@pytest.mark.parametrize("error", [
+    RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                 "allocate memory: you tried to allocate 102760448 bytes."),   # torch, measured
+    MemoryError("Unable to allocate 98.0 MiB for an array")])                   # numpy
+def test_a_step_out_of_memory_is_told_to_take_a_smaller_batch(error):
+    """It was told the batch might be too small ("a larger --batch-size or --image-size")."""
+    from parity.capture.common import failure_explained
+    from parity.errors import ParityInputError
+    with pytest.raises(ParityInputError) as told:
+        with failure_explained("torch", "on the batch", "A larger batch, maybe."):
+            raise error
+    message = str(told.value)
+    assert message.startswith(f"the torch step ran out of memory on the batch: "
+                              f"{type(error).__name__}: ")
+    assert message.endswith("a smaller batch needs less (--batch-size, --image-size, or fewer "
+                            "samples in --input)")
+    assert "larger" not in message
+
+
+def test_the_float64_step_out_of_memory_is_told_it_can_be_skipped():
+    from parity.capture.torch_capture import _float64_step_errors
+    from parity.errors import ParityInputError
+    with pytest.raises(ParityInputError, match="ran out of memory in parity's float64 rerun .*: "
+                       "MemoryError; that step, the torch capture's largest, is skipped with "
+                       "--no-fp64-reference"):
+        with _float64_step_errors():
+            raise MemoryError()
+
+
 @pytest.mark.parametrize("seed", [-1, 2**32])
 def test_a_seed_mindspore_cannot_take_is_refused_before_any_capture(seed):
     from parity.config import StepConfig

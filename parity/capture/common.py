@@ -11,24 +11,41 @@ from typing import Any, Dict, Iterator, Optional
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from parity.errors import ParityInputError
+from parity.errors import SMALLER_BATCH, ParityInputError
 from parity.resources import peak_resident_mb
 from parity.rundir import crc32
 
 
 @contextmanager
-def failure_explained(framework: str, failed: str, advice: str) -> Iterator[None]:
+def failure_explained(framework: str, failed: str, advice: str,
+                      memory_advice: str = SMALLER_BATCH) -> Iterator[None]:
     """The framework's error of the user's model, with what most likely caused it and the way
-    round it: one line, as every input error (a framework's message can run to a C++ stack:
-    its first line is kept, --debug shows the rest)."""
+    round it (``memory_advice`` when memory ran out): one line, as every input error (a
+    framework's message can run to a C++ stack: its first line is kept, --debug shows the
+    rest)."""
     try:
         yield
     except ParityInputError:
         raise
     except Exception as error:
         first_line = next(iter(str(error).strip().splitlines()), "").rstrip(".")
-        raise ParityInputError(f"the {framework} model failed {failed}: {type(error).__name__}"
-                               f"{': ' if first_line else ''}{first_line}. {advice}") from error
+        what = f"{type(error).__name__}{': ' if first_line else ''}{first_line}"
+        if out_of_memory(error):
+            raise ParityInputError(f"the {framework} step ran out of memory {failed}: {what}; "
+                                   f"{memory_advice}") from error
+        raise ParityInputError(f"the {framework} model failed {failed}: {what}. {advice}") \
+            from error
+
+
+# How the frameworks word an allocation that failed (torch's CPU allocator, MindSpore's
+# kernels); numpy raises MemoryError.
+OUT_OF_MEMORY_MESSAGES = ("can't allocate memory", "cannot allocate memory",
+                          "memory isn't enough", "memory is not enough", "out of memory")
+
+
+def out_of_memory(error: BaseException) -> bool:
+    message = str(error).lower()
+    return isinstance(error, MemoryError) or any(m in message for m in OUT_OF_MEMORY_MESSAGES)
 
 
 def several_outputs(outputs: Any) -> str:

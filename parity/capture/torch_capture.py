@@ -22,7 +22,7 @@ from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.capture.spill import SavedTensorSpill
 from parity.config import StepConfig
-from parity.errors import ParityInputError, first_few
+from parity.errors import SMALLER_BATCH, ParityInputError, first_few
 from parity.models_loader import build_loss
 from parity.resources import peak_resident_bytes
 from parity.records import RecordInfo
@@ -236,7 +236,9 @@ def _float64_step_errors() -> ContextManager[None]:
     return failure_explained(
         "torch", "in parity's float64 rerun of its step (after its float32 steps ran)",
         "A model that cannot run in float64 runs with --no-fp64-reference (parity.check: "
-        "fp64_reference=False); verdicts then use fixed tolerances")
+        "fp64_reference=False); verdicts then use fixed tolerances",
+        "that step, the torch capture's largest, is skipped with --no-fp64-reference "
+        f"(verdicts then use fixed tolerances); or {SMALLER_BATCH}")
 
 
 @contextmanager
