@@ -116,7 +116,7 @@ def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
     returncode, stderr = _run_capture(command, env, out)
     if returncode == 0:
         return out
-    if returncode in (-2, 130):
+    if returncode in (-signal.SIGINT, 128 + signal.SIGINT, 128 + signal.SIGTERM):  # cleaned up
         raise KeyboardInterrupt
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     message = next((line for line in reversed(lines) if line.startswith("parity: error:")), None)

@@ -22,6 +22,7 @@ from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
 from parity.errors import Interrupted, ParityInputError  # noqa: E402
 
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
+EXIT_TERMINATED = 128 + signal.SIGTERM
 REPORTS = Path("reports")
 
 
@@ -465,9 +466,10 @@ COMMANDS = {"run": cmd_run, "capture": cmd_capture, "compare": cmd_compare,
 def main(argv: Optional[List[str]] = None) -> NoReturn:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    _CtrlC.install()
+    _Interrupts.install()
     code = _main(argv, debug)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)    # the work is over: a Ctrl-C changes nothing
+    for number in _Interrupts.SIGNALS:          # the work is over: an interrupt changes nothing
+        signal.signal(number, signal.SIG_IGN)
     sys.stdout.flush()
     sys.stderr.flush()
     # Leave without the interpreter's teardown, whose Ctrl-C would end the process by SIGINT
@@ -485,12 +487,12 @@ def _main(argv: List[str], debug: bool) -> int:
             build_parser().print_help()
             return EXIT_INPUT
         _load_for(args)
-        _CtrlC.ends_at_once = False     # the command writes from now on: it cleans up
+        _Interrupts.ends_at_once = False    # the command writes from now on: it cleans up
         return COMMANDS[args.command](args)
     except KeyboardInterrupt as interrupt:
         return _interrupted(getattr(interrupt, "kept", ""))
     except Exception as error:
-        if _CtrlC.received:
+        if _Interrupts.received:
             return _interrupted()
         if debug:
             raise
@@ -504,9 +506,10 @@ def _main(argv: List[str], debug: bool) -> int:
 
 
 def _interrupted(kept: str = "") -> int:
-    print(f"parity: interrupted; {kept + '; ' if kept else ''}no partial output was left behind",
-          file=sys.stderr)
-    return EXIT_INTERRUPT
+    terminated = _Interrupts.received == signal.SIGTERM
+    print(f"parity: {'terminated (SIGTERM)' if terminated else 'interrupted'}; "
+          f"{kept + '; ' if kept else ''}no partial output was left behind", file=sys.stderr)
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPT
 
 
 def _load_for(args: argparse.Namespace) -> None:
@@ -524,24 +527,29 @@ def _load_for(args: argparse.Namespace) -> None:
         import parity.report.html  # noqa: F401      (matplotlib: 0.6 s)
 
 
-class _CtrlC:
-    """While parity loads, SIGINT ends the process at once. Once a command works, it raises
-    KeyboardInterrupt as Python's own handler does (the command cleans up on its way out) and
-    is remembered: a library can turn it into another error, the interrupt's consequence."""
+class _Interrupts:
+    """Ctrl-C (SIGINT) and SIGTERM (a cancelled CI job, ``timeout``, ``kill``). While parity
+    loads, they end the process at once. Once a command works, each raises KeyboardInterrupt
+    as Python's own handler does for Ctrl-C (the command cleans up on its way out) and is
+    remembered: a library can turn it into another error, the interrupt's consequence.
+    SIGTERM's default ended the process where it stood, leaving a capture's partial directory.
+    """
 
-    received = False
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    received: Optional[int] = None
     ends_at_once = True
 
     @classmethod
     def install(cls) -> None:
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored
-            signal.signal(signal.SIGINT, cls._handle)
+        for number, default in zip(cls.SIGNALS, (signal.default_int_handler, signal.SIG_DFL)):
+            if signal.getsignal(number) is default:                 # not when ignored
+                signal.signal(number, cls._handle)
 
     @classmethod
     def _handle(cls, signum: int, frame: Any) -> None:
+        cls.received = signum
         if cls.ends_at_once:
-            _interrupted()
+            code = _interrupted()
             sys.stderr.flush()
-            os._exit(EXIT_INTERRUPT)
-        cls.received = True
+            os._exit(code)
         raise KeyboardInterrupt
