@@ -92,6 +92,25 @@ def partial_dir(out: Path, pid: int) -> Path:
     return out.with_name(f".{out.name}.partial-{pid}")
 
 
+def _remove_abandoned_partials(out: Path) -> None:
+    """The partial directories for ``out`` of captures that no longer run: killed, they could
+    not remove them (a capture running beside this one keeps its own)."""
+    for partial in out.parent.glob(f".{out.name}.partial-*"):
+        pid = partial.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not _runs(int(pid)):
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:         # another user's
+        return True
+    return True
+
+
 def remove_replaced(out: Path) -> None:
     """Delete the runs that captures into ``out`` left aside (a killed run's too)."""
     for old in out.parent.glob(f".{out.name}.old-*"):
@@ -109,6 +128,7 @@ class RunWriter:
         self.out = Path(out)
         refuse_foreign(self.out)            # before any work, not only at the final rename
         self.framework = framework
+        _remove_abandoned_partials(self.out)
         self.partial = partial_dir(self.out, os.getpid())
         shutil.rmtree(self.partial, ignore_errors=True)
         self.partial.mkdir(parents=True)

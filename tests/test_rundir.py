@@ -114,3 +114,23 @@ def test_a_rerun_deletes_the_mindspore_run_it_replaced_once_compared(tmp_path, m
         assert api.run(config, out, api.CaptureOptions(**factories)).passed
     assert aside_during_compare == [[], [".mindspore.old"]]
     assert sorted(p.name for p in out.iterdir()) == ["mindspore", api.RUN_INDEX, "torch"]
+
+
+def test_a_capture_removes_the_partial_directories_killed_captures_left(tmp_path, monkeypatch):
+    """A capture killed by SIGKILL (out of memory) leaves its partial directory, gigabytes; the
+    next capture into the same --out removes it, and keeps one whose capture still runs."""
+    import subprocess
+    import sys
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True).stdout.strip()
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for pid in (ended, running.pid):
+            (tmp_path / f".run.partial-{pid}").mkdir()
+            (tmp_path / f".run.partial-{pid}" / "tensors-00000.safetensors").write_bytes(b"x")
+        _write(tmp_path / "run", [("a", np.ones(3, np.float32))], monkeypatch)
+        assert sorted(p.name for p in tmp_path.iterdir()) == [f".run.partial-{running.pid}",
+                                                              "run"]
+    finally:
+        running.kill()
+        running.wait()
