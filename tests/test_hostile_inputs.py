@@ -379,6 +379,23 @@ def test_ctrl_c_during_a_runs_capture_waits_for_its_clean_up(tmp_path, signalled
     assert not _alive(capture)
 
 
+def test_a_second_ctrl_c_stops_the_capture_at_once(tmp_path):
+    """While parity waits for an interrupted capture to clean up, a second Ctrl-C kills it;
+    parity removes what it had written."""
+    marker = tmp_path / "forward-started"
+    process, capture = _run_caught_in_its_forward(
+        tmp_path, "tests.tiny:torch_waits_in_training_slow_to_stop")
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert (process.returncode, stderr.strip().splitlines()) == \
+        (130, ["parity: interrupted; no partial output was left behind"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forward-started"]
+    assert marker.read_text() == str(capture), "the capture finished its second"
+    assert not _alive(capture)
+
+
 def test_ctrl_c_during_a_runs_mindspore_capture_names_the_torch_capture_kept(tmp_path):
     process, capture = _run_caught_in_its_forward(tmp_path, "tests.tiny:torch_tiny",
                                                   "tests.tiny:ms_waits_in_training")
