@@ -1,5 +1,5 @@
-"""The exceptions the CLI turns into one-line messages (exit code 2 for bad input, 130 for an
-interrupt), and how such a line names a long list."""
+"""The exceptions the CLI turns into one-line messages (exit code 2 for bad input, 130 or 143
+for an interrupt), and how such a line names a long list."""
 
 from typing import Sequence
 
@@ -14,8 +14,8 @@ SMALLER_BATCH = ("a smaller batch needs less (--batch-size, --image-size, or few
 
 
 class Interrupted(KeyboardInterrupt):
-    """A Ctrl-C that left finished work behind on purpose: ``kept`` says what, and how to use
-    it."""
+    """An interrupt (Ctrl-C, SIGTERM) that left finished work behind on purpose: ``kept`` says
+    what, and how to use it."""
 
     def __init__(self, kept: str) -> None:
         super().__init__(kept)
