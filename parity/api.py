@@ -29,7 +29,8 @@ from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
 from parity.errors import SMALLER_BATCH, Interrupted, ParityInputError
 from parity.result import CheckResult
-from parity.rundir import KEEP_REPLACED_ENV, partial_dir, remove_replaced, stored_bytes
+from parity.rundir import (KEEP_REPLACED_ENV, remove_abandoned_partials, remove_replaced,
+                           stored_bytes)
 
 RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
 # What a capture subprocess needs in its environment: quiet MindSpore logging.
@@ -152,7 +153,7 @@ def _run_capture(command: List[str], env: Dict[str, str], out: Path) -> Tuple[in
             raise
     finally:
         if process.returncode != 0:
-            shutil.rmtree(partial_dir(out, process.pid), ignore_errors=True)
+            remove_abandoned_partials(out)
     return process.returncode, stderr
 
 

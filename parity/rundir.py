@@ -92,7 +92,7 @@ def partial_dir(out: Path, pid: int) -> Path:
     return out.with_name(f".{out.name}.partial-{pid}")
 
 
-def _remove_abandoned_partials(out: Path) -> None:
+def remove_abandoned_partials(out: Path) -> None:
     """The partial directories for ``out`` of captures that no longer run: killed, they could
     not remove them (a capture running beside this one keeps its own)."""
     for partial in out.parent.glob(f".{out.name}.partial-*"):
@@ -128,7 +128,7 @@ class RunWriter:
         self.out = Path(out)
         refuse_foreign(self.out)            # before any work, not only at the final rename
         self.framework = framework
-        _remove_abandoned_partials(self.out)
+        remove_abandoned_partials(self.out)
         self.partial = partial_dir(self.out, os.getpid())
         shutil.rmtree(self.partial, ignore_errors=True)
         self.partial.mkdir(parents=True)
