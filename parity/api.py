@@ -27,7 +27,8 @@ from parity.compare.engine import compare_runs
 from parity.compare.measure import start_helper, worth_a_helper
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
-from parity.errors import SMALLER_BATCH, Interrupted, ParityInputError
+from parity.errors import (EXIT_INTERRUPT, EXIT_TERMINATED, SMALLER_BATCH, Interrupted,
+                           ParityInputError)
 from parity.result import CheckResult
 from parity.rundir import (KEEP_REPLACED_ENV, remove_abandoned_partials, remove_replaced,
                            stored_bytes)
@@ -117,7 +118,7 @@ def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
     returncode, stderr = _run_capture(command, env, out)
     if returncode == 0:
         return out
-    if returncode in (-signal.SIGINT, 128 + signal.SIGINT, 128 + signal.SIGTERM):  # cleaned up
+    if returncode in (-signal.SIGINT, EXIT_INTERRUPT, EXIT_TERMINATED):  # it cleaned up
         raise KeyboardInterrupt
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     message = next((line for line in reversed(lines) if line.startswith("parity: error:")), None)

@@ -1,6 +1,7 @@
 """The ``parity`` command: a thin layer of argument groups over parity.api.
 
-Exit codes: 0 parity, 1 violations, 2 bad input or usage, 130 interrupted.
+Exit codes (parity.errors): 0 parity, 1 violations, 2 bad input or usage, 130 interrupted,
+143 terminated.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is
 
 from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
                            WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
-from parity.errors import Interrupted, ParityInputError  # noqa: E402
+from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPT,  # noqa: E402
+                           EXIT_PASS, EXIT_TERMINATED, Interrupted, ParityInputError)
 
-EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
-EXIT_TERMINATED = 128 + signal.SIGTERM
 REPORTS = Path("reports")
 
 

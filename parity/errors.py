@@ -1,7 +1,13 @@
-"""The exceptions the CLI turns into one-line messages (exit code 2 for bad input, 130 or 143
-for an interrupt), and how such a line names a long list."""
+"""The exceptions the CLI turns into one-line messages, the exit codes it ends with, and how
+such a line names a long list."""
 
+import signal
 from typing import Sequence
+
+# parity's exit codes: 0 parity, 1 violations, 2 bad input or usage, 130 interrupted (Ctrl-C),
+# 143 terminated (SIGTERM)
+EXIT_PASS, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+EXIT_INTERRUPT, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
 
 
 class ParityInputError(Exception):

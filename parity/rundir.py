@@ -61,6 +61,27 @@ def refuse_foreign(out: Path) -> None:
                                "choose another --out or remove it")
 
 
+# The hidden directories a process keeps beside a run directory ``out``, named
+# ``.<out>.<role>-<pid>``: the capture it writes until it renames it into place, and the run
+# that capture replaced.
+PARTIAL, REPLACED = "partial", "old"
+
+
+def hidden_sibling(out: Path, role: str, pid: int) -> Path:
+    return out.with_name(f".{out.name}.{role}-{pid}")
+
+
+def hidden_siblings(out: Path, role: str) -> Iterator[Tuple[Path, int]]:
+    """Each hidden directory ``role`` beside ``out``, with its process id. Matched by prefix,
+    not by glob, which reads a ``[`` in the name as a pattern."""
+    prefix = f".{out.name}.{role}-"
+    if out.parent.is_dir():
+        for path in out.parent.iterdir():
+            pid = path.name[len(prefix):]
+            if path.name.startswith(prefix) and pid.isdigit():
+                yield path, int(pid)
+
+
 # Set by `parity run` for its MindSpore capture: the run that capture replaces is left beside
 # the new one, for `parity run` to delete once its compare is over (remove_replaced). Deleting
 # gigabytes leaves the file system busy for seconds after the files are gone, and that work
@@ -75,7 +96,7 @@ def atomic_replace_dir(partial: Path, out: Path) -> None:
     refuse_foreign(out)
     old = None
     if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        old = hidden_sibling(out, REPLACED, os.getpid())
         out.rename(old)
     partial.rename(out)
     if old is not None and not os.environ.get(KEEP_REPLACED_ENV):
@@ -89,15 +110,14 @@ def stored_bytes(run: Path) -> int:
 
 def partial_dir(out: Path, pid: int) -> Path:
     """Where process ``pid`` writes its capture for ``out`` until it renames it into place."""
-    return out.with_name(f".{out.name}.partial-{pid}")
+    return hidden_sibling(out, PARTIAL, pid)
 
 
 def remove_abandoned_partials(out: Path) -> None:
     """The partial directories for ``out`` of captures that no longer run: killed, they could
     not remove them (a capture running beside this one keeps its own)."""
-    for partial in out.parent.glob(f".{out.name}.partial-*"):
-        pid = partial.name.rsplit("-", 1)[1]
-        if pid.isdigit() and not _runs(int(pid)):
+    for partial, pid in list(hidden_siblings(out, PARTIAL)):
+        if not _runs(pid):
             shutil.rmtree(partial, ignore_errors=True)
 
 
@@ -113,7 +133,7 @@ def _runs(pid: int) -> bool:
 
 def remove_replaced(out: Path) -> None:
     """Delete the runs that captures into ``out`` left aside (a killed run's too)."""
-    for old in out.parent.glob(f".{out.name}.old-*"):
+    for old, _ in list(hidden_siblings(out, REPLACED)):
         shutil.rmtree(old, ignore_errors=True)
 
 
