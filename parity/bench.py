@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,7 +30,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+from parity.errors import EXIT_INTERRUPT, EXIT_TERMINATED
 from parity.resources import peak_resident_mb, resident_bytes
+from parity.rundir import process_runs
 
 SIZES: List[Tuple[int, int]] = [(2, 64), (8, 224)]
 # MindSpore's bare step as parity's capture runs it on CPU (pynative_synchronize): reported
@@ -36,6 +40,10 @@ SIZES: List[Tuple[int, int]] = [(2, 64), (8, 224)]
 # of the two without saying so
 SYNCHRONOUS_MINDSPORE = "mindspore-synchronous"
 ENV = {**os.environ, "GLOG_v": "3"}
+SCRATCH_PREFIX = "parity-bench-"     # + the benchmark's process id, in the temp directory
+# How long an interrupted benchmark command may take to clean up (parity run removes its
+# partial captures) before it is killed
+CLEAN_UP_SECONDS = 60
 
 
 def bare_step(framework: str, batch: int, size: int) -> Dict[str, float]:
@@ -119,17 +127,57 @@ class TreeMemoryPeak:
         return self.peak_bytes / 2**20
 
 
-def _timed(command: List[str]) -> Tuple[float, str, float]:
-    """Wall seconds, standard output and the sampled peak memory (MB) of all its processes."""
+def _timed(command: List[str], succeeded: Tuple[int, ...] = (0,)) -> Tuple[float, str, float]:
+    """Wall seconds, standard output and the sampled peak memory (MB) of all its processes;
+    an exit code not in ``succeeded`` ends the benchmark with the command's last words."""
     started = time.perf_counter()
     process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     memory = TreeMemoryPeak(process)
-    stdout, stderr = process.communicate()
+    try:
+        stdout, stderr = process.communicate()
+    except BaseException:           # Ctrl-C, SIGTERM: the command cleans up, then it is gone
+        _stop(process)
+        raise
     wall = time.perf_counter() - started
-    if process.returncode not in (0, 1):
-        raise SystemExit(f"benchmark command failed: {' '.join(command)}\n{stderr}")
+    if process.returncode not in succeeded:
+        last = stderr.strip().splitlines()[-1:] or [f"exit code {process.returncode}"]
+        raise SystemExit(f"parity.bench: {' '.join(command[1:])} failed: {last[0]}")
     return wall, stdout, memory.mb()
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """End an interrupted benchmark command, letting it clean up: SIGTERM (a terminal's
+    Ctrl-C reached it already; parity ends at once at a second interrupt, still cleaning up),
+    SIGKILL after CLEAN_UP_SECONDS."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.communicate(timeout=CLEAN_UP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+
+
+def scratch_directory() -> Path:
+    """A new scratch directory for this benchmark's runs, named after its process; those of
+    benchmarks that no longer run (killed: no time to clean up) are removed first."""
+    temp = Path(tempfile.gettempdir())
+    for path in temp.glob(f"{SCRATCH_PREFIX}*"):
+        pid = path.name[len(SCRATCH_PREFIX):]
+        if pid.isdigit() and not process_runs(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+    scratch = temp / f"{SCRATCH_PREFIX}{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)      # a dead process's, whose id was reused
+    scratch.mkdir()
+    return scratch
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM (a cancelled CI job, ``timeout``) unwinds like Ctrl-C, so that the scratch
+    directory and the running command are cleaned up; by default it ended the benchmark where
+    it stood, leaving both."""
+    raise SystemExit(EXIT_TERMINATED)
 
 
 def bare_steps(batch: int, size: int) -> Dict[str, float]:
@@ -150,7 +198,8 @@ def parity_run(batch: int, size: int, scratch: Path, *options: str) -> Dict[str,
     run_dir, report_path = scratch / f"run-{batch}-{size}", scratch / f"r-{batch}-{size}.json"
     wall, _, tree_rss = _timed([sys.executable, "-m", "parity", "run", "--batch-size",
                                 str(batch), "--image-size", str(size), "--out", str(run_dir),
-                                "--json", str(report_path), "--quiet", *options])
+                                "--json", str(report_path), "--quiet", *options],
+                               succeeded=(0, 1))      # 1: a divergence, reported
     report = json.loads(report_path.read_text())
     report_path.unlink()
     manifests = {fw: json.loads((run_dir / fw / "manifest.json").read_text())
@@ -186,21 +235,32 @@ def _print_per_capture(by_framework: Dict[str, Dict[str, float]], each: str,
             each.format(phase, value) for phase, value in by_phase.items()))
 
 
+def _sizes(text: str) -> List[Tuple[int, int]]:
+    """``--sizes``: "2x64,8x224" -> [(2, 64), (8, 224)]."""
+    pairs = [item.strip().split("x") for item in text.split(",")]
+    if not all(len(pair) == 2 and all(v.isdigit() and int(v) > 0 for v in pair)
+               for pair in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected BATCHxSIZE pairs of positive "
+                                         "integers, comma-separated (e.g. 2x64,8x224)")
+    return [(int(batch), int(size)) for batch, size in pairs]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m parity.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bare", nargs=3, metavar=("FRAMEWORK", "BATCH", "SIZE"),
                         help=argparse.SUPPRESS)
-    parser.add_argument("--sizes", default="2x64,8x224",
+    parser.add_argument("--sizes", default=_sizes("2x64,8x224"), type=_sizes,
                         help="comma-separated BATCHxSIZE list (default 2x64,8x224)")
     args = parser.parse_args()
     if args.bare:
         framework, batch, size = args.bare
         print(json.dumps(bare_step(framework, int(batch), int(size))))
         return
-    sizes = [tuple(int(v) for v in item.split("x")) for item in args.sizes.split(",")]
-    with tempfile.TemporaryDirectory(prefix="parity-bench-") as scratch:
-        for batch, size in sizes:
+    signal.signal(signal.SIGTERM, _terminate)
+    scratch = scratch_directory()
+    try:
+        for batch, size in args.sizes:
             bare = bare_steps(batch, size)
             bare_inner = bare["torch_step"] + bare["mindspore_step"]
             bare_wall = bare["torch_wall"] + bare["mindspore_wall"]
@@ -239,7 +299,13 @@ def main() -> None:
                       f"{f['compare_rss']:.0f} MB)")
                 _print_per_capture(f["peaks_after"], "{} {:.0f}", lead="peak MB after ")
                 print(f"    compare throughput  {f['gbps']:7.2f} GB/s (target >= 1)")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("parity.bench: interrupted; its scratch directory is removed", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPT)

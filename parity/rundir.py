@@ -117,11 +117,11 @@ def remove_abandoned_partials(out: Path) -> None:
     """The partial directories for ``out`` of captures that no longer run: killed, they could
     not remove them (a capture running beside this one keeps its own)."""
     for partial, pid in list(hidden_siblings(out, PARTIAL)):
-        if not _runs(pid):
+        if not process_runs(pid):
             shutil.rmtree(partial, ignore_errors=True)
 
 
-def _runs(pid: int) -> bool:
+def process_runs(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -1,9 +1,19 @@
 """The benchmark's own measuring: what it calls parity run's memory must count every process."""
 
+import argparse
+import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List
 
-from parity.bench import TreeMemoryPeak
+import pytest
+
+from parity.bench import SCRATCH_PREFIX, TreeMemoryPeak, _sizes, scratch_directory
+from parity.errors import EXIT_TERMINATED
 
 # A parent holding 150 MB that starts a child holding 250 MB: both resident for a second.
 HOLDERS = """
@@ -19,3 +29,63 @@ def test_tree_memory_peak_counts_the_children_of_a_process():
     peak = TreeMemoryPeak(process, period=0.02)
     assert process.wait() == 0
     assert peak.mb() > 150 + 250          # either process alone holds less
+
+
+def test_sizes_are_pairs_of_positive_integers():
+    assert _sizes("2x64,8x224") == [(2, 64), (8, 224)]
+    for bad in ("8x", "0x3", "2x64,", "2x64x3", "big"):
+        with pytest.raises(argparse.ArgumentTypeError, match="BATCHxSIZE"):
+            _sizes(bad)
+
+
+def test_a_benchmark_removes_the_scratch_of_benchmarks_that_no_longer_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True).stdout.strip()
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for pid in (ended, running.pid):
+            (tmp_path / f"{SCRATCH_PREFIX}{pid}").mkdir()
+        scratch = scratch_directory()
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [f"{SCRATCH_PREFIX}{running.pid}", scratch.name])
+    finally:
+        running.kill()
+        running.wait()
+
+
+def _processes_with(marker: str) -> List[int]:
+    """The processes whose environment holds ``marker``."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker.encode() in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:             # ended, or another user's
+            pass
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_ends_the_benchmark_with_its_command_and_scratch(tmp_path):
+    """A cancelled CI job sends SIGTERM: by default it left the scratch directory (gigabytes,
+    once a run is in it) and the running command behind."""
+    marker = f"PARITY_BENCH_TEST={tmp_path.name}"
+    env = {**os.environ, "TMPDIR": str(tmp_path), marker.split("=")[0]: tmp_path.name}
+    bench = subprocess.Popen([sys.executable, "-m", "parity.bench", "--sizes", "2x16"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while len(_processes_with(marker)) < 2 or not list(tmp_path.iterdir()):
+            assert bench.poll() is None and time.monotonic() < deadline, bench.stderr.read()
+            time.sleep(0.05)
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=60) == EXIT_TERMINATED
+        assert list(tmp_path.iterdir()) == []
+        assert _processes_with(marker) == []
+    finally:
+        bench.kill()
+        bench.wait()
+        for pid in _processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
