@@ -133,8 +133,8 @@ def _timed(command: List[str], succeeded: Tuple[int, ...] = (0,)) -> Tuple[float
     started = time.perf_counter()
     process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    memory = TreeMemoryPeak(process)
     try:
+        memory = TreeMemoryPeak(process)
         stdout, stderr = process.communicate()
     except BaseException:           # Ctrl-C, SIGTERM: the command cleans up, then it is gone
         _stop(process)
