@@ -318,21 +318,25 @@ def test_a_port_run_in_float16_is_named():
                              "MindSpore's _backbone.0 returns float16, torch's 0 float32")
 
 
-@pytest.mark.parametrize("init", [0, 2, 4, 8])
-def test_a_biased_conv_before_batch_norm_passes(init):
+def test_a_biased_conv_before_batch_norm_passes():
     """The BatchNorm after the conv removes its bias, so the bias gradient is zero but for
     rounding, and MindSpore's sums round differently: these initialisations of the correct port
     failed there (noise ratio 8.2 to 11.5) before the allowance for cancelling sums, with its
-    sums' own rounding, covered conv biases."""
+    sums' own rounding, covered conv biases. How close each comes to the limit depends on the
+    CPU's kernels: on an AVX-512 host (2026-12-02) initialisation 2 passed without the
+    allowance (7.7 against 8), so the allowance is asserted to be used for some, not each."""
     import torch
 
     import parity
     from tests import tiny
-    torch.manual_seed(init)
-    result = parity.check(tiny.torch_defaults(), tiny.ms_defaults(), image_size=16)
-    assert result.passed, result.diagnosis
-    bias = result.records[(result.records.name == "0.bias") & (result.records.kind == "grad")]
-    assert bias.sum_allowance.iloc[0] > 0
+    allowed = []
+    for init in (0, 2, 4, 8):
+        torch.manual_seed(init)
+        result = parity.check(tiny.torch_defaults(), tiny.ms_defaults(), image_size=16)
+        assert result.passed, (init, result.diagnosis)
+        bias = result.records[(result.records.name == "0.bias") & (result.records.kind == "grad")]
+        allowed.append(bias.sum_allowance.iloc[0] > 0)
+    assert any(allowed)
 
 
 def test_a_bias_gradient_that_is_not_the_sum_of_its_terms_names_the_layers_backward():
