@@ -27,6 +27,7 @@ from parity.compare.engine import compare_runs
 from parity.compare.measure import start_helper, worth_a_helper
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
+from parity.models_loader import refuse_evidently_missing
 from parity.errors import (EXIT_INTERRUPT, EXIT_TERMINATED, SMALLER_BATCH, Interrupted,
                            ParityInputError)
 from parity.result import CheckResult
@@ -198,6 +199,9 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
         debug: bool = False) -> CheckResult:
     """Capture torch then MindSpore (each in its own process) into ``out``, then compare."""
     out = Path(out)
+    for spec in (options.mindspore_factory, config.ms_loss):    # before minutes of torch
+        if spec is not None:
+            refuse_evidently_missing(spec)
     created = not out.exists()
     _prepare_run_dir(out, config, command)
     report = progress or (lambda stage, state: None)

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import sys
-from typing import Any, Callable, Optional
+from importlib.machinery import EXTENSION_SUFFIXES, PathFinder
+from pathlib import Path
+from typing import Any, Callable, Iterable, List, Optional, Set
 
 from parity.errors import ParityInputError
 
 
-def load_factory(spec: str) -> Callable[..., Any]:
+def _split(spec: str) -> List[str]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ParityInputError(f"factory {spec!r} must look like package.module:factory")
+    return [module_name, attr]
+
+
+def _no_factory(spec: str) -> ParityInputError:
+    module_name, attr = _split(spec)
+    return ParityInputError(f"{module_name} has no callable {attr!r} (from {spec!r})")
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    module_name, attr = _split(spec)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -23,8 +36,119 @@ def load_factory(spec: str) -> Callable[..., Any]:
                                "check the name and that it is on PYTHONPATH") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
-        raise ParityInputError(f"{module_name} has no callable {attr!r} (from {spec!r})")
+        raise _no_factory(spec)
     return factory
+
+
+def refuse_evidently_missing(spec: str) -> None:
+    """Refuse a factory its module's source plainly does not define, read without importing
+    it: ``parity run`` checks the MindSpore side's so, before the torch capture, which runs
+    first and can take minutes (importing the module would load MindSpore into parity's own
+    process). Anything the source leaves open (a star import, a module ``__getattr__``,
+    ``globals()``, a compiled or a custom-imported module) is left to the capture."""
+    module_name, attr = _split(spec)
+    source = _module_source(module_name)
+    if source is None:
+        return
+    try:
+        names = _top_level_names(ast.parse(source.read_bytes(), filename=str(source)).body)
+    except (OSError, SyntaxError, ValueError):
+        return
+    if names is not None and attr not in names:
+        raise _no_factory(spec)
+
+
+def _module_source(module_name: str) -> Optional[Path]:
+    """The ``.py`` file a fresh process started in this directory would import for
+    ``module_name`` (import's own order: a finder ahead of the path's, then along the path a
+    package, an extension module, a source file, namespace packages last), or None when that
+    is not a source file parity can be sure of."""
+    top = module_name.partition(".")[0]
+    for finder in sys.meta_path:
+        if finder is PathFinder:
+            break
+        if finder.find_spec(top, None) is not None:          # a built-in or frozen one, a hook
+            return None
+    search: List[str] = [os.getcwd(), *sys.path[1:]]        # sys.path[0]: this script's folder
+    *packages, last = module_name.split(".")
+    for part in packages:
+        found = _find_on(search, part)
+        if found is None or found.name != "__init__.py":
+            return None                 # absent, namespace-only or not a package: import tells
+        search = [str(found.parent)]
+    found = _find_on(search, last)
+    return found if found is not None and found.suffix == ".py" else None
+
+
+def _find_on(search: Iterable[str], name: str) -> Optional[Path]:
+    """Where ``name`` is found first along ``search``: a package's ``__init__`` or a module file
+    (an extension or bytecode one returned as such); None when nothing but namespace folders."""
+    for entry in search:
+        folder = Path(entry or os.getcwd())
+        if not folder.is_dir():
+            if folder.exists():         # a zip archive on the path: not read here
+                return Path(f"{name}.zip-entry")
+            continue
+        package = folder / name
+        if package.is_dir():
+            initial = sorted(package.glob("__init__.*"))
+            if initial:
+                return next((p for p in initial if p.name == "__init__.py"), initial[0])
+        for suffix in (*EXTENSION_SUFFIXES, ".py", ".pyc"):
+            if (folder / f"{name}{suffix}").is_file():
+                return folder / f"{name}{suffix}"
+    return None
+
+
+# Calls that can bind module names the source does not spell out
+_DYNAMIC = {"globals", "vars", "exec", "eval"}
+
+
+class _Open(Exception):
+    """The module's code may bind names its source does not spell out."""
+
+
+def _top_level_names(body: Iterable[ast.stmt]) -> Optional[Set[str]]:
+    """The names the module's own scope binds (functions' and classes' own names, assignments
+    and imports outside them, ``global`` declarations), or None when its code may bind others:
+    a star import, ``globals()``, ``exec``, ``setattr`` on anything but ``self``, a module
+    ``__getattr__``, a replaced ``sys.modules`` entry."""
+    names: Set[str] = set()
+
+    def visit(node: ast.AST, module_scope: bool) -> None:
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            raise _Open
+        if isinstance(node, ast.Call):
+            called = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            if called in _DYNAMIC or (called == "setattr" and not (
+                    node.args and getattr(node.args[0], "id", "") in ("self", "cls"))):
+                raise _Open
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
+                getattr(node.value, "attr", "") == "modules":
+            raise _Open
+        inner = module_scope
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            name = getattr(node, "name", None)
+            if module_scope and name:
+                if name == "__getattr__":
+                    raise _Open
+                names.add(name)
+            inner = False
+        elif isinstance(node, ast.Global):
+            names.update(node.names)
+        elif module_scope and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif module_scope and isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).partition(".")[0] for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    try:
+        for statement in body:
+            visit(statement, True)
+    except _Open:
+        return None
+    return names
 
 
 def _build(spec: str, num_classes: Optional[int]) -> Any:

@@ -1,0 +1,90 @@
+"""``parity run`` refuses a --ms-model or --ms-loss its module's source plainly lacks before the
+torch capture (which runs first and can take minutes), reading the source without importing it;
+whatever the source leaves open is left to the MindSpore capture."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from parity.errors import ParityInputError
+from parity.models_loader import refuse_evidently_missing
+from tests.conftest import REPO, parity_cli
+
+
+def test_a_misspelt_factory_is_refused_and_a_defined_one_is_not(monkeypatch):
+    monkeypatch.chdir(REPO)
+    refuse_evidently_missing("tests.tiny:ms_tiny")
+    with pytest.raises(ParityInputError) as refused:
+        refuse_evidently_missing("tests.tiny:ms_tinyy")
+    assert str(refused.value) == ("tests.tiny has no callable 'ms_tinyy' "
+                                  "(from 'tests.tiny:ms_tinyy')")
+
+
+# Sources that bind ``factory`` or may: none is refused.
+BINDING = {
+    "def": "def factory(): pass",
+    "class": "class factory: pass",
+    "assignment": "factory = lambda: None",
+    "tuple assignment": "other, factory = 1, 2",
+    "import": "from os import getcwd as factory",
+    "in a block": "try:\n    import nothing_here\nexcept ImportError:\n    factory = None",
+    "global": "def make():\n    global factory\n    factory = 1\nmake()",
+    "star import": "from os.path import *",
+    "globals()": "globals()['fact' + 'ory'] = print",
+    "module __getattr__": "def __getattr__(name):\n    return print",
+    "setattr on the module": "import sys\nsetattr(sys.modules[__name__], 'factory', print)",
+    "replaced module": "import sys\nsys.modules[__name__] = object()",
+    "exec": "exec('factory = print')",
+}
+
+
+@pytest.mark.parametrize("source", BINDING.values(), ids=BINDING.keys())
+def test_a_source_that_binds_the_factory_or_may_is_left_alone(tmp_path, monkeypatch, source):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nets.py").write_text(source + "\n")
+    refuse_evidently_missing("nets:factory")
+
+
+def test_a_source_that_binds_it_nowhere_is_refused_whatever_else_it_does(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "nets.py").write_text(textwrap.dedent("""
+        import os.path
+        class Net:
+            def __init__(self):
+                setattr(self, "factory", 1)
+            def __getattr__(self, name):
+                return name
+        def make_net():
+            factory = Net()
+            return factory
+        """))
+    with pytest.raises(ParityInputError, match="pkg.nets has no callable 'factory'"):
+        refuse_evidently_missing("pkg.nets:factory")
+
+
+def test_modules_it_cannot_be_sure_of_are_left_to_the_capture(tmp_path, monkeypatch):
+    """Absent, compiled, bytecode only, in a namespace package, or not valid Python: the
+    capture imports it and says what is wrong."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "compiled.py").write_text("")
+    (tmp_path / "compiled.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    (tmp_path / "bytecode.pyc").write_bytes(b"")
+    (tmp_path / "space").mkdir()
+    (tmp_path / "space" / "nets.py").write_text("")
+    (tmp_path / "broken.py").write_text("def (:\n")
+    for spec in ("absent:factory", "compiled:factory", "bytecode:factory",
+                 "space.nets:factory", "broken:factory"):
+        refuse_evidently_missing(spec)
+
+
+def test_parity_run_refuses_a_misspelt_ms_model_before_capturing_anything(tmp_path):
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny", "--ms-model",
+                         "tests.tiny:ms_tinyy", "--image-size", "16", "--out", tmp_path / "run")
+    assert process.returncode == 2
+    assert process.stderr.strip() == ("parity: error: tests.tiny has no callable 'ms_tinyy' "
+                                      "(from 'tests.tiny:ms_tinyy')")
+    assert not (tmp_path / "run").exists()
