@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, Iterator, Tuple
 
 import pytest
 
@@ -31,6 +31,22 @@ def _seeded_torch() -> None:
     each test, a test's numbers do not depend on which tests ran before it in this process."""
     import torch
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def ended_pid() -> int:
+    """The id of a process that has ended (what a killed capture or benchmark leaves)."""
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout)
+
+
+@pytest.fixture
+def running_pid() -> Iterator[int]:
+    """The id of a process that runs while the test does."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    yield process.pid
+    process.kill()
+    process.wait()
 
 
 def parity_cli(*args: str, cwd: Path = REPO, timeout: int = 900) -> subprocess.CompletedProcess:

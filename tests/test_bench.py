@@ -38,20 +38,14 @@ def test_sizes_are_pairs_of_positive_integers():
             _sizes(bad)
 
 
-def test_a_benchmark_removes_the_scratch_of_benchmarks_that_no_longer_run(tmp_path, monkeypatch):
+def test_a_benchmark_removes_the_scratch_of_benchmarks_that_no_longer_run(
+        tmp_path, monkeypatch, ended_pid, running_pid):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                           capture_output=True, text=True).stdout.strip()
-    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        for pid in (ended, running.pid):
-            (tmp_path / f"{SCRATCH_PREFIX}{pid}").mkdir()
-        scratch = scratch_directory()
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-            [f"{SCRATCH_PREFIX}{running.pid}", scratch.name])
-    finally:
-        running.kill()
-        running.wait()
+    for pid in (ended_pid, running_pid):
+        (tmp_path / f"{SCRATCH_PREFIX}{pid}").mkdir()
+    scratch = scratch_directory()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"{SCRATCH_PREFIX}{running_pid}", scratch.name])
 
 
 def _processes_with(marker: str) -> List[int]:

@@ -3,8 +3,6 @@ replaces an earlier run."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -93,15 +91,13 @@ def test_a_checksum_collision_is_not_taken_for_equal_bytes(tmp_path, monkeypatch
     np.testing.assert_array_equal(run.tensor(b), np.ones(3, np.float32))
 
 
-def test_hidden_directories_are_found_by_name_whatever_it_holds(tmp_path):
+def test_hidden_directories_are_found_by_name_whatever_it_holds(tmp_path, ended_pid):
     """The partial and replaced directories of a run called ``run[1]`` are its own (a glob read
     ``[1]`` as a pattern and found none: gigabytes left behind); those of ``run1`` and of a run
     called ``run[1].old-7`` are not."""
     out = tmp_path / "run[1]"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
-    mine = [f".run[1].partial-{dead}", ".run[1].old-12"]
-    others = [f".run1.partial-{dead}", ".run1.old-12", ".run[1].old-7.old-12"]
+    mine = [f".run[1].partial-{ended_pid}", ".run[1].old-12"]
+    others = [f".run1.partial-{ended_pid}", ".run1.old-12", ".run[1].old-7.old-12"]
     for name in mine + others:
         (tmp_path / name).mkdir()
     rundir.remove_abandoned_partials(out)
@@ -134,19 +130,12 @@ def test_a_rerun_deletes_the_mindspore_run_it_replaced_once_compared(tmp_path, m
     assert sorted(p.name for p in out.iterdir()) == ["mindspore", api.RUN_INDEX, "torch"]
 
 
-def test_a_capture_removes_the_partial_directories_killed_captures_left(tmp_path, monkeypatch):
+def test_a_capture_removes_the_partial_directories_killed_captures_left(
+        tmp_path, monkeypatch, ended_pid, running_pid):
     """A capture killed by SIGKILL (out of memory) leaves its partial directory, gigabytes; the
     next capture into the same --out removes it, and keeps one whose capture still runs."""
-    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                           capture_output=True, text=True).stdout.strip()
-    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        for pid in (ended, running.pid):
-            (tmp_path / f".run.partial-{pid}").mkdir()
-            (tmp_path / f".run.partial-{pid}" / "tensors-00000.safetensors").write_bytes(b"x")
-        _write(tmp_path / "run", [("a", np.ones(3, np.float32))], monkeypatch)
-        assert sorted(p.name for p in tmp_path.iterdir()) == [f".run.partial-{running.pid}",
-                                                              "run"]
-    finally:
-        running.kill()
-        running.wait()
+    for pid in (ended_pid, running_pid):
+        (tmp_path / f".run.partial-{pid}").mkdir()
+        (tmp_path / f".run.partial-{pid}" / "tensors-00000.safetensors").write_bytes(b"x")
+    _write(tmp_path / "run", [("a", np.ones(3, np.float32))], monkeypatch)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".run.partial-{running_pid}", "run"]
