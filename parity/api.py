@@ -27,9 +27,9 @@ from parity.compare.engine import compare_runs
 from parity.compare.measure import start_helper, worth_a_helper
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
-from parity.models_loader import refuse_evidently_missing
 from parity.errors import (EXIT_INTERRUPT, EXIT_TERMINATED, SMALLER_BATCH, Interrupted,
                            ParityInputError)
+from parity.models_loader import refuse_evidently_missing
 from parity.result import CheckResult
 from parity.rundir import (KEEP_REPLACED_ENV, remove_abandoned_partials, remove_replaced,
                            stored_bytes)

@@ -1,4 +1,5 @@
-"""Building models from "package.module:factory" specs or built-in pair names."""
+"""Building models from "package.module:factory" specs or built-in pair names, and refusing a
+spec whose module plainly lacks its factory before anything runs."""
 
 from __future__ import annotations
 
@@ -67,7 +68,10 @@ def _module_source(module_name: str) -> Optional[Path]:
     for finder in sys.meta_path:
         if finder is PathFinder:
             break
-        if finder.find_spec(top, None) is not None:          # a built-in or frozen one, a hook
+        try:
+            if finder.find_spec(top, None) is not None:      # a built-in or frozen one, a hook
+                return None
+        except Exception:               # a foreign import hook's own failure: import tells
             return None
     search: List[str] = [os.getcwd(), *sys.path[1:]]        # sys.path[0]: this script's folder
     *packages, last = module_name.split(".")
@@ -82,12 +86,13 @@ def _module_source(module_name: str) -> Optional[Path]:
 
 def _find_on(search: Iterable[str], name: str) -> Optional[Path]:
     """Where ``name`` is found first along ``search``: a package's ``__init__`` or a module file
-    (an extension or bytecode one returned as such); None when nothing but namespace folders."""
+    (an extension or bytecode one, or an archive that may hold it, returned as such); None when
+    nothing but namespace folders."""
     for entry in search:
         folder = Path(entry or os.getcwd())
         if not folder.is_dir():
-            if folder.exists():         # a zip archive on the path: not read here
-                return Path(f"{name}.zip-entry")
+            if folder.exists():         # an archive on the path (a zip): not read here
+                return folder
             continue
         package = folder / name
         if package.is_dir():
