@@ -42,13 +42,14 @@ def load_factory(spec: str) -> Callable[..., Any]:
 
 
 def refuse_evidently_missing(spec: str) -> None:
-    """Refuse a factory its module's source plainly does not define, read without importing
-    it: ``parity run`` checks the MindSpore side's so, before the torch capture, which runs
-    first and can take minutes (importing the module would load MindSpore into parity's own
-    process). Anything the source leaves open (a star import, a module ``__getattr__``,
-    ``globals()``, a compiled or a custom-imported module) is left to the capture."""
+    """Refuse a factory whose module, or the factory in it, plainly does not exist, judged
+    from the files on the path and the module's source without importing it: ``parity run``
+    checks the MindSpore side's so, before the torch capture, which runs first and can take
+    minutes (importing the module would load MindSpore into parity's own process). Whatever
+    it cannot be sure of (an import hook, a namespace or compiled module, a star import, a
+    module ``__getattr__``, ``globals()``) is left to the capture."""
     module_name, attr = _split(spec)
-    source = _module_source(module_name)
+    source = _module_source(module_name, spec)
     if source is None:
         return
     try:
@@ -59,35 +60,60 @@ def refuse_evidently_missing(spec: str) -> None:
         raise _no_factory(spec)
 
 
-def _module_source(module_name: str) -> Optional[Path]:
+def _module_source(module_name: str, spec: str) -> Optional[Path]:
     """The ``.py`` file a fresh process started in this directory would import for
     ``module_name`` (import's own order: a finder ahead of the path's, then along the path a
     package, an extension module, a source file, namespace packages last), or None when that
-    is not a source file parity can be sure of."""
-    top = module_name.partition(".")[0]
-    for finder in sys.meta_path:
-        if finder is PathFinder:
-            break
-        try:
-            if finder.find_spec(top, None) is not None:      # a built-in or frozen one, a hook
-                return None
-        except Exception:               # a foreign import hook's own failure: import tells
-            return None
+    is not a source file parity can be sure of. A module no finder can supply is refused."""
+    parts = module_name.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return None
+    finders = list(sys.meta_path)
+    path_finder = finders.index(PathFinder) if PathFinder in finders else len(finders)
+    if _found_by(finders[:path_finder], parts[0]):          # built-in, frozen, a hook
+        return None
     search: List[str] = [os.getcwd(), *sys.path[1:]]        # sys.path[0]: this script's folder
-    *packages, last = module_name.split(".")
-    for part in packages:
+    for depth, part in enumerate(parts):
         found = _find_on(search, part)
-        if found is None or found.name != "__init__.py":
-            return None                 # absent, namespace-only or not a package: import tells
+        if found is None and (depth or not _found_by(finders[path_finder + 1:], part)):
+            raise ParityInputError(f"cannot import {module_name!r} for {spec!r} (no module "
+                                   f"named {'.'.join(parts[:depth + 1])!r}); check the name "
+                                   "and that it is on PYTHONPATH")
+        if depth == len(parts) - 1:
+            return found if found is not None and found.suffix == ".py" else None
+        if found is None or found.name != "__init__.py" or _extends_itself(found):
+            return None             # a hook's, a namespace or not a package: import tells
         search = [str(found.parent)]
-    found = _find_on(search, last)
-    return found if found is not None and found.suffix == ".py" else None
+    return None
+
+
+def _found_by(finders: Iterable[Any], name: str) -> bool:
+    """Whether one of these import finders supplies top-level module ``name`` (a failing one
+    counts as supplying it: import will tell)."""
+    for finder in finders:
+        try:
+            if finder.find_spec(name, None) is not None:
+                return True
+        except Exception:
+            return True
+    return False
+
+
+def _extends_itself(init: Path) -> bool:
+    """Whether a package's ``__init__`` may supply submodules its folder does not hold (it
+    touches its ``__path__`` or ``sys.modules``, or defines ``__getattr__``)."""
+    try:
+        text = init.read_text(errors="replace")
+    except OSError:
+        return True
+    return any(word in text for word in ("__path__", "sys.modules", "__getattr__"))
 
 
 def _find_on(search: Iterable[str], name: str) -> Optional[Path]:
     """Where ``name`` is found first along ``search``: a package's ``__init__`` or a module file
-    (an extension or bytecode one, or an archive that may hold it, returned as such); None when
-    nothing but namespace folders."""
+    (an extension or bytecode one, an archive that may hold it, or a namespace package's first
+    folder, returned as such); None when nowhere."""
+    namespace = None
     for entry in search:
         folder = Path(entry or os.getcwd())
         if not folder.is_dir():
@@ -99,10 +125,11 @@ def _find_on(search: Iterable[str], name: str) -> Optional[Path]:
             initial = sorted(package.glob("__init__.*"))
             if initial:
                 return next((p for p in initial if p.name == "__init__.py"), initial[0])
+            namespace = namespace or package
         for suffix in (*EXTENSION_SUFFIXES, ".py", ".pyc"):
             if (folder / f"{name}{suffix}").is_file():
                 return folder / f"{name}{suffix}"
-    return None
+    return namespace
 
 
 # Calls that can bind module names the source does not spell out

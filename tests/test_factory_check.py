@@ -1,9 +1,12 @@
-"""``parity run`` refuses a --ms-model or --ms-loss its module's source plainly lacks before the
-torch capture (which runs first and can take minutes), reading the source without importing it;
-whatever the source leaves open is left to the MindSpore capture."""
+"""``parity run`` refuses a --ms-model or --ms-loss whose module, or the factory in it, plainly
+does not exist before the torch capture (which runs first and can take minutes), judging from
+the files on the path and the module's source without importing it; whatever it cannot be sure
+of is left to the MindSpore capture."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import sys
 import textwrap
 
 import pytest
@@ -66,18 +69,43 @@ def test_a_source_that_binds_it_nowhere_is_refused_whatever_else_it_does(tmp_pat
         refuse_evidently_missing("pkg.nets:factory")
 
 
-def test_modules_it_cannot_be_sure_of_are_left_to_the_capture(tmp_path, monkeypatch):
-    """Absent, compiled, bytecode only, in a namespace package, or not valid Python: the
-    capture imports it and says what is wrong."""
+def test_a_module_no_finder_supplies_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("import os\n")
+    for spec, missing in (("absent:factory", "absent"), ("pkg.nets:factory", "pkg.nets"),
+                          ("absent.nets:factory", "absent")):
+        with pytest.raises(ParityInputError) as refused:
+            refuse_evidently_missing(spec)
+        module = spec.partition(":")[0]
+        assert str(refused.value) == (f"cannot import {module!r} for {spec!r} (no module named "
+                                      f"{missing!r}); check the name and that it is on PYTHONPATH")
+
+
+class _Supplies:
+    """An import hook after the path's, as an editable install adds: it supplies ``hooked``."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        return importlib.machinery.ModuleSpec(name, None) if name == "hooked" else None
+
+
+def test_modules_it_cannot_be_sure_of_are_left_to_the_capture(tmp_path, monkeypatch):
+    """Compiled, bytecode only, in a namespace package, not valid Python, supplied by an
+    import hook, or in a package that extends itself: the capture imports it and says what is
+    wrong."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, _Supplies])
+    (tmp_path / "lazy").mkdir()
+    (tmp_path / "lazy" / "__init__.py").write_text("def __getattr__(name):\n    return name\n")
     (tmp_path / "compiled.py").write_text("")
     (tmp_path / "compiled.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
     (tmp_path / "bytecode.pyc").write_bytes(b"")
     (tmp_path / "space").mkdir()
     (tmp_path / "space" / "nets.py").write_text("")
     (tmp_path / "broken.py").write_text("def (:\n")
-    for spec in ("absent:factory", "compiled:factory", "bytecode:factory",
-                 "space.nets:factory", "broken:factory"):
+    for spec in ("compiled:factory", "bytecode:factory", "space.nets:factory", "space:factory",
+                 "broken:factory", "hooked:factory", "lazy.nets:factory"):
         refuse_evidently_missing(spec)
 
 
