@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Tuple
 
 from parity.errors import EXIT_INTERRUPT, EXIT_TERMINATED
 from parity.resources import peak_resident_mb, resident_bytes
-from parity.rundir import process_runs
+from parity.rundir import remove_abandoned
 
 SIZES: List[Tuple[int, int]] = [(2, 64), (8, 224)]
 # MindSpore's bare step as parity's capture runs it on CPU (pynative_synchronize): reported
@@ -163,10 +163,7 @@ def scratch_directory() -> Path:
     """A new scratch directory for this benchmark's runs, named after its process; those of
     benchmarks that no longer run (killed: no time to clean up) are removed first."""
     temp = Path(tempfile.gettempdir())
-    for path in temp.glob(f"{SCRATCH_PREFIX}*"):
-        pid = path.name[len(SCRATCH_PREFIX):]
-        if pid.isdigit() and not process_runs(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
+    remove_abandoned(temp, SCRATCH_PREFIX)
     scratch = temp / f"{SCRATCH_PREFIX}{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)      # a dead process's, whose id was reused
     scratch.mkdir()

@@ -68,15 +68,18 @@ PARTIAL, REPLACED = "partial", "old"
 
 
 def hidden_sibling(out: Path, role: str, pid: int) -> Path:
-    return out.with_name(f".{out.name}.{role}-{pid}")
+    return out.with_name(f"{_sibling_prefix(out, role)}{pid}")
 
 
-def hidden_siblings(out: Path, role: str) -> Iterator[Tuple[Path, int]]:
-    """Each hidden directory ``role`` beside ``out``, with its process id. Matched by prefix,
-    not by glob, which reads a ``[`` in the name as a pattern."""
-    prefix = f".{out.name}.{role}-"
-    if out.parent.is_dir():
-        for path in out.parent.iterdir():
+def _sibling_prefix(out: Path, role: str) -> str:
+    return f".{out.name}.{role}-"
+
+
+def named_after_processes(folder: Path, prefix: str) -> Iterator[Tuple[Path, int]]:
+    """Each entry of ``folder`` named ``prefix`` and a process id, with that id. Matched by
+    prefix, not by glob, which reads a ``[`` in the name as a pattern."""
+    if folder.is_dir():
+        for path in folder.iterdir():
             pid = path.name[len(prefix):]
             if path.name.startswith(prefix) and pid.isdigit():
                 yield path, int(pid)
@@ -116,12 +119,17 @@ def partial_dir(out: Path, pid: int) -> Path:
 def remove_abandoned_partials(out: Path) -> None:
     """The partial directories for ``out`` of captures that no longer run: killed, they could
     not remove them (a capture running beside this one keeps its own)."""
-    for partial, pid in list(hidden_siblings(out, PARTIAL)):
-        if not process_runs(pid):
-            shutil.rmtree(partial, ignore_errors=True)
+    remove_abandoned(out.parent, _sibling_prefix(out, PARTIAL))
 
 
-def process_runs(pid: int) -> bool:
+def remove_abandoned(folder: Path, prefix: str) -> None:
+    """Delete what processes that no longer run left in ``folder`` under their names."""
+    for path, pid in list(named_after_processes(folder, prefix)):
+        if not _runs(pid):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _runs(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -133,7 +141,7 @@ def process_runs(pid: int) -> bool:
 
 def remove_replaced(out: Path) -> None:
     """Delete the runs that captures into ``out`` left aside (a killed run's too)."""
-    for old, _ in list(hidden_siblings(out, REPLACED)):
+    for old, _ in list(named_after_processes(out.parent, _sibling_prefix(out, REPLACED))):
         shutil.rmtree(old, ignore_errors=True)
 
 
