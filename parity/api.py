@@ -29,7 +29,7 @@ from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
 from parity.errors import (EXIT_INTERRUPT, EXIT_TERMINATED, SMALLER_BATCH, Interrupted,
                            ParityInputError)
-from parity.models_loader import refuse_evidently_missing
+from parity.models_loader import load_factory, refuse_evidently_missing
 from parity.result import CheckResult
 from parity.rundir import (KEEP_REPLACED_ENV, remove_abandoned_partials, remove_replaced,
                            stored_bytes)
@@ -303,6 +303,8 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,
         config = StepConfig(**own, **options)
     except ValueError as error:
         raise ParityInputError(str(error)) from None
+    if config.ms_loss is not None:
+        load_factory(config.ms_loss)        # a misspelt one refused before the torch capture
     policy = as_policy(tolerance)
     batch = None
     if inputs is not None:

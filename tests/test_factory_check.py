@@ -116,3 +116,18 @@ def test_parity_run_refuses_a_misspelt_ms_model_before_capturing_anything(tmp_pa
     assert process.stderr.strip() == ("parity: error: tests.tiny has no callable 'ms_tinyy' "
                                       "(from 'tests.tiny:ms_tinyy')")
     assert not (tmp_path / "run").exists()
+
+
+def test_check_refuses_a_misspelt_ms_loss_before_the_torch_capture(monkeypatch):
+    """parity.check() runs in this process: it imports the loss's module for real."""
+    import parity
+    from parity.capture import torch_capture
+    from tests import tiny
+
+    def not_reached(*args, **kwargs):
+        raise AssertionError("the torch capture ran")
+
+    monkeypatch.setattr(torch_capture, "capture_torch", not_reached)
+    with pytest.raises(ParityInputError, match="tests.losses has no callable 'nope'"):
+        parity.check(tiny.torch_tiny(), tiny.ms_tiny(), image_size=16,
+                     ms_loss="tests.losses:nope")
