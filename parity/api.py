@@ -30,6 +30,7 @@ from parity.config import StepConfig
 from parity.errors import (EXIT_INTERRUPT, EXIT_TERMINATED, SMALLER_BATCH, Interrupted,
                            ParityInputError)
 from parity.models_loader import load_factory, refuse_evidently_missing
+from parity.processes import stop
 from parity.result import CheckResult
 from parity.rundir import (KEEP_REPLACED_ENV, remove_abandoned_partials, remove_replaced,
                            stored_bytes)
@@ -39,9 +40,6 @@ RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspo
 CHILD_ENV = {"GLOG_v": "3"}
 # Names the process that started a capture subprocess: the capture ends with it.
 CAPTURE_PARENT_ENV = "PARITY_CAPTURE_PARENT"
-# How long an interrupted capture may take to remove its partial directory before parity kills
-# it (and removes the directory itself): a kernel running when the interrupt came finishes first.
-CLEAN_UP_SECONDS = 60
 PR_SET_PDEATHSIG = 1        # Linux's prctl option (sys/prctl.h)
 
 Progress = Callable[[str, str], None]       # (stage, state) with state "start" or "done"
@@ -140,9 +138,9 @@ def _run_capture(command: List[str], env: Dict[str, str], out: Path) -> Tuple[in
     It runs in a session of its own, so that a Ctrl-C reaches it once, from here, whether a
     terminal sent it or ``kill -INT`` sent it to parity alone; parity then waits while the
     capture removes its partial directory (``subprocess.run`` killed it after 0.25 s), and kills
-    it only after CLEAN_UP_SECONDS or at a second Ctrl-C. The partial directory of a capture
-    that could not remove it (killed: by the kernel when memory ran out, or from here) is
-    removed here.
+    it only after processes.CLEAN_UP_SECONDS or at a second Ctrl-C. The partial directory of a
+    capture that could not remove it (killed: by the kernel when memory ran out, or from here)
+    is removed here.
     """
     process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -151,23 +149,12 @@ def _run_capture(command: List[str], env: Dict[str, str], out: Path) -> Tuple[in
         try:
             _, stderr = process.communicate()
         except KeyboardInterrupt:
-            _interrupt(process)
+            stop(process, signal.SIGINT)
             raise
     finally:
         if process.returncode != 0:
             remove_abandoned_partials(out)
     return process.returncode, stderr
-
-
-def _interrupt(process: subprocess.Popen) -> None:
-    """Ctrl-C a capture and wait while it cleans up; kill it after CLEAN_UP_SECONDS, or at once
-    at a second Ctrl-C."""
-    process.send_signal(signal.SIGINT)
-    try:
-        process.communicate(timeout=CLEAN_UP_SECONDS)
-    except (KeyboardInterrupt, subprocess.TimeoutExpired):
-        process.kill()
-        process.communicate()
 
 
 def end_capture_with_parent() -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from parity.errors import EXIT_INTERRUPT, EXIT_TERMINATED
+from parity.processes import stop
 from parity.resources import peak_resident_mb, resident_bytes
 from parity.rundir import remove_abandoned
 
@@ -41,9 +42,6 @@ SIZES: List[Tuple[int, int]] = [(2, 64), (8, 224)]
 SYNCHRONOUS_MINDSPORE = "mindspore-synchronous"
 ENV = {**os.environ, "GLOG_v": "3"}
 SCRATCH_PREFIX = "parity-bench-"     # + the benchmark's process id, in the temp directory
-# How long an interrupted benchmark command may take to clean up (parity run removes its
-# partial captures) before it is killed
-CLEAN_UP_SECONDS = 60
 
 
 def bare_step(framework: str, batch: int, size: int) -> Dict[str, float]:
@@ -137,26 +135,15 @@ def _timed(command: List[str], succeeded: Tuple[int, ...] = (0,)) -> Tuple[float
         memory = TreeMemoryPeak(process)
         stdout, stderr = process.communicate()
     except BaseException:           # Ctrl-C, SIGTERM: the command cleans up, then it is gone
-        _stop(process)
+        # SIGTERM even after a terminal's Ctrl-C, which reached it already: parity ends at
+        # once at a second interrupt, still cleaning up
+        stop(process, signal.SIGTERM)
         raise
     wall = time.perf_counter() - started
     if process.returncode not in succeeded:
         last = stderr.strip().splitlines()[-1:] or [f"exit code {process.returncode}"]
         raise SystemExit(f"parity.bench: {' '.join(command[1:])} failed: {last[0]}")
     return wall, stdout, memory.mb()
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """End an interrupted benchmark command, letting it clean up: SIGTERM (a terminal's
-    Ctrl-C reached it already; parity ends at once at a second interrupt, still cleaning up),
-    SIGKILL after CLEAN_UP_SECONDS."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.communicate(timeout=CLEAN_UP_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
 
 
 def scratch_directory() -> Path:

@@ -9,16 +9,21 @@ import os
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES, PathFinder
 from pathlib import Path
-from typing import Any, Callable, Iterable, List, Optional, Set
+from typing import Any, Callable, Iterable, List, Optional, Set, Tuple
 
 from parity.errors import ParityInputError
 
 
-def _split(spec: str) -> List[str]:
+def _split(spec: str) -> Tuple[str, str]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ParityInputError(f"factory {spec!r} must look like package.module:factory")
-    return [module_name, attr]
+    return module_name, attr
+
+
+def _cannot_import(spec: str, why: str) -> ParityInputError:
+    return ParityInputError(f"cannot import {_split(spec)[0]!r} for {spec!r} ({why}); check the "
+                            "name and that it is on PYTHONPATH")
 
 
 def _no_factory(spec: str) -> ParityInputError:
@@ -33,8 +38,7 @@ def load_factory(spec: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise ParityInputError(f"cannot import {module_name!r} for {spec!r} ({error}); "
-                               "check the name and that it is on PYTHONPATH") from None
+        raise _cannot_import(spec, str(error)) from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise _no_factory(spec)
@@ -76,9 +80,7 @@ def _module_source(module_name: str, spec: str) -> Optional[Path]:
     for depth, part in enumerate(parts):
         found = _find_on(search, part)
         if found is None and (depth or not _found_by(finders[path_finder + 1:], part)):
-            raise ParityInputError(f"cannot import {module_name!r} for {spec!r} (no module "
-                                   f"named {'.'.join(parts[:depth + 1])!r}); check the name "
-                                   "and that it is on PYTHONPATH")
+            raise _cannot_import(spec, f"no module named {'.'.join(parts[:depth + 1])!r}")
         if depth == len(parts) - 1:
             return found if found is not None and found.suffix == ".py" else None
         if found is None or found.name != "__init__.py" or _extends_itself(found):
