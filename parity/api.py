@@ -7,7 +7,6 @@ the same for live model objects inside the calling process.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ from parity.config import StepConfig
 from parity.errors import (EXIT_INTERRUPT, EXIT_TERMINATED, SMALLER_BATCH, Interrupted,
                            ParityInputError)
 from parity.models_loader import load_factory, refuse_evidently_missing
-from parity.processes import stop
+from parity.processes import as_child_of_this_process, stop
 from parity.result import CheckResult
 from parity.rundir import (KEEP_REPLACED_ENV, remove_abandoned_partials, remove_replaced,
                            stored_bytes)
@@ -38,9 +37,6 @@ from parity.rundir import (KEEP_REPLACED_ENV, remove_abandoned_partials, remove_
 RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
 # What a capture subprocess needs in its environment: quiet MindSpore logging.
 CHILD_ENV = {"GLOG_v": "3"}
-# Names the process that started a capture subprocess: the capture ends with it.
-CAPTURE_PARENT_ENV = "PARITY_CAPTURE_PARENT"
-PR_SET_PDEATHSIG = 1        # Linux's prctl option (sys/prctl.h)
 
 Progress = Callable[[str, str], None]       # (stage, state) with state "start" or "done"
 
@@ -112,7 +108,7 @@ def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
         command.append("--no-fp64-reference")
     if debug:
         command.append("--debug")
-    env = {**os.environ, **CHILD_ENV, CAPTURE_PARENT_ENV: str(os.getpid()),
+    env = {**os.environ, **CHILD_ENV, **as_child_of_this_process(),
            **({KEEP_REPLACED_ENV: "1"} if keep_replaced else {})}
     returncode, stderr = _run_capture(command, env, out)
     if returncode == 0:
@@ -155,17 +151,6 @@ def _run_capture(command: List[str], env: Dict[str, str], out: Path) -> Tuple[in
         if process.returncode != 0:
             remove_abandoned_partials(out)
     return process.returncode, stderr
-
-
-def end_capture_with_parent() -> None:
-    """In a capture that ``parity run`` started: be interrupted (SIGINT) when parity ends,
-    killed or with its terminal, as the capture's own session hears neither. Linux only."""
-    parent = os.environ.get(CAPTURE_PARENT_ENV)
-    if not parent or not sys.platform.startswith("linux"):
-        return
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGINT)
-    if os.getppid() != int(parent):         # it ended before prctl
-        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _killed_by(number: int) -> str:

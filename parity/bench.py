@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from parity.errors import EXIT_INTERRUPT, EXIT_TERMINATED
-from parity.processes import stop
+from parity.processes import as_child_of_this_process, end_with_parent, stop
 from parity.resources import peak_resident_mb, resident_bytes
 from parity.rundir import remove_abandoned
 
@@ -40,7 +40,7 @@ SIZES: List[Tuple[int, int]] = [(2, 64), (8, 224)]
 # beside the default one, which the ratio uses, so the ratio's denominator is not the slower
 # of the two without saying so
 SYNCHRONOUS_MINDSPORE = "mindspore-synchronous"
-ENV = {**os.environ, "GLOG_v": "3"}
+ENV = {**os.environ, "GLOG_v": "3", **as_child_of_this_process()}    # each ends with us
 SCRATCH_PREFIX = "parity-bench-"     # + the benchmark's process id, in the temp directory
 
 
@@ -135,8 +135,8 @@ def _timed(command: List[str], succeeded: Tuple[int, ...] = (0,)) -> Tuple[float
         memory = TreeMemoryPeak(process)
         stdout, stderr = process.communicate()
     except BaseException:           # Ctrl-C, SIGTERM: the command cleans up, then it is gone
-        # SIGTERM even after a terminal's Ctrl-C, which reached it already: parity ends at
-        # once at a second interrupt, still cleaning up
+        # SIGTERM, which changes nothing for a command a terminal's Ctrl-C reached already:
+        # as a child of ours, it takes only the first interrupt
         stop(process, signal.SIGTERM)
         raise
     wall = time.perf_counter() - started
@@ -238,6 +238,7 @@ def main() -> None:
                         help="comma-separated BATCHxSIZE list (default 2x64,8x224)")
     args = parser.parse_args()
     if args.bare:
+        end_with_parent()
         framework, batch, size = args.bare
         print(json.dumps(bare_step(framework, int(batch), int(size))))
         return

@@ -22,6 +22,7 @@ from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
                            WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
 from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPT,  # noqa: E402
                            EXIT_PASS, EXIT_TERMINATED, Interrupted, ParityInputError)
+from parity.processes import end_with_parent  # noqa: E402
 
 REPORTS = Path("reports")
 
@@ -394,7 +395,6 @@ def _reference_settings(args: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     from parity import api
-    api.end_capture_with_parent()
     if args.framework == "torch" and args.reference is not None:
         raise ParityInputError("--reference is the MindSpore capture's (the torch capture it "
                                "starts from); the torch capture starts from --weights FILE or "
@@ -467,6 +467,7 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     _Interrupts.install()
+    _Interrupts.only_the_first = end_with_parent()    # parity run's capture, make bench's command
     code = _main(argv, debug)
     for number in _Interrupts.SIGNALS:          # the work is over: an interrupt changes nothing
         signal.signal(number, signal.SIG_IGN)
@@ -533,11 +534,14 @@ class _Interrupts:
     as Python's own handler does for Ctrl-C (the command cleans up on its way out) and is
     remembered: a library can turn it into another error, the interrupt's consequence.
     SIGTERM's default ended the process where it stood, leaving a capture's partial directory.
+    A user's second Ctrl-C cuts the clean-up short, as asked; in a process parity started
+    (``only_the_first``) a second one is the kernel's repeat (processes.end_with_parent).
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
     received: Optional[int] = None
     ends_at_once = True
+    only_the_first = False
 
     @classmethod
     def install(cls) -> None:
@@ -547,6 +551,8 @@ class _Interrupts:
 
     @classmethod
     def _handle(cls, signum: int, frame: Any) -> None:
+        if cls.received is not None and cls.only_the_first:
+            return
         cls.received = signum
         if cls.ends_at_once:
             code = _interrupted()

@@ -61,31 +61,38 @@ def _processes_with(marker: str) -> List[int]:
     return found
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_sigterm_ends_the_benchmark_with_its_command_and_scratch(tmp_path):
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, PDEATHSIG")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_benchmark_ended_by_a_signal_ends_its_command(tmp_path, signum):
     """A cancelled CI job sends SIGTERM: by default it left the scratch directory (gigabytes,
-    once a run is in it) and the running command behind."""
+    once a run is in it) and the running command behind. SIGKILL leaves the benchmark no time
+    to stop its command, which ends with it all the same (its scratch is the next benchmark's
+    to remove); so does a command started while a signal came, before Popen returned."""
     marker = f"PARITY_BENCH_TEST={tmp_path}"          # tmp_path: this test, this session
     env = {**os.environ, "TMPDIR": str(tmp_path), "PARITY_BENCH_TEST": str(tmp_path)}
 
     def scratch() -> List[Path]:        # torch keeps its own cache there too
         return list(tmp_path.glob(f"{SCRATCH_PREFIX}*"))
 
-    bench = subprocess.Popen([sys.executable, "-m", "parity.bench", "--sizes", "2x16"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    # the first command, a bare torch step at batch 8, 224², runs for seconds after start-up
+    bench = subprocess.Popen([sys.executable, "-m", "parity.bench", "--sizes", "8x224"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True,
                              preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while len(_processes_with(marker)) < 2 or not scratch():
             assert bench.poll() is None and time.monotonic() < deadline, bench.stderr.read()
             time.sleep(0.05)
-        # the benchmark's command runs (it is seen from its fork on; a signal while the
-        # benchmark is still inside Popen, a few milliseconds, can leave it running)
-        time.sleep(0.5)
-        bench.send_signal(signal.SIGTERM)
-        assert bench.wait(timeout=60) == EXIT_TERMINATED
-        assert scratch() == []
-        assert _processes_with(marker) == []
+        bench.send_signal(signum)
+        assert bench.wait(timeout=60) == (EXIT_TERMINATED if signum == signal.SIGTERM
+                                          else -signal.SIGKILL)
+        ended = time.monotonic()
+        while _processes_with(marker) and time.monotonic() < ended + 3:
+            time.sleep(0.05)
+        assert _processes_with(marker) == []        # its step alone outlasts those 3 s
+        if signum == signal.SIGTERM:
+            assert scratch() == []
     finally:
         bench.kill()
         bench.wait()

@@ -396,6 +396,25 @@ def test_a_second_ctrl_c_stops_the_capture_at_once(tmp_path):
     assert not _alive(capture)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PDEATHSIG")
+def test_a_capture_outliving_a_killed_run_cleans_up(tmp_path):
+    """SIGKILL leaves ``parity run`` no time to stop its capture, which the kernel then sends
+    SIGTERM, once for each of parity's threads as they die: the repeats cut its clean-up short
+    and left its partial directory (the run directory keeps parity's index alone)."""
+    marker = tmp_path / "forward-started"
+    process, capture = _run_caught_in_its_forward(
+        tmp_path, "tests.tiny:torch_waits_in_training_slow_to_stop")
+    process.kill()
+    process.communicate()
+    deadline = time.time() + 60
+    while time.time() < deadline and _alive(capture):
+        time.sleep(0.05)
+    assert not _alive(capture)
+    assert marker.read_text() == "interrupted", "the capture was not let finish its second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forward-started", "run"]
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["parity-run.json"]
+
+
 def test_ctrl_c_during_a_runs_mindspore_capture_names_the_torch_capture_kept(tmp_path):
     process, capture = _run_caught_in_its_forward(tmp_path, "tests.tiny:torch_tiny",
                                                   "tests.tiny:ms_waits_in_training")
