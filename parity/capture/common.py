@@ -4,6 +4,7 @@ and update conventions, the starting point's fingerprint, versions, phase timing
 from __future__ import annotations
 
 import platform
+import re
 import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, Optional
@@ -30,22 +31,35 @@ def failure_explained(framework: str, failed: str, advice: str,
     except Exception as error:
         first_line = next(iter(str(error).strip().splitlines()), "").rstrip(".")
         what = f"{type(error).__name__}{': ' if first_line else ''}{first_line}"
-        if out_of_memory(error):
-            raise ParityInputError(f"the {framework} step ran out of memory {failed}: {what}; "
+        ran_out = memory_ran_out(error)
+        if ran_out:
+            raise ParityInputError(f"the {framework} step {ran_out} {failed}: {what}; "
                                    f"{memory_advice}") from error
         raise ParityInputError(f"the {framework} model failed {failed}: {what}. {advice}") \
             from error
 
 
-# How the frameworks word an allocation that failed (torch's CPU allocator, MindSpore's
-# kernels); numpy raises MemoryError.
-OUT_OF_MEMORY_MESSAGES = ("can't allocate memory", "cannot allocate memory",
-                          "memory isn't enough", "memory is not enough", "out of memory")
+# How the frameworks word an allocation that failed: torch's CPU allocator ("can't allocate
+# memory"), MindSpore's memory pool and kernels ("Allocate output memory failed, alloc node:
+# ...", "malloc memory failed", "memory is not enough"); numpy raises MemoryError.
+OUT_OF_MEMORY = re.compile(r"can't allocate memory|cannot allocate memory|memory isn't enough|"
+                           r"memory is not enough|out of memory|"
+                           r"\b(?:allocate|malloc|alloc)\b[^.\n]*\bmemory failed", re.IGNORECASE)
+# oneDNN, under MindSpore's CPU kernels, says only this when it cannot allocate a primitive
+# (measured under ``ulimit -v``); one it does not implement fails earlier, as "could not create
+# a primitive descriptor ...".
+PRIMITIVE_NOT_CREATED = re.compile(r"could not create a primitive(?! descriptor)")
 
 
-def out_of_memory(error: BaseException) -> bool:
-    message = str(error).lower()
-    return isinstance(error, MemoryError) or any(m in message for m in OUT_OF_MEMORY_MESSAGES)
+def memory_ran_out(error: BaseException) -> str:
+    """'ran out of memory', 'most likely ran out of memory' (oneDNN's word for it is not only
+    that), or '' for any other error."""
+    message = str(error)
+    if isinstance(error, MemoryError) or OUT_OF_MEMORY.search(message):
+        return "ran out of memory"
+    if PRIMITIVE_NOT_CREATED.search(message):
+        return "most likely ran out of memory"
+    return ""
 
 
 def several_outputs(outputs: Any) -> str:
