@@ -52,8 +52,8 @@ PRIMITIVE_NOT_CREATED = re.compile(r"could not create a primitive(?! descriptor)
 
 
 def memory_ran_out(error: BaseException) -> str:
-    """'ran out of memory', 'most likely ran out of memory' (oneDNN's word for it is not only
-    that), or '' for any other error."""
+    """'ran out of memory'; 'most likely ran out of memory' for oneDNN's "could not create a
+    primitive", which another failure could also raise; '' for any other error."""
     message = str(error)
     if isinstance(error, MemoryError) or OUT_OF_MEMORY.search(message):
         return "ran out of memory"
