@@ -26,8 +26,7 @@ from parity.compare.engine import compare_runs
 from parity.compare.measure import start_helper, worth_a_helper
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
-from parity.errors import (EXIT_INTERRUPT, EXIT_TERMINATED, SMALLER_BATCH, Interrupted,
-                           ParityInputError)
+from parity.errors import EXIT_INTERRUPTED, SMALLER_BATCH, Interrupted, ParityInputError
 from parity.models_loader import load_factory, refuse_evidently_missing
 from parity.processes import as_child_of_this_process, stop
 from parity.result import CheckResult
@@ -113,7 +112,7 @@ def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
     returncode, stderr = _run_capture(command, env, out)
     if returncode == 0:
         return out
-    if returncode in (-signal.SIGINT, EXIT_INTERRUPT, EXIT_TERMINATED):  # it cleaned up
+    if returncode == -signal.SIGINT or returncode in EXIT_INTERRUPTED:  # it cleaned up
         raise KeyboardInterrupt
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     message = next((line for line in reversed(lines) if line.startswith("parity: error:")), None)

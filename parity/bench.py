@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from parity.errors import EXIT_INTERRUPT, EXIT_TERMINATED
+from parity.errors import EXIT_INTERRUPT
 from parity.processes import as_child_of_this_process, end_with_parent, stop
 from parity.resources import peak_resident_mb, resident_bytes
 from parity.rundir import remove_abandoned
@@ -158,10 +158,10 @@ def scratch_directory() -> Path:
 
 
 def _terminate(signum: int, frame: Any) -> None:
-    """SIGTERM (a cancelled CI job, ``timeout``) unwinds like Ctrl-C, so that the scratch
-    directory and the running command are cleaned up; by default it ended the benchmark where
-    it stood, leaving both."""
-    raise SystemExit(EXIT_TERMINATED)
+    """SIGTERM (a cancelled CI job, ``timeout``) and SIGHUP (its terminal closed) unwind like
+    Ctrl-C, so that the scratch directory and the running command are cleaned up; by default
+    they ended the benchmark where it stood, leaving both."""
+    raise SystemExit(128 + signum)
 
 
 def bare_steps(batch: int, size: int) -> Dict[str, float]:
@@ -242,7 +242,9 @@ def main() -> None:
         framework, batch, size = args.bare
         print(json.dumps(bare_step(framework, int(batch), int(size))))
         return
-    signal.signal(signal.SIGTERM, _terminate)
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(number) is signal.SIG_DFL:          # not when ignored (nohup)
+            signal.signal(number, _terminate)
     scratch = scratch_directory()
     try:
         for batch, size in args.sizes:

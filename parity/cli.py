@@ -20,8 +20,8 @@ os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is
 
 from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
                            WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
-from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPT,  # noqa: E402
-                           EXIT_PASS, EXIT_TERMINATED, Interrupted, ParityInputError)
+from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
+                           INTERRUPT_NAMES, Interrupted, ParityInputError)
 from parity.processes import end_with_parent  # noqa: E402
 
 REPORTS = Path("reports")
@@ -507,10 +507,10 @@ def _main(argv: List[str], debug: bool) -> int:
 
 
 def _interrupted(kept: str = "") -> int:
-    terminated = _Interrupts.received == signal.SIGTERM
-    print(f"parity: {'terminated (SIGTERM)' if terminated else 'interrupted'}; "
+    number = _Interrupts.received or signal.SIGINT      # Python's own KeyboardInterrupt
+    print(f"parity: {INTERRUPT_NAMES.get(number, 'interrupted')}; "
           f"{kept + '; ' if kept else ''}no partial output was left behind", file=sys.stderr)
-    return EXIT_TERMINATED if terminated else EXIT_INTERRUPT
+    return 128 + number
 
 
 def _load_for(args: argparse.Namespace) -> None:
@@ -529,24 +529,26 @@ def _load_for(args: argparse.Namespace) -> None:
 
 
 class _Interrupts:
-    """Ctrl-C (SIGINT) and SIGTERM (a cancelled CI job, ``timeout``, ``kill``). While parity
-    loads, they end the process at once. Once a command works, each raises KeyboardInterrupt
-    as Python's own handler does for Ctrl-C (the command cleans up on its way out) and is
-    remembered: a library can turn it into another error, the interrupt's consequence.
-    SIGTERM's default ended the process where it stood, leaving a capture's partial directory.
+    """Ctrl-C (SIGINT), SIGTERM (a cancelled CI job, ``timeout``, ``kill``) and SIGHUP (the
+    terminal closed: an SSH session dropped). While parity loads, they end the process at once.
+    Once a command works, each raises KeyboardInterrupt as Python's own handler does for Ctrl-C
+    (the command cleans up on its way out) and is remembered: a library can turn it into
+    another error, the interrupt's consequence. The default of SIGTERM and SIGHUP ended the
+    process where it stood, leaving a capture's partial directory.
     A user's second Ctrl-C cuts the clean-up short, as asked; in a process parity started
     (``only_the_first``) a second one is the kernel's repeat (processes.end_with_parent).
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     received: Optional[int] = None
     ends_at_once = True
     only_the_first = False
 
     @classmethod
     def install(cls) -> None:
-        for number, default in zip(cls.SIGNALS, (signal.default_int_handler, signal.SIG_DFL)):
-            if signal.getsignal(number) is default:                 # not when ignored
+        for number in cls.SIGNALS:
+            default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
+            if signal.getsignal(number) is default:         # not when ignored (nohup)
                 signal.signal(number, cls._handle)
 
     @classmethod

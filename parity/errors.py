@@ -4,10 +4,14 @@ such a line names a long list."""
 import signal
 from typing import Sequence
 
-# parity's exit codes: 0 parity, 1 violations, 2 bad input or usage, 130 interrupted (Ctrl-C),
-# 143 terminated (SIGTERM)
+# parity's exit codes: 0 parity, 1 violations, 2 bad input or usage; interrupted, 128 + the
+# signal: 129 hung up (SIGHUP: its terminal closed), 130 Ctrl-C (SIGINT), 143 SIGTERM
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
-EXIT_INTERRUPT, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
+EXIT_HUNG_UP, EXIT_INTERRUPT, EXIT_TERMINATED = (128 + signal.SIGHUP, 128 + signal.SIGINT,
+                                                 128 + signal.SIGTERM)
+EXIT_INTERRUPTED = (EXIT_HUNG_UP, EXIT_INTERRUPT, EXIT_TERMINATED)
+# How parity names each interrupt it cleans up after (any other is "interrupted": Ctrl-C).
+INTERRUPT_NAMES = {signal.SIGHUP: "hung up (SIGHUP)", signal.SIGTERM: "terminated (SIGTERM)"}
 
 
 class ParityInputError(Exception):
@@ -20,8 +24,8 @@ SMALLER_BATCH = ("a smaller batch needs less (--batch-size, --image-size, or few
 
 
 class Interrupted(KeyboardInterrupt):
-    """An interrupt (Ctrl-C, SIGTERM) that left finished work behind on purpose: ``kept`` says
-    what, and how to use it."""
+    """An interrupt (Ctrl-C, SIGTERM, SIGHUP) that left finished work behind on purpose:
+    ``kept`` says what, and how to use it."""
 
     def __init__(self, kept: str) -> None:
         super().__init__(kept)

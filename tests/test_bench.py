@@ -14,7 +14,6 @@ from typing import List
 import pytest
 
 from parity.bench import SCRATCH_PREFIX, TreeMemoryPeak, _sizes, scratch_directory
-from parity.errors import EXIT_TERMINATED
 
 # A parent holding 150 MB that starts a child holding 250 MB: both resident for a second.
 HOLDERS = """
@@ -49,6 +48,12 @@ def test_a_benchmark_removes_the_scratch_of_benchmarks_that_no_longer_run(
         [f"{SCRATCH_PREFIX}{running_pid}", scratch.name])
 
 
+def _signals_at_their_defaults() -> None:
+    """In a child: SIGTERM and SIGHUP as a terminal leaves them (``nohup`` ignores SIGHUP)."""
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
+
+
 def _processes_with(marker: str) -> List[int]:
     """The processes whose environment holds ``marker``."""
     found = []
@@ -62,12 +67,14 @@ def _processes_with(marker: str) -> List[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, PDEATHSIG")
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGHUP", "SIGKILL"])
 def test_a_benchmark_ended_by_a_signal_ends_its_command(tmp_path, signum):
-    """A cancelled CI job sends SIGTERM: by default it left the scratch directory (gigabytes,
-    once a run is in it) and the running command behind. SIGKILL leaves the benchmark no time
-    to stop its command, which ends with it all the same (its scratch is the next benchmark's
-    to remove); so does a command started while a signal came, before Popen returned."""
+    """A cancelled CI job sends SIGTERM, a terminal closing SIGHUP: by default each left the
+    scratch directory (gigabytes, once a run is in it) and the running command behind. SIGKILL
+    leaves the benchmark no time to stop its command, which ends with it all the same (its
+    scratch is the next benchmark's to remove); so does a command started while a signal
+    came, before Popen returned."""
     marker = f"PARITY_BENCH_TEST={tmp_path}"          # tmp_path: this test, this session
     env = {**os.environ, "TMPDIR": str(tmp_path), "PARITY_BENCH_TEST": str(tmp_path)}
 
@@ -78,20 +85,19 @@ def test_a_benchmark_ended_by_a_signal_ends_its_command(tmp_path, signum):
     bench = subprocess.Popen([sys.executable, "-m", "parity.bench", "--sizes", "8x224"],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+                             preexec_fn=_signals_at_their_defaults)
     try:
         deadline = time.monotonic() + 60
         while len(_processes_with(marker)) < 2 or not scratch():
             assert bench.poll() is None and time.monotonic() < deadline, bench.stderr.read()
             time.sleep(0.05)
         bench.send_signal(signum)
-        assert bench.wait(timeout=60) == (EXIT_TERMINATED if signum == signal.SIGTERM
-                                          else -signal.SIGKILL)
+        assert bench.wait(timeout=60) == (-signum if signum == signal.SIGKILL else 128 + signum)
         ended = time.monotonic()
         while _processes_with(marker) and time.monotonic() < ended + 3:
             time.sleep(0.05)
         assert _processes_with(marker) == []        # its step alone outlasts those 3 s
-        if signum == signal.SIGTERM:
+        if signum != signal.SIGKILL:
             assert scratch() == []
     finally:
         bench.kill()

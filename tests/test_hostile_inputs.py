@@ -296,15 +296,22 @@ def test_no_space_left_leaves_no_run_directory(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def _signals_at_their_defaults() -> None:
+    """In a child: the signals parity handles as a terminal leaves them. A suite started in the
+    background (``nohup make test &``) inherits SIGINT and SIGHUP ignored, and Python keeps
+    them ignored."""
+    for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("number, code, said", [
     (signal.SIGINT, 130, "interrupted"),
-    (signal.SIGTERM, 143, "terminated (SIGTERM)")])     # by default it left the partial directory
-def test_ctrl_c_or_sigterm_during_capture_leaves_nothing(tmp_path, number, code, said):
+    (signal.SIGTERM, 143, "terminated (SIGTERM)"),      # by default it left the partial directory
+    (signal.SIGHUP, 129, "hung up (SIGHUP)")])          # so did a terminal closing
+def test_an_interrupt_during_capture_leaves_nothing(tmp_path, number, code, said):
     """SIGINT while the step runs (the model announces its forward, then waits: a signal timed
-    from outside alone can land after a fast capture has finished). The child starts with
-    SIGINT at its default, as from a terminal: a suite started in the background (``nohup
-    make test &``) inherits SIGINT ignored, and Python keeps it ignored. SIGTERM (a cancelled
-    CI job, ``timeout``) cleans up as well."""
+    from outside alone can land after a fast capture has finished). SIGTERM (a cancelled CI
+    job, ``timeout``) and SIGHUP (a terminal closing) clean up as well."""
     out, marker = tmp_path / "run", tmp_path / "forward-started"
     process = subprocess.Popen(
         [sys.executable, "-m", "parity", "capture", "--framework", "torch", "--out", str(out),
@@ -312,7 +319,7 @@ def test_ctrl_c_or_sigterm_during_capture_leaves_nothing(tmp_path, number, code,
          "--image-size", "16"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PARITY_TEST_FORWARD_MARKER": str(marker)},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        preexec_fn=_signals_at_their_defaults)
     deadline = time.time() + 120
     while time.time() < deadline and not marker.exists() and process.poll() is None:
         time.sleep(0.05)
@@ -345,7 +352,7 @@ def _run_caught_in_its_forward(tmp_path: Path, torch_model: str,
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PARITY_TEST_FORWARD_MARKER": str(marker),
              "PARITY_TEST_MS_FORWARD_MARKER": str(marker)}, start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        preexec_fn=_signals_at_their_defaults)
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None and \
             not (marker.exists() and marker.read_text()):
@@ -357,7 +364,8 @@ def _run_caught_in_its_forward(tmp_path: Path, torch_model: str,
 @pytest.mark.parametrize("signalled, number, code, said", [
     ("its process group", signal.SIGINT, 130, "interrupted"),
     ("parity alone", signal.SIGINT, 130, "interrupted"),
-    ("parity alone", signal.SIGTERM, 143, "terminated (SIGTERM)")])
+    ("parity alone", signal.SIGTERM, 143, "terminated (SIGTERM)"),
+    ("parity alone", signal.SIGHUP, 129, "hung up (SIGHUP)")])
 def test_ctrl_c_during_a_runs_capture_waits_for_its_clean_up(tmp_path, signalled, number, code,
                                                              said):
     """A terminal's Ctrl-C reaches ``parity run``'s process group, ``kill -INT`` parity alone;
@@ -481,7 +489,7 @@ def test_ctrl_c_while_compare_loads_exits_130_wherever_it_lands(tiny_run, tmp_pa
             [sys.executable, "-m", "parity", "compare", str(tiny_run / "torch"),
              str(tiny_run / "mindspore"), *map(str, sum(reports.items(), ())), "--quiet"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            preexec_fn=_signals_at_their_defaults)
         time.sleep(delay)
         if process.poll() is not None:                  # done before the signal
             break
