@@ -508,8 +508,11 @@ def _main(argv: List[str], debug: bool) -> int:
 
 def _interrupted(kept: str = "") -> int:
     number = _Interrupts.received or signal.SIGINT      # Python's own KeyboardInterrupt
-    print(f"parity: {INTERRUPT_NAMES.get(number, 'interrupted')}; "
-          f"{kept + '; ' if kept else ''}no partial output was left behind", file=sys.stderr)
+    try:
+        print(f"parity: {INTERRUPT_NAMES.get(number, 'interrupted')}; "
+              f"{kept + '; ' if kept else ''}no partial output was left behind", file=sys.stderr)
+    except OSError:     # gone with what would read it: a killed parent, a closed terminal
+        pass
     return 128 + number
 
 

@@ -332,6 +332,28 @@ def test_an_interrupt_during_capture_leaves_nothing(tmp_path, number, code, said
     assert sorted(p.name for p in tmp_path.iterdir()) == ["forward-started"]
 
 
+def test_an_interrupt_with_no_one_left_to_read_its_line_still_exits_by_it(tmp_path):
+    """A capture whose parity run was killed, or whose terminal closed, cleans up and writes
+    its last line where no one reads any more: the write failed (BrokenPipeError) and it
+    exited 1 with a traceback nobody saw, not 143."""
+    out, marker = tmp_path / "run", tmp_path / "forward-started"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "parity", "capture", "--framework", "torch", "--out", str(out),
+         "--torch-model", "tests.tiny:torch_waits_in_training", "--ms-model", "tests.tiny:ms_tiny",
+         "--image-size", "16"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, "PARITY_TEST_FORWARD_MARKER": str(marker)},
+        preexec_fn=_signals_at_their_defaults)
+    deadline = time.time() + 120
+    while time.time() < deadline and not marker.exists() and process.poll() is None:
+        time.sleep(0.05)
+    assert marker.exists(), process.communicate()[1]
+    process.stderr.close()                  # the pipe's reader is gone
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 143
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forward-started"]
+
+
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` still runs (a zombie has ended)."""
     try:
