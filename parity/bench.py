@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from parity.errors import EXIT_INTERRUPT
+from parity.errors import EXIT_INTERRUPT, INTERRUPT_NAMES
 from parity.processes import as_child_of_this_process, end_with_parent, stop
 from parity.resources import peak_resident_mb, resident_bytes
 from parity.rundir import remove_abandoned
@@ -242,7 +242,7 @@ def main() -> None:
         framework, batch, size = args.bare
         print(json.dumps(bare_step(framework, int(batch), int(size))))
         return
-    for number in (signal.SIGTERM, signal.SIGHUP):
+    for number in INTERRUPT_NAMES:      # not SIGINT, Python's KeyboardInterrupt already
         if signal.getsignal(number) is signal.SIG_DFL:          # not when ignored (nohup)
             signal.signal(number, _terminate)
     scratch = scratch_directory()

@@ -509,7 +509,7 @@ def _main(argv: List[str], debug: bool) -> int:
 def _interrupted(kept: str = "") -> int:
     number = _Interrupts.received or signal.SIGINT      # Python's own KeyboardInterrupt
     try:
-        print(f"parity: {INTERRUPT_NAMES.get(number, 'interrupted')}; "
+        print(f"parity: {INTERRUPT_NAMES[number]}; "
               f"{kept + '; ' if kept else ''}no partial output was left behind", file=sys.stderr)
     except OSError:     # gone with what would read it: a killed parent, a closed terminal
         pass
@@ -542,7 +542,7 @@ class _Interrupts:
     (``only_the_first``) a second one is the kernel's repeat (processes.end_with_parent).
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    SIGNALS = tuple(INTERRUPT_NAMES)
     received: Optional[int] = None
     ends_at_once = True
     only_the_first = False

@@ -4,14 +4,15 @@ such a line names a long list."""
 import signal
 from typing import Sequence
 
+# The interrupts parity cleans up after, as it names them: Ctrl-C, a cancelled CI job or
+# ``timeout``, a terminal closing (an SSH session dropped).
+INTERRUPT_NAMES = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)",
+                   signal.SIGHUP: "hung up (SIGHUP)"}
 # parity's exit codes: 0 parity, 1 violations, 2 bad input or usage; interrupted, 128 + the
-# signal: 129 hung up (SIGHUP: its terminal closed), 130 Ctrl-C (SIGINT), 143 SIGTERM
+# signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
-EXIT_HUNG_UP, EXIT_INTERRUPT, EXIT_TERMINATED = (128 + signal.SIGHUP, 128 + signal.SIGINT,
-                                                 128 + signal.SIGTERM)
-EXIT_INTERRUPTED = (EXIT_HUNG_UP, EXIT_INTERRUPT, EXIT_TERMINATED)
-# How parity names each interrupt it cleans up after (any other is "interrupted": Ctrl-C).
-INTERRUPT_NAMES = {signal.SIGHUP: "hung up (SIGHUP)", signal.SIGTERM: "terminated (SIGTERM)"}
+EXIT_INTERRUPT = 128 + signal.SIGINT
+EXIT_INTERRUPTED = tuple(128 + number for number in INTERRUPT_NAMES)
 
 
 class ParityInputError(Exception):
