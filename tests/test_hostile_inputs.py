@@ -304,26 +304,33 @@ def _signals_at_their_defaults() -> None:
         signal.signal(number, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize("number, code, said", [
-    (signal.SIGINT, 130, "interrupted"),
-    (signal.SIGTERM, 143, "terminated (SIGTERM)"),      # by default it left the partial directory
-    (signal.SIGHUP, 129, "hung up (SIGHUP)")])          # so did a terminal closing
-def test_an_interrupt_during_capture_leaves_nothing(tmp_path, number, code, said):
-    """SIGINT while the step runs (the model announces its forward, then waits: a signal timed
-    from outside alone can land after a fast capture has finished). SIGTERM (a cancelled CI
-    job, ``timeout``) and SIGHUP (a terminal closing) clean up as well."""
-    out, marker = tmp_path / "run", tmp_path / "forward-started"
+def _capture_caught_in_its_forward(tmp_path: Path, stdout: int) -> subprocess.Popen:
+    """``parity capture`` into ``tmp_path / "run"`` once its model is in the step (it announces
+    its forward, then waits: a signal timed from outside alone can land after a fast capture
+    has finished); its stderr a pipe."""
+    marker = tmp_path / "forward-started"
     process = subprocess.Popen(
-        [sys.executable, "-m", "parity", "capture", "--framework", "torch", "--out", str(out),
-         "--torch-model", "tests.tiny:torch_waits_in_training", "--ms-model", "tests.tiny:ms_tiny",
-         "--image-size", "16"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "parity", "capture", "--framework", "torch",
+         "--out", str(tmp_path / "run"), "--torch-model", "tests.tiny:torch_waits_in_training",
+         "--ms-model", "tests.tiny:ms_tiny", "--image-size", "16"],
+        cwd=REPO, stdout=stdout, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PARITY_TEST_FORWARD_MARKER": str(marker)},
         preexec_fn=_signals_at_their_defaults)
     deadline = time.time() + 120
     while time.time() < deadline and not marker.exists() and process.poll() is None:
         time.sleep(0.05)
     assert marker.exists(), process.communicate()[1]
+    return process
+
+
+@pytest.mark.parametrize("number, code, said", [
+    (signal.SIGINT, 130, "interrupted"),
+    (signal.SIGTERM, 143, "terminated (SIGTERM)"),      # by default it left the partial directory
+    (signal.SIGHUP, 129, "hung up (SIGHUP)")])          # so did a terminal closing
+def test_an_interrupt_during_capture_leaves_nothing(tmp_path, number, code, said):
+    """SIGINT while the step runs; SIGTERM (a cancelled CI job, ``timeout``) and SIGHUP (a
+    terminal closing) clean up as well."""
+    process = _capture_caught_in_its_forward(tmp_path, stdout=subprocess.PIPE)
     assert list(tmp_path.glob(".run.partial-*")), "the step ran before the run directory began"
     process.send_signal(number)
     _, stderr = process.communicate(timeout=120)
@@ -336,18 +343,7 @@ def test_an_interrupt_with_no_one_left_to_read_its_line_still_exits_by_it(tmp_pa
     """A capture whose parity run was killed, or whose terminal closed, cleans up and writes
     its last line where no one reads any more: the write failed (BrokenPipeError) and it
     exited 1 with a traceback nobody saw, not 143."""
-    out, marker = tmp_path / "run", tmp_path / "forward-started"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "parity", "capture", "--framework", "torch", "--out", str(out),
-         "--torch-model", "tests.tiny:torch_waits_in_training", "--ms-model", "tests.tiny:ms_tiny",
-         "--image-size", "16"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env={**os.environ, "PARITY_TEST_FORWARD_MARKER": str(marker)},
-        preexec_fn=_signals_at_their_defaults)
-    deadline = time.time() + 120
-    while time.time() < deadline and not marker.exists() and process.poll() is None:
-        time.sleep(0.05)
-    assert marker.exists(), process.communicate()[1]
+    process = _capture_caught_in_its_forward(tmp_path, stdout=subprocess.DEVNULL)
     process.stderr.close()                  # the pipe's reader is gone
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 143
