@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from parity.errors import EXIT_INTERRUPT, INTERRUPT_NAMES
+from parity.errors import EXIT_INTERRUPT, INTERRUPT_NAMES, interrupted_exit
 from parity.processes import as_child_of_this_process, end_with_parent, stop
 from parity.resources import peak_resident_mb, resident_bytes
 from parity.rundir import remove_abandoned
@@ -161,7 +161,7 @@ def _terminate(signum: int, frame: Any) -> None:
     """SIGTERM (a cancelled CI job, ``timeout``) and SIGHUP (its terminal closed) unwind like
     Ctrl-C, so that the scratch directory and the running command are cleaned up; by default
     they ended the benchmark where it stood, leaving both."""
-    raise SystemExit(128 + signum)
+    raise SystemExit(interrupted_exit(signum))
 
 
 def bare_steps(batch: int, size: int) -> Dict[str, float]:

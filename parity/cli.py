@@ -21,7 +21,8 @@ os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is
 from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
                            WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
 from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
-                           INTERRUPT_NAMES, Interrupted, ParityInputError)
+                           INTERRUPT_NAMES, Interrupted, ParityInputError,
+                           interrupted_exit)
 from parity.processes import end_with_parent  # noqa: E402
 
 REPORTS = Path("reports")
@@ -513,7 +514,7 @@ def _interrupted(kept: str = "") -> int:
               f"{kept + '; ' if kept else ''}no partial output was left behind", file=sys.stderr)
     except OSError:     # gone with what would read it: a killed parent, a closed terminal
         pass
-    return 128 + number
+    return interrupted_exit(number)
 
 
 def _load_for(args: argparse.Namespace) -> None:

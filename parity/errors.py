@@ -8,11 +8,18 @@ from typing import Sequence
 # ``timeout``, a terminal closing (an SSH session dropped).
 INTERRUPT_NAMES = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)",
                    signal.SIGHUP: "hung up (SIGHUP)"}
-# parity's exit codes: 0 parity, 1 violations, 2 bad input or usage; interrupted, 128 + the
-# signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)
+
+
+def interrupted_exit(signum: int) -> int:
+    """The exit code after cleaning up from interrupt ``signum``: 128 + the signal, as a shell
+    reports a process the signal ended (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
+    return 128 + signum
+
+
+# parity's exit codes: 0 parity, 1 violations, 2 bad input or usage; interrupted_exit()
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
-EXIT_INTERRUPT = 128 + signal.SIGINT
-EXIT_INTERRUPTED = tuple(128 + number for number in INTERRUPT_NAMES)
+EXIT_INTERRUPT = interrupted_exit(signal.SIGINT)
+EXIT_INTERRUPTED = tuple(map(interrupted_exit, INTERRUPT_NAMES))
 
 
 class ParityInputError(Exception):
