@@ -89,7 +89,12 @@ def load(path: Path) -> Dict[str, Any]:
     if data.get("format_version") != FORMAT_VERSION:
         raise ParityInputError(f"{path} has baseline format {data.get('format_version')!r}; "
                                f"this parity reads {FORMAT_VERSION}: save it again")
-    return {**data, "errors": {str(k): float(v) for k, v in data["errors"].items()}}
+    try:
+        errors = {str(k): float(v) for k, v in data["errors"].items()}
+    except (KeyError, AttributeError, TypeError, ValueError) as error:
+        raise ParityInputError(f"baseline {path} has no readable table of errors "
+                               f"({type(error).__name__}: {error}); save it again") from None
+    return {**data, "errors": errors}
 
 
 def check(result: CheckResult, baseline: Path, factor: Optional[float] = None) -> Drift:

@@ -22,7 +22,7 @@ from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
                            WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
 from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
                            INTERRUPT_NAMES, Interrupted, ParityInputError,
-                           interrupted_exit)
+                           file_system_refusal, interrupted_exit)
 from parity.processes import end_with_parent  # noqa: E402
 
 REPORTS = Path("reports")
@@ -498,8 +498,9 @@ def _main(argv: List[str], debug: bool) -> int:
             return _interrupted()
         if debug:
             raise
-        if isinstance(error, ParityInputError):
-            print(f"parity: error: {error}", file=sys.stderr)
+        told = str(error) if isinstance(error, ParityInputError) else file_system_refusal(error)
+        if told:
+            print(f"parity: error: {told}", file=sys.stderr)
             return EXIT_INPUT
         # the user's model code, or a bug of ours: one line either way
         print(f"parity: error: unexpected {type(error).__name__}: {error} "

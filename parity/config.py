@@ -13,6 +13,8 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
+import numpy as np
+
 # MindSpore optimizers skip parameters named gamma/beta by default; torch decays everything.
 WEIGHT_DECAY_SCOPES = ("all", "no-gamma-beta", "no-gamma-beta-bias")
 SEEDS = range(2**32)     # what MindSpore's set_seed takes
@@ -26,6 +28,7 @@ _FRACTION = (lambda value: 0 <= value <= 1, "between 0 and 1")
 # Integer settings; the counts may be None (the model's own class count, the user's batch).
 COUNTS = ("batch_size", "image_size", "num_classes")
 INTEGER_SETTINGS = (*COUNTS, "seed")
+SWITCHES = ("nesterov", "ms_scale_loss")     # true or false: "no" would read as true
 # The values each numeric setting may take (NaN is in none): outside them one framework
 # refuses it deep in a capture, or the step means nothing (an infinite weight decay).
 NUMBER_RANGES: Dict[str, Tuple[Callable[[float], bool], str]] = {
@@ -81,6 +84,11 @@ class StepConfig:
                 raise ValueError(f"{name} {problem}, got {value!r}")
             # numpy's numbers as Python's: the configuration is written as JSON
             object.__setattr__(self, name, (int if name in INTEGER_SETTINGS else float)(value))
+        for name in SWITCHES:
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"{name} must be true or false, got {value!r}")
+            object.__setattr__(self, name, bool(value))
         if self.nesterov and not (self.momentum > 0 and self.dampening == 0):
             raise ValueError("Nesterov momentum needs momentum > 0 and dampening 0 (torch's SGD "
                              f"refuses anything else), got momentum {self.momentum:g}, "

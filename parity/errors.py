@@ -1,8 +1,10 @@
 """The exceptions the CLI turns into one-line messages, the exit codes it ends with, and how
 such a line names a long list."""
 
+import errno
+import os
 import signal
-from typing import Sequence
+from typing import Optional, Sequence
 
 # The interrupts parity cleans up after, as it names them: Ctrl-C, a cancelled CI job or
 # ``timeout``, a terminal closing (an SSH session dropped).
@@ -24,6 +26,26 @@ EXIT_INTERRUPTED = tuple(map(interrupted_exit, INTERRUPT_NAMES))
 
 class ParityInputError(Exception):
     """Bad input or usage: the message names the problem and the fix; never a traceback."""
+
+
+# What to do about a file the system refused parity, whatever command met it.
+FILE_SYSTEM_ADVICE = {
+    errno.EROFS: "write to another folder",
+    errno.EACCES: "check its permissions, or write to another folder",
+    errno.EPERM: "check its permissions, or write to another folder",
+    errno.ENOSPC: "free some space or write elsewhere",
+    errno.EDQUOT: "free some space or write elsewhere",
+}
+
+
+def file_system_refusal(error: BaseException) -> Optional[str]:
+    """'PATH: Read-only file system; write to another folder' for an error of the file system
+    about a file, None for any other error."""
+    if not isinstance(error, OSError) or error.errno not in FILE_SYSTEM_ADVICE \
+            or error.filename is None:
+        return None
+    return (f"{os.fsdecode(error.filename)}: {error.strerror or os.strerror(error.errno)}; "
+            f"{FILE_SYSTEM_ADVICE[error.errno]}")
 
 
 # What to do when a step runs out of memory.

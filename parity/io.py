@@ -30,6 +30,9 @@ def written_by_parity(path: Path) -> bool:
 def refuse_unwritable(path: Path, *, replace_own: bool = False) -> None:
     """Raise unless ``path`` may be written: a new file in an existing folder, or, with
     ``replace_own``, a file parity wrote. Called before long work, as well as when writing."""
+    if path.is_dir():
+        raise ParityInputError(f"{path} is a folder: name the file to write (a path inside it, "
+                               "say)")
     if path.exists() and not (replace_own and written_by_parity(path)):
         raise ParityInputError(f"{path} already exists; parity never overwrites a file it did "
                                "not write: remove it or choose another path")

@@ -45,15 +45,33 @@ class RecordInfo:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "RecordInfo":
-        return cls(name=str(data["name"]), kind=str(data["kind"]),
-                   shape=tuple(int(s) for s in data["shape"]), dtype=str(data["dtype"]),
-                   order=int(data["order"]), shard=str(data["shard"]), key=str(data["key"]),
+        """TypeError or ValueError on a field of the wrong type: a damaged manifest is refused,
+        not read as a record named "5"."""
+        kind = _text(data, "kind")
+        if kind not in KIND_RANK:
+            raise ValueError(f"kind {kind!r} is none of {', '.join(KINDS)}")
+        return cls(name=_text(data, "name"), kind=kind,
+                   shape=tuple(_count(s) for s in data["shape"]), dtype=_text(data, "dtype"),
+                   order=int(data["order"]), shard=_text(data, "shard"), key=_text(data, "key"),
                    op=str(data.get("op", "")), attrs=dict(data.get("attrs", {})),
                    crc32=int(data["crc32"]),
                    fp32_noise_rms=_optional_float(data.get("fp32_noise_rms")),
                    exact_rms=_optional_float(data.get("exact_rms")),
                    fp32_flipped=None if data.get("fp32_flipped") is None else
                    tuple(int(i) for i in data["fp32_flipped"]))
+
+
+def _text(data: Dict[str, Any], key: str) -> str:
+    value = data[key]
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{key} {value!r} is not a name")
+    return value
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"shape has {value!r}, not a size")
+    return value
 
 
 def _optional_float(value: Any) -> Optional[float]:

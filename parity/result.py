@@ -43,6 +43,31 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
+def _fields_of(cls: type, values: Dict[str, Any]) -> Dict[str, Any]:
+    """``values`` for the dataclass ``cls``, read back from a JSON report; TypeError names the
+    first of the wrong type, so that a damaged report is refused on reading, not met while
+    being rendered."""
+    for item in dataclasses.fields(cls):
+        if item.name in values and not _of_type(values[item.name], item.type):
+            raise TypeError(f"{cls.__name__} field {item.name} is {values[item.name]!r}, not "
+                            f"{item.type}")
+    return values
+
+
+def _of_type(value: Any, annotation: str) -> bool:
+    """Whether a JSON value fits a field annotated ``annotation`` (a string: this module and
+    parity.records use postponed annotations)."""
+    if annotation.startswith("Tuple["):
+        item = annotation.removeprefix("Tuple[").split(",")[0]
+        return isinstance(value, (list, tuple)) and all(_of_type(v, item) for v in value)
+    if annotation.startswith("Dict["):
+        return isinstance(value, dict)
+    if isinstance(value, bool):
+        return annotation == "bool"
+    return isinstance(value, {"float": (int, float), "int": int, "bool": bool,
+                              "str": str}.get(annotation, object))
+
+
 def _from_json_number(value: Any) -> Any:
     if value is None:
         return float("nan")
@@ -176,6 +201,11 @@ class CheckResult:
             data = json.loads(Path(path).read_text())
             if data.get("format") != MARKER:
                 raise ValueError("not a parity JSON report")
+            if data.get("format_version") != JSON_FORMAT_VERSION:
+                raise ParityInputError(
+                    f"{path} was written in report format {data.get('format_version')!r}; this "
+                    f"parity reads format {JSON_FORMAT_VERSION}: report the run directory again "
+                    "('parity report RUN_DIR')")
             return cls.from_dict(data)
         except FileNotFoundError:
             raise ParityInputError(f"{path} does not exist") from None
@@ -189,6 +219,9 @@ class CheckResult:
         comparisons = []
         for row in data["records"]:
             values = {k: _from_json_number(v) for k, v in row.items() if k in fields}
+            _fields_of(Comparison, values)
+            if values["kind"] not in KINDS:
+                raise ValueError(f"record {values['name']} has kind {values['kind']!r}")
             values["shape"] = tuple(row["shape"])
             values["worst_index"] = tuple(row["worst_index"])
             comparisons.append(Comparison(**values))
@@ -201,10 +234,12 @@ class CheckResult:
                    for k, v in data.get("details", {}).items()}
         meta = data["meta"]
         return cls(comparisons=tuple(comparisons),
-                   first_divergence=None if first is None else Divergence(
-                       **{k: _from_json_number(v) for k, v in first.items()}),
-                   diagnosis=None if diagnosis is None else Diagnosis(**diagnosis),
+                   first_divergence=None if first is None else Divergence(**_fields_of(
+                       Divergence, {k: _from_json_number(v) for k, v in first.items()})),
+                   diagnosis=None if diagnosis is None else Diagnosis(
+                       **_fields_of(Diagnosis, diagnosis)),
                    unmatched={k: tuple(v) for k, v in data.get("unmatched", {}).items()},
                    details=details,
-                   meta=Meta(**{**meta, "notes": tuple(meta.get("notes", ()))}),
+                   meta=Meta(**_fields_of(Meta, {**meta,
+                                                 "notes": tuple(meta.get("notes", ()))})),
                    extra=dict(data.get("extra", {})))

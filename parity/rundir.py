@@ -29,6 +29,7 @@ import numpy as np
 # zlib's CRC-32, bit for bit, by ISA-L's carry-less multiply: 23 vs 4 GB/s measured here
 from isal.isal_zlib import crc32
 
+from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.records import KINDS, RecordInfo
 
@@ -40,6 +41,11 @@ SHARD_PATTERN = "tensors-*.safetensors"     # the names RunWriter._shard_name gi
 SHARD_BYTES = 64 * 2**20      # buffered before a shard is written: bounds capture memory
 SHARDS_IN_FLIGHT = 2          # written in the background at once
 ALIGNMENT = 64                # of each tensor kept in a shard buffer (a cache line)
+# The JSON type of each manifest field parity reads (when present): a damaged manifest is
+# refused when opened, not met as a TypeError deep in the compare.
+MANIFEST_TYPES = {"framework": str, "versions": dict, "seed": int, "config": dict,
+                  "factory": str, "param_map": dict, "self_checks": dict, "resources": dict,
+                  "fingerprint": str, "records": list, "shards": list}
 
 
 def is_run_dir(path: Path) -> bool:
@@ -417,6 +423,25 @@ def mapped_array(file: Path, start: int, end: int, dtype: str) -> np.ndarray:
                          offset=start - page)
 
 
+def _refuse_damaged(manifest: Dict[str, Any]) -> None:
+    """TypeError or ValueError naming the first manifest field that parity could not read."""
+    for key, kind in MANIFEST_TYPES.items():
+        if key in manifest and not isinstance(manifest[key], kind):
+            raise TypeError(f"{key} is {type(manifest[key]).__name__}, not {kind.__name__}")
+    StepConfig.from_dict(manifest.get("config", {}))       # its settings' own rules
+    if not all(isinstance(k, str) and isinstance(v, str)
+               for k, v in manifest.get("param_map", {}).items()):
+        raise TypeError("param_map is not names to names")
+    if not isinstance(manifest.get("self_checks", {}).get("observer_effect", {}), dict):
+        raise TypeError("self_checks.observer_effect is not a table")
+    for shard in manifest["shards"]:
+        name = shard["file"]
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"shard {name!r} is not a file name")
+        if not isinstance(shard["bytes"], int):
+            raise TypeError(f"shard {name} has {shard['bytes']!r} bytes")
+
+
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     """Bit-identical (unlike ==, which calls -0.0 and 0.0 equal and NaN unequal). Compared as
     the widest unsigned integers the size allows: 2.6x faster than byte by byte."""
@@ -454,7 +479,8 @@ class RunReader:
     path: Path
     manifest: Dict[str, Any]
     records: Tuple[RecordInfo, ...]
-    _index: Dict[str, Dict[str, Tuple[int, int]]] = field(default_factory=dict, repr=False)
+    _index: Dict[str, Dict[str, Tuple[int, int, str, Tuple[int, ...]]]] = field(
+        default_factory=dict, repr=False)
     _files: Dict[str, Path] = field(default_factory=dict, repr=False)   # shard name -> its path
 
     @classmethod
@@ -482,11 +508,16 @@ class RunReader:
                 f"{path} was written in run format {manifest.get('format_version')!r}; this parity "
                 f"reads format {FORMAT_VERSION}: capture again with this version")
         try:
+            _refuse_damaged(manifest)
             records = tuple(RecordInfo.from_dict(r) for r in manifest["records"])
             shards = {s["file"]: s for s in manifest["shards"]}
+            stranger = next((r for r in records if r.dtype not in SAFETENSORS_DTYPES), None)
+            if stranger is not None:
+                raise ValueError(f"{stranger.name} has dtype {stranger.dtype!r}, which parity "
+                                 "does not store")
         except (KeyError, TypeError, ValueError) as error:
-            raise ParityInputError(f"{manifest_path} is corrupt (bad record list: {error}); "
-                                   "capture again") from None
+            raise ParityInputError(f"{manifest_path} is corrupt ({error}); capture again") \
+                from None
         reader = cls(path=path, manifest=manifest, records=records)
         for shard in shards.values():
             reader._check_shard_size(shard)
@@ -524,12 +555,16 @@ class RunReader:
         reading plus CRC), and the mapping is released with the array, so memory stays bounded
         by the tensors in use, not the run.
         """
-        offsets = self._shard_index(record.shard).get(record.key)
+        entry = self._shard_index(record.shard).get(record.key)
         file = self._files.get(record.shard) or self._files.setdefault(record.shard,
                                                                        self.path / record.shard)
-        if offsets is None:
+        if entry is None:
             raise ParityInputError(f"{file} has no tensor for {record.name}; capture again")
-        start, end = offsets
+        start, end, dtype, shape = entry
+        if (dtype, shape) != (record.dtype, record.shape):
+            raise ParityInputError(f"{file} holds {record.name} as {dtype} {list(shape)}, its "
+                                   f"manifest says {record.dtype} {list(record.shape)}; "
+                                   "capture again")
         count = math.prod(record.shape)
         if end - start != count * np.dtype(record.dtype).itemsize:
             raise ParityInputError(f"{file}: {record.name} has {end - start} bytes, its shape "
@@ -545,20 +580,20 @@ class RunReader:
                                    "capture again")
         return array.reshape(record.shape)
 
-    def _shard_index(self, name: str) -> Dict[str, Tuple[int, int]]:
-        """key -> absolute (start, end) byte offsets, from the shard's safetensors header."""
+    def _shard_index(self, name: str) -> Dict[str, Tuple[int, int, str, Tuple[int, ...]]]:
+        """key -> (absolute start, end byte offsets, dtype, shape), from the shard's safetensors
+        header."""
         if name not in self._index:
             self._index[name] = self._read_header(name)
         return self._index[name]
 
-    def _read_header(self, name: str) -> Dict[str, Tuple[int, int]]:
+    def _read_header(self, name: str) -> Dict[str, Tuple[int, int, str, Tuple[int, ...]]]:
         shard = next((s for s in self.manifest["shards"] if s["file"] == name), None)
         if shard is None:
             raise ParityInputError(f"{self.path / MANIFEST} names no shard {name}; capture again")
         file = self.path / name
         try:
-            return {key: (start, end) for key, (start, end, _, _)
-                    in safetensors_entries(file, shard["bytes"]).items()}
+            return safetensors_entries(file, shard["bytes"])
         except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
             raise ParityInputError(f"{file} is not a readable safetensors file ({error}); "
                                    "capture again") from None

@@ -104,3 +104,11 @@ def test_cli_refuses_a_baseline_of_another_batch(tiny_run, tmp_path):
 def test_cli_missing_baseline_file(tiny_run, tmp_path):
     process = parity_cli("baseline", "check", tiny_run, tmp_path / "nope.json")
     assert_one_line_error(process, "does not exist")
+
+
+@pytest.mark.parametrize("errors", [None, {"forward:fc": "x"}, ["forward:fc"]])
+def test_a_baseline_without_a_table_of_errors_is_refused(good, tmp_path, errors):
+    path = baseline.save(good, tmp_path / "golden.json")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "errors": errors}))
+    with pytest.raises(ParityInputError, match="has no readable table of errors.*save it again"):
+        baseline.check(good, path)

@@ -175,6 +175,17 @@ def test_integer_settings_take_integers_of_any_kind_and_only_integers():
     assert StepConfig(batch_size=None, image_size=None).batch_size is None
 
 
+def test_switches_take_true_or_false_only():
+    """A string "no" is true to Python: it would have switched Nesterov momentum on."""
+    from parity.config import StepConfig
+    for name in ("nesterov", "ms_scale_loss"):
+        for value in ("no", None, 1):
+            with pytest.raises(ValueError, match=f"{name} must be true or false, got"):
+                StepConfig(**{name: value})
+    config = StepConfig(ms_scale_loss=np.False_)
+    assert type(config.ms_scale_loss) is bool and not config.ms_scale_loss
+
+
 @pytest.mark.parametrize("error, ran_out", [
     (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
                   "allocate memory: you tried to allocate 102760448 bytes."),   # torch, measured

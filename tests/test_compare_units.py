@@ -111,7 +111,10 @@ def test_tolerance_overrides_resolve_last_match_and_report_unused(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("[forwrd]\nrtol = 1\n", "unknown section 'forwrd'"),
     ("[forward]\nrtol = -1\n", "must be a number >= 0"),
+    ("[forward]\natol = nan\n", "atol must be a number >= 0"),
     ("[[override]]\nrtol = 1\n", "needs pattern"),
+    ("override = 5\n", "override = 5 is not a table"),
+    ("override = [\"layer1.*\"]\n", "override = 'layer1.*' is not a table"),
     ("[forward\n", "not valid TOML"),
 ])
 def test_bad_tolerance_files_are_refused(tmp_path, text, message):

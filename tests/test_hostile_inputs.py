@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -77,6 +78,59 @@ def test_manifest_from_another_format_version(tiny_run, tmp_path):
     assert_one_line_error(parity_cli("compare", tiny_run / "torch", ms_run), "format 99")
 
 
+def _edit_first_record(run: Path, of_dtype: str, **fields) -> None:
+    """Change the first record of dtype ``of_dtype`` in a capture's manifest, as damage would."""
+    manifest = read_json(run / "manifest.json")
+    next(r for r in manifest["records"] if r["dtype"] == of_dtype).update(fields)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_manifest_record_of_an_unknown_dtype_is_named(tiny_run, tmp_path):
+    ms_run = _copy(tiny_run / "mindspore", tmp_path)
+    _edit_first_record(ms_run, "int64", dtype="datetime64[s]")
+    process = parity_cli("compare", tiny_run / "torch", ms_run)
+    assert_one_line_error(process, "manifest.json is corrupt", "datetime64[s]")
+
+
+@pytest.mark.parametrize("of_dtype, fields, message", [
+    ("float32", {"kind": "weird"}, "kind 'weird' is none of"),
+    ("float32", {"name": 5}, "name 5 is not a name"),
+    ("float32", {"shape": [-1, 3]}, "shape has -1"),
+    ("int64", {"dtype": "complex64"}, "'complex64', which parity does not store"),
+    ("int64", {"dtype": "object"}, "'object', which parity does not store"),
+    # the same bytes read as another dtype, or in another shape: only the shard's header knows
+    ("float32", {"dtype": "int32"}, "as float32 [2, 3, 16, 16], its manifest says int32"),
+    ("float32", {"shape": [2, 3, 256]}, "as float32 [2, 3, 16, 16], its manifest says "
+                                        "float32 [2, 3, 256]"),
+])
+def test_a_damaged_manifest_record_is_refused_not_read(tiny_run, tmp_path, of_dtype, fields,
+                                                        message):
+    from parity.compare.engine import compare_runs
+    ms_run = _copy(tiny_run / "mindspore", tmp_path)
+    _edit_first_record(ms_run, of_dtype, **fields)
+    with pytest.raises(ParityInputError, match=re.escape(message)):
+        compare_runs(tiny_run / "torch", ms_run)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda m: m["config"].update(lr="x"), "lr must be a finite number >= 0, got 'x'"),
+    (lambda m: m["config"].update(nesterov="no"), "nesterov must be true or false"),
+    (lambda m: m.update(param_map=None), "param_map is NoneType, not dict"),
+    (lambda m: m["param_map"].update({"fc.weight": 5}), "param_map is not names to names"),
+    (lambda m: m.update(self_checks={"observer_effect": 3}), "observer_effect is not a table"),
+    (lambda m: m["shards"][0].update(file="/etc/passwd"), "shard '/etc/passwd' is not a file"),
+    (lambda m: m["shards"][0].update(bytes="5"), "has '5' bytes"),
+])
+def test_a_damaged_manifest_field_is_refused_when_opened(tiny_run, tmp_path, damage, message):
+    from parity.rundir import RunReader
+    ms_run = _copy(tiny_run / "mindspore", tmp_path)
+    manifest = read_json(ms_run / "manifest.json")
+    damage(manifest)
+    (ms_run / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ParityInputError, match=re.escape(message)):
+        RunReader.open(ms_run)
+
+
 def test_run_directory_from_a_different_model(tiny_run, resnet50_run):
     process = parity_cli("compare", tiny_run / "torch", resnet50_run / "run" / "mindspore")
     assert_one_line_error(process, "different model")
@@ -128,6 +182,16 @@ def test_batch_file_with_inputs_parity_cannot_place(tmp_path, arrays, message):
         load_batch(tmp_path / "batch.npz")
 
 
+def test_a_batch_file_without_samples_is_refused(tmp_path):
+    """torch steps on an empty batch: a NaN loss and NaN gradients, reported as a divergence."""
+    from parity.capture.batch import load_batch
+    np.savez(tmp_path / "batch.npz", x=np.zeros((0, 3, 8, 8), np.float32),
+             y=np.zeros(0, np.int64))
+    with pytest.raises(ParityInputError, match=re.escape(
+            "holds no samples (x (0, 3, 8, 8), y (0,)): a training step needs at least one")):
+        load_batch(tmp_path / "batch.npz")
+
+
 @pytest.mark.parametrize("damage", ["truncated", "one byte flipped", "empty"])
 def test_a_damaged_batch_file_is_named_not_a_crash(tmp_path, damage):
     from parity.capture.batch import load_batch
@@ -169,11 +233,13 @@ def test_output_path_that_is_a_user_file(tmp_path):
 
 @pytest.mark.parametrize("report, message", [
     ("thesis.html", "already exists; parity never overwrites"),
-    ("no-such-folder/r.json", "folder"),
+    ("no-such-folder/r.json", "no-such-folder does not exist"),
+    ("a-folder.json", "a-folder.json is a folder: name the file to write"),
 ])
 def test_a_report_path_that_cannot_be_written_is_refused_before_the_captures(tmp_path, report,
                                                                              message):
     (tmp_path / "thesis.html").write_text("precious")
+    (tmp_path / "a-folder.json").mkdir()
     option = "--html" if report.endswith(".html") else "--json"
     process = parity_cli("run", *TINY, option, tmp_path / report, "--out", tmp_path / "run")
     assert_one_line_error(process, message)
@@ -205,12 +271,63 @@ def test_nesterov_without_momentum_is_refused_before_the_captures(tmp_path, sett
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("number, said", [
+    (errno.EROFS, "Read-only file system; write to another folder"),
+    (errno.EACCES, "Permission denied; check its permissions, or write to another folder"),
+    (errno.EDQUOT, "Disk quota exceeded; free some space or write elsewhere"),
+])
+def test_a_file_the_system_refuses_is_named_in_one_line(tiny_run, tmp_path, monkeypatch,
+                                                        capsys, number, said):
+    """A read-only folder (a mounted dataset), a permission, a quota: the file and what to do,
+    not "unexpected OSError". Simulated: as root, this machine's tests cannot be refused."""
+    from parity import cli
+    from parity.result import CheckResult
+    report = tmp_path / "report.json"
+
+    def refused(result, path):
+        raise OSError(number, os.strerror(number), str(report))
+
+    monkeypatch.setattr(CheckResult, "to_json", refused)
+    code = cli._main(["compare", str(tiny_run / "torch"), str(tiny_run / "mindspore"),
+                      "--json", str(report), "--quiet"], debug=False)
+    assert (code, capsys.readouterr().err) == (2, f"parity: error: {report}: {said}\n")
+
+
 def test_report_path_holding_a_user_file(tiny_run, tmp_path):
     (tmp_path / "notes.json").write_text("my notes")
     process = parity_cli("compare", tiny_run / "torch", tiny_run / "mindspore",
                          "--json", tmp_path / "notes.json")
     assert_one_line_error(process, "already exists")
     assert (tmp_path / "notes.json").read_text() == "my notes"
+
+
+def _damaged_report(tiny_run: Path, tmp_path: Path, damage) -> Path:
+    report = read_json(tiny_run.parent / "report.json")
+    damage(report)
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    return tmp_path / "report.json"
+
+
+def test_a_damaged_json_report_is_named_not_rendered(tiny_run, tmp_path):
+    report = _damaged_report(tiny_run, tmp_path, lambda r: r["records"][0].update(max_abs="x"))
+    process = parity_cli("report", report, "--html", tmp_path / "report.html")
+    assert_one_line_error(process, "not a readable parity JSON report", "max_abs is 'x'")
+    assert not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda r: r.update(format_version=2), "written in report format 2; this parity reads "
+                                           "format 1"),
+    (lambda r: r["records"][0].update(passed=1), "passed is 1, not bool"),
+    (lambda r: r["records"][0].update(shape="x"), "shape is 'x', not Tuple[int, ...]"),
+    (lambda r: r["records"][0].update(kind="odd"), "has kind 'odd'"),
+    (lambda r: r["meta"].update(config=None), "config is None, not Dict"),
+    (lambda r: r["meta"].update(notes=[5]), "notes is (5,), not Tuple[str, ...]"),
+])
+def test_a_damaged_json_report_is_refused_when_read(tiny_run, tmp_path, damage, message):
+    from parity.result import CheckResult
+    with pytest.raises(ParityInputError, match=re.escape(message)):
+        CheckResult.from_json(_damaged_report(tiny_run, tmp_path, damage))
 
 
 def test_a_reference_given_to_the_torch_capture_is_refused(tmp_path):

@@ -99,6 +99,9 @@ def load_batch(path: Path) -> Batch:
                                "(y holds class indices: one per sample, or per pixel or token)")
     if not np.issubdtype(y.dtype, np.integer):
         raise ParityInputError(f"{path}: y must hold integer class indices, not {y.dtype}")
+    if len(y) == 0:         # torch steps on it: its mean loss is NaN, and so is every gradient
+        raise ParityInputError(f"{path} holds no samples (x {inputs[0].shape}, y {y.shape}): "
+                               "a training step needs at least one")
     return Batch.of(inputs, y)
 
 

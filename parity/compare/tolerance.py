@@ -102,6 +102,9 @@ class TolerancePolicy:
         for key, value in data.items():
             if key == "override":
                 for item in value if isinstance(value, list) else [value]:
+                    if not isinstance(item, dict):
+                        raise ParityInputError(f"{source}: override = {item!r} is not a table; "
+                                               "write [[override]] then pattern = \"name-glob\"")
                     overrides.append(_override(dict(item), source))
             elif key in KINDS and isinstance(value, dict):
                 defaults[key] = dataclasses.replace(defaults[key],
@@ -124,7 +127,8 @@ def _values(table: Dict[str, Any], where: str, source: str) -> Dict[str, Any]:
                 raise ParityInputError(f"{source}: {where} allow_nan must be true or false")
             values[key] = value
         else:
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+                    not value >= 0:                             # NaN too
                 raise ParityInputError(f"{source}: {where} {key} must be a number >= 0")
             values[key] = float(value)
     return values
