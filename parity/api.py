@@ -7,6 +7,7 @@ the same for live model objects inside the calling process.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -30,8 +31,8 @@ from parity.errors import EXIT_INTERRUPTED, SMALLER_BATCH, Interrupted, ParityIn
 from parity.models_loader import load_factory, refuse_evidently_missing
 from parity.processes import as_child_of_this_process, stop
 from parity.result import CheckResult
-from parity.rundir import (KEEP_REPLACED_ENV, remove_abandoned_partials, remove_replaced,
-                           stored_bytes)
+from parity.rundir import (KEEP_REPLACED_ENV, no_space_error, remove_abandoned_partials,
+                           remove_replaced, stored_bytes)
 
 RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
 # What a capture subprocess needs in its environment: quiet MindSpore logging.
@@ -82,8 +83,24 @@ def _prepare_run_dir(out: Path, config: StepConfig, command: str) -> None:
         raise ParityInputError(f"--out {out} exists and is not a parity run directory; "
                                "choose another or remove it")
     out.mkdir(parents=True, exist_ok=True)
-    (out / RUN_INDEX).write_text(json.dumps({"format": "parity-run-pair", "command": command,
-                                             "config": config.to_dict()}, indent=1))
+    _write_run_index(out, config, command, finished=False)
+
+
+def _write_run_index(out: Path, config: StepConfig, command: str, *, finished: bool) -> None:
+    """The run's index, replaced whole. ``finished``: both captures beside it are this run's;
+    a run stopped before that leaves it false, beside any captures an earlier run left."""
+    index = out / RUN_INDEX
+    partial = index.with_name(f".{RUN_INDEX}.tmp-{os.getpid()}")
+    try:
+        partial.write_text(json.dumps({"format": "parity-run-pair", "command": command,
+                                       "config": config.to_dict(), "finished": finished},
+                                      indent=1))
+        os.replace(partial, index)
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        if error.errno == errno.ENOSPC:
+            raise no_space_error(index) from None
+        raise
 
 
 def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
@@ -201,6 +218,7 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
             raise ParityInputError(f"{error}; {_torch_capture_kept(torch_dir)}") from None
         except KeyboardInterrupt:
             raise Interrupted(_torch_capture_kept(torch_dir)) from None
+        _write_run_index(out, config, command, finished=True)
         report("mindspore capture", "done")
         report("compare", "start")
         try:
@@ -289,6 +307,7 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,
                                       fp64_reference=fp64_reference)
             ms_dir = capture_mindspore(config, root / "mindspore", model=ms_model,
                                        reference=torch_dir, overrides=name_map)
+        _write_run_index(root, config, "parity.check(...)", finished=True)
         return compare_runs(torch_dir, ms_dir, policy=policy, forward_overrides=name_map,
                             command="parity.check(...)")
 

@@ -580,6 +580,8 @@ def test_a_run_interrupted_says_what_it_keeps(tmp_path, monkeypatch, stage, kept
         api.run(StepConfig(), run, api.CaptureOptions("tests.tiny:torch_tiny",
                                                       "tests.tiny:ms_tiny"))
     assert interrupt.value.kept.startswith(kept.format(run=run))
+    # the index says whether both captures beside it are this run's
+    assert read_json(run / api.RUN_INDEX)["finished"] is (stage == "compare")
 
 
 def test_a_capture_ends_with_the_parity_run_that_started_it(tmp_path):

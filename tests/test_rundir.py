@@ -3,6 +3,7 @@ replaces an earlier run."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -128,6 +129,7 @@ def test_a_rerun_deletes_the_mindspore_run_it_replaced_once_compared(tmp_path, m
         assert api.run(config, out, api.CaptureOptions(**factories)).passed
     assert aside_during_compare == [[], [".mindspore.old"]]
     assert sorted(p.name for p in out.iterdir()) == ["mindspore", api.RUN_INDEX, "torch"]
+    assert json.loads((out / api.RUN_INDEX).read_text())["finished"] is True
 
 
 def test_a_capture_removes_the_partial_directories_killed_captures_left(
