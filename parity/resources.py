@@ -27,3 +27,17 @@ def resident_bytes(pid: Union[int, str] = "self") -> Optional[int]:
             os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
+
+
+PF_FORKNOEXEC = 0x40        # a process's flag (linux/sched.h): forked, has not called exec
+
+
+def shares_its_parents_memory(pid: Union[int, str]) -> bool:
+    """Whether process ``pid`` has forked and not yet called exec (Linux): its resident pages
+    are its parent's, the same memory (subprocess's vfork, until the command starts) or copies
+    of it only as written (a fork). False where it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return bool(int(fields[6]) & PF_FORKNOEXEC)
+    except (OSError, ValueError, IndexError):
+        return False

@@ -31,6 +31,25 @@ def test_tree_memory_peak_counts_the_children_of_a_process():
     assert peak.mb() > 150 + 250          # either process alone holds less
 
 
+# A process holding 300 MB that starts a short command again and again, as a capture runs
+# ``uname -p`` (platform.processor) when it writes its manifest.
+SPAWNER = """
+import subprocess, numpy as np
+held = np.ones(300 * 2**20 // 8)
+for _ in range(300):
+    subprocess.run(["true"])
+"""
+
+
+def test_tree_memory_peak_counts_a_process_starting_a_command_once():
+    """subprocess's vfork child, until it calls exec, shares its parent's memory: the sampler
+    read it as a second copy (2 GiB held read as 4,163 MB)."""
+    process = subprocess.Popen([sys.executable, "-c", SPAWNER])
+    peak = TreeMemoryPeak(process, period=0.001)
+    assert process.wait() == 0
+    assert 300 < peak.mb() < 1.5 * 300
+
+
 def test_sizes_are_pairs_of_positive_integers():
     assert _sizes("2x64,8x224") == [(2, 64), (8, 224)]
     for bad in ("8x", "0x3", "2x64,", "2x64x3", "big"):
