@@ -28,7 +28,8 @@ from parity.compare.measure import start_helper, worth_a_helper
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
 from parity.errors import EXIT_INTERRUPTED, SMALLER_BATCH, Interrupted, ParityInputError
-from parity.models_loader import load_factory, refuse_evidently_missing
+from parity.models_loader import (load_factory, refuse_evidently_missing,
+                                  refuse_the_other_frameworks)
 from parity.processes import as_child_of_this_process, stop
 from parity.result import CheckResult
 from parity.rundir import (KEEP_REPLACED_ENV, no_space_error, remove_abandoned_partials,
@@ -187,6 +188,8 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
         debug: bool = False) -> CheckResult:
     """Capture torch then MindSpore (each in its own process) into ``out``, then compare."""
     out = Path(out)
+    refuse_the_other_frameworks(options.torch_factory, "torch")
+    refuse_the_other_frameworks(options.mindspore_factory, "mindspore")
     for spec in (options.mindspore_factory, config.ms_loss):    # before minutes of torch
         if spec is not None:
             refuse_evidently_missing(spec)

@@ -64,6 +64,26 @@ def refuse_evidently_missing(spec: str) -> None:
         raise _no_factory(spec)
 
 
+# Top-level packages holding one framework's models: a factory from one of them given for the
+# other side (the two options swapped, the torch model named twice) is refused before anything
+# runs, instead of after the torch capture.
+FRAMEWORK_PACKAGES = {"torch": ("torch", "torchvision", "timm"),
+                      "mindspore": ("mindspore", "mindcv")}
+FRAMEWORK_NAMES = {"torch": "torch", "mindspore": "MindSpore"}
+
+
+def refuse_the_other_frameworks(spec: str, framework: str) -> None:
+    """Refuse ``spec`` as ``framework``'s model factory when its package is the other's."""
+    package = _split(spec)[0].partition(".")[0]
+    for other, packages in FRAMEWORK_PACKAGES.items():
+        if other != framework and package in packages:
+            raise ParityInputError(
+                f"the {FRAMEWORK_NAMES[framework]} model's factory {spec} comes from {package}, "
+                f"a {FRAMEWORK_NAMES[other]} package: give the {FRAMEWORK_NAMES[framework]} "
+                f"model's as --{'torch' if framework == 'torch' else 'ms'}-model (the two "
+                "swapped?)")
+
+
 def _module_source(module_name: str, spec: str) -> Optional[Path]:
     """The ``.py`` file a fresh process started in this directory would import for
     ``module_name`` (import's own order: a finder ahead of the path's, then along the path a

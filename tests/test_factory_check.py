@@ -118,6 +118,23 @@ def test_parity_run_refuses_a_misspelt_ms_model_before_capturing_anything(tmp_pa
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("torch_model, ms_model, said", [
+    ("tests.tiny:torch_tiny", "torchvision.models:resnet18",
+     "the MindSpore model's factory torchvision.models:resnet18 comes from torchvision, a torch "
+     "package: give the MindSpore model's as --ms-model (the two swapped?)"),
+    ("mindspore.nn:Dense", "tests.tiny:ms_tiny",
+     "the torch model's factory mindspore.nn:Dense comes from mindspore, a MindSpore package: "
+     "give the torch model's as --torch-model (the two swapped?)"),
+])
+def test_parity_run_refuses_a_factory_of_the_other_framework_at_once(tmp_path, torch_model,
+                                                                       ms_model, said):
+    """A torch model given as the port was found only after the torch capture."""
+    process = parity_cli("run", "--torch-model", torch_model, "--ms-model", ms_model,
+                         "--image-size", "16", "--out", tmp_path / "run")
+    assert (process.returncode, process.stderr.strip()) == (2, f"parity: error: {said}")
+    assert not (tmp_path / "run").exists()
+
+
 def test_check_refuses_a_misspelt_ms_loss_before_the_torch_capture(monkeypatch):
     """parity.check() runs in this process: it imports the loss's module for real."""
     import parity
