@@ -7,7 +7,6 @@ the same for live model objects inside the calling process.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -28,12 +27,13 @@ from parity.compare.measure import start_helper, worth_a_helper
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import StepConfig
 from parity.errors import EXIT_INTERRUPTED, SMALLER_BATCH, Interrupted, ParityInputError
+from parity.io import replaced_whole
 from parity.models_loader import (load_factory, refuse_evidently_missing,
                                   refuse_the_other_frameworks)
 from parity.processes import as_child_of_this_process, stop
 from parity.result import CheckResult
-from parity.rundir import (KEEP_REPLACED_ENV, no_space_error, remove_abandoned_partials,
-                           remove_replaced, stored_bytes)
+from parity.rundir import (KEEP_REPLACED_ENV, remove_abandoned_partials, remove_replaced,
+                           stored_bytes)
 
 RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
 # What a capture subprocess needs in its environment: quiet MindSpore logging.
@@ -90,18 +90,10 @@ def _prepare_run_dir(out: Path, config: StepConfig, command: str) -> None:
 def _write_run_index(out: Path, config: StepConfig, command: str, *, finished: bool) -> None:
     """The run's index, replaced whole. ``finished``: both captures beside it are this run's;
     a run stopped before that leaves it false, beside any captures an earlier run left."""
-    index = out / RUN_INDEX
-    partial = index.with_name(f".{RUN_INDEX}.tmp-{os.getpid()}")
-    try:
+    with replaced_whole(out / RUN_INDEX) as partial:
         partial.write_text(json.dumps({"format": "parity-run-pair", "command": command,
                                        "config": config.to_dict(), "finished": finished},
                                       indent=1))
-        os.replace(partial, index)
-    except OSError as error:
-        partial.unlink(missing_ok=True)
-        if error.errno == errno.ENOSPC:
-            raise no_space_error(index) from None
-        raise
 
 
 def capture_in_subprocess(framework: str, config: StepConfig, out: Path,

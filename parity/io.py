@@ -48,6 +48,14 @@ def atomic_output(path: Path, *, replace_own: bool = False) -> Iterator[Path]:
     """
     path = Path(path)
     refuse_unwritable(path, replace_own=replace_own)
+    with replaced_whole(path) as tmp:
+        yield tmp
+
+
+@contextmanager
+def replaced_whole(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it is renamed over ``path``, whatever
+    that was: for a file parity owns by where it is (a run directory's index)."""
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
     try:
         yield tmp

@@ -423,25 +423,6 @@ def mapped_array(file: Path, start: int, end: int, dtype: str) -> np.ndarray:
                          offset=start - page)
 
 
-def _refuse_damaged(manifest: Dict[str, Any]) -> None:
-    """TypeError or ValueError naming the first manifest field that parity could not read."""
-    for key, kind in MANIFEST_TYPES.items():
-        if key in manifest and not isinstance(manifest[key], kind):
-            raise TypeError(f"{key} is {type(manifest[key]).__name__}, not {kind.__name__}")
-    StepConfig.from_dict(manifest.get("config", {}))       # its settings' own rules
-    if not all(isinstance(k, str) and isinstance(v, str)
-               for k, v in manifest.get("param_map", {}).items()):
-        raise TypeError("param_map is not names to names")
-    if not isinstance(manifest.get("self_checks", {}).get("observer_effect", {}), dict):
-        raise TypeError("self_checks.observer_effect is not a table")
-    for shard in manifest["shards"]:
-        name = shard["file"]
-        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
-            raise ValueError(f"shard {name!r} is not a file name")
-        if not isinstance(shard["bytes"], int):
-            raise TypeError(f"shard {name} has {shard['bytes']!r} bytes")
-
-
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     """Bit-identical (unlike ==, which calls -0.0 and 0.0 equal and NaN unequal). Compared as
     the widest unsigned integers the size allows: 2.6x faster than byte by byte."""
@@ -470,6 +451,25 @@ def _number_repeated_calls(records: List[RecordInfo]) -> List[RecordInfo]:
             record = dataclasses.replace(record, name=f"{record.name}#{index}")
         numbered.append(record)
     return numbered
+
+
+def _refuse_damaged(manifest: Dict[str, Any]) -> None:
+    """TypeError or ValueError naming the first manifest field that parity could not read."""
+    for key, kind in MANIFEST_TYPES.items():
+        if key in manifest and not isinstance(manifest[key], kind):
+            raise TypeError(f"{key} is {type(manifest[key]).__name__}, not {kind.__name__}")
+    StepConfig.from_dict(manifest.get("config", {}))       # its settings' own rules
+    if not all(isinstance(k, str) and isinstance(v, str)
+               for k, v in manifest.get("param_map", {}).items()):
+        raise TypeError("param_map is not names to names")
+    if not isinstance(manifest.get("self_checks", {}).get("observer_effect", {}), dict):
+        raise TypeError("self_checks.observer_effect is not a table")
+    for shard in manifest["shards"]:
+        name = shard["file"]
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"shard {name!r} is not a file name")
+        if not isinstance(shard["bytes"], int):
+            raise TypeError(f"shard {name} has {shard['bytes']!r} bytes")
 
 
 @dataclass

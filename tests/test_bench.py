@@ -32,7 +32,7 @@ def test_tree_memory_peak_counts_the_children_of_a_process():
 
 
 # A process holding 300 MB that starts a short command again and again, as a capture runs
-# ``uname -p`` (platform.processor) when it writes its manifest.
+# ``uname -p`` (platform.platform) when it writes its manifest.
 SPAWNER = """
 import subprocess, numpy as np
 held = np.ones(300 * 2**20 // 8)

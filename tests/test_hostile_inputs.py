@@ -32,6 +32,20 @@ def _shard(run: Path) -> Path:
     return sorted(run.glob("tensors-*.safetensors"))[0]
 
 
+def _damaged(path: Path, damage) -> Path:
+    """A JSON file parity wrote (a manifest, a report) rewritten with ``damage`` applied."""
+    data = read_json(path)
+    damage(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _first_record(of_dtype: str, **fields):
+    """Damage: the manifest's first record of dtype ``of_dtype`` gets ``fields``."""
+    return lambda manifest: next(r for r in manifest["records"]
+                                 if r["dtype"] == of_dtype).update(fields)
+
+
 def test_truncated_shard(tiny_run, tmp_path):
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
     shard = _shard(ms_run)
@@ -72,22 +86,13 @@ def test_missing_manifest_means_incomplete(tiny_run, tmp_path):
 
 def test_manifest_from_another_format_version(tiny_run, tmp_path):
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
-    manifest = read_json(ms_run / "manifest.json")
-    manifest["format_version"] = 99
-    (ms_run / "manifest.json").write_text(json.dumps(manifest))
+    _damaged(ms_run / "manifest.json", lambda manifest: manifest.update(format_version=99))
     assert_one_line_error(parity_cli("compare", tiny_run / "torch", ms_run), "format 99")
-
-
-def _edit_first_record(run: Path, of_dtype: str, **fields) -> None:
-    """Change the first record of dtype ``of_dtype`` in a capture's manifest, as damage would."""
-    manifest = read_json(run / "manifest.json")
-    next(r for r in manifest["records"] if r["dtype"] == of_dtype).update(fields)
-    (run / "manifest.json").write_text(json.dumps(manifest))
 
 
 def test_a_manifest_record_of_an_unknown_dtype_is_named(tiny_run, tmp_path):
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
-    _edit_first_record(ms_run, "int64", dtype="datetime64[s]")
+    _damaged(ms_run / "manifest.json", _first_record("int64", dtype="datetime64[s]"))
     process = parity_cli("compare", tiny_run / "torch", ms_run)
     assert_one_line_error(process, "manifest.json is corrupt", "datetime64[s]")
 
@@ -107,7 +112,7 @@ def test_a_damaged_manifest_record_is_refused_not_read(tiny_run, tmp_path, of_dt
                                                         message):
     from parity.compare.engine import compare_runs
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
-    _edit_first_record(ms_run, of_dtype, **fields)
+    _damaged(ms_run / "manifest.json", _first_record(of_dtype, **fields))
     with pytest.raises(ParityInputError, match=re.escape(message)):
         compare_runs(tiny_run / "torch", ms_run)
 
@@ -124,9 +129,7 @@ def test_a_damaged_manifest_record_is_refused_not_read(tiny_run, tmp_path, of_dt
 def test_a_damaged_manifest_field_is_refused_when_opened(tiny_run, tmp_path, damage, message):
     from parity.rundir import RunReader
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
-    manifest = read_json(ms_run / "manifest.json")
-    damage(manifest)
-    (ms_run / "manifest.json").write_text(json.dumps(manifest))
+    _damaged(ms_run / "manifest.json", damage)
     with pytest.raises(ParityInputError, match=re.escape(message)):
         RunReader.open(ms_run)
 
@@ -302,10 +305,7 @@ def test_report_path_holding_a_user_file(tiny_run, tmp_path):
 
 
 def _damaged_report(tiny_run: Path, tmp_path: Path, damage) -> Path:
-    report = read_json(tiny_run.parent / "report.json")
-    damage(report)
-    (tmp_path / "report.json").write_text(json.dumps(report))
-    return tmp_path / "report.json"
+    return _damaged(Path(shutil.copy(tiny_run.parent / "report.json", tmp_path)), damage)
 
 
 def test_a_damaged_json_report_is_named_not_rendered(tiny_run, tmp_path):
