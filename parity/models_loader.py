@@ -69,19 +69,21 @@ def refuse_evidently_missing(spec: str) -> None:
 # runs, instead of after the torch capture.
 FRAMEWORK_PACKAGES = {"torch": ("torch", "torchvision", "timm"),
                       "mindspore": ("mindspore", "mindcv")}
+# How messages name each framework, and the option that takes its model's factory.
 FRAMEWORK_NAMES = {"torch": "torch", "mindspore": "MindSpore"}
+MODEL_OPTIONS = {"torch": "--torch-model", "mindspore": "--ms-model"}
 
 
 def refuse_the_other_frameworks(spec: str, framework: str) -> None:
     """Refuse ``spec`` as ``framework``'s model factory when its package is the other's."""
     package = _split(spec)[0].partition(".")[0]
+    name = FRAMEWORK_NAMES[framework]
     for other, packages in FRAMEWORK_PACKAGES.items():
         if other != framework and package in packages:
             raise ParityInputError(
-                f"the {FRAMEWORK_NAMES[framework]} model's factory {spec} comes from {package}, "
-                f"a {FRAMEWORK_NAMES[other]} package: give the {FRAMEWORK_NAMES[framework]} "
-                f"model's as --{'torch' if framework == 'torch' else 'ms'}-model (the two "
-                "swapped?)")
+                f"the {name} model's factory {spec} comes from {package}, a "
+                f"{FRAMEWORK_NAMES[other]} package: give the {name} model's as "
+                f"{MODEL_OPTIONS[framework]} (the two swapped?)")
 
 
 def _module_source(module_name: str, spec: str) -> Optional[Path]:
