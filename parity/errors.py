@@ -31,8 +31,8 @@ class ParityInputError(Exception):
 # What to do about a file the system refused parity, whatever command met it.
 FILE_SYSTEM_ADVICE = {
     errno.EROFS: "write to another folder",
-    errno.EACCES: "check its permissions, or write to another folder",
-    errno.EPERM: "check its permissions, or write to another folder",
+    errno.EACCES: "check its permissions, or use another path",     # reading or writing
+    errno.EPERM: "check its permissions, or use another path",
     errno.ENOSPC: "free some space or write elsewhere",
     errno.EDQUOT: "free some space or write elsewhere",
 }

@@ -276,7 +276,7 @@ def test_nesterov_without_momentum_is_refused_before_the_captures(tmp_path, sett
 
 @pytest.mark.parametrize("number, said", [
     (errno.EROFS, "Read-only file system; write to another folder"),
-    (errno.EACCES, "Permission denied; check its permissions, or write to another folder"),
+    (errno.EACCES, "Permission denied; check its permissions, or use another path"),
     (errno.EDQUOT, "Disk quota exceeded; free some space or write elsewhere"),
 ])
 def test_a_file_the_system_refuses_is_named_in_one_line(tiny_run, tmp_path, monkeypatch,
