@@ -4,7 +4,9 @@ such a line names a long list."""
 import errno
 import os
 import signal
-from typing import Optional, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
 
 # The interrupts parity cleans up after, as it names them: Ctrl-C, a cancelled CI job or
 # ``timeout``, a terminal closing (an SSH session dropped).
@@ -46,6 +48,29 @@ def file_system_refusal(error: BaseException) -> Optional[str]:
         return None
     return (f"{os.fsdecode(error.filename)}: {error.strerror or os.strerror(error.errno)}; "
             f"{FILE_SYSTEM_ADVICE[error.errno]}")
+
+
+def no_space_error(path: Path) -> ParityInputError:
+    return ParityInputError(f"no space left on the device while writing {path}; "
+                            f"{FILE_SYSTEM_ADVICE[errno.ENOSPC]}")
+
+
+@contextmanager
+def told_as(path: Path, temporary: Path) -> Iterator[None]:
+    """File-system errors about ``temporary`` (what parity writes in place of ``path`` until it
+    renames it: a hidden file or directory beside it) raised as errors about ``path``, the one
+    the user named; so is an error that names no file (a failed write), and a full disk is
+    no_space_error(path)."""
+    try:
+        yield
+    except OSError as error:
+        about = os.fsdecode(error.filename) if error.filename is not None else None
+        if about is not None and about != os.fsdecode(temporary) \
+                and not about.startswith(os.path.join(os.fsdecode(temporary), "")):
+            raise
+        if error.errno == errno.ENOSPC:
+            raise no_space_error(path) from None
+        raise OSError(error.errno, error.strerror, os.fsdecode(path)) from None
 
 
 # What to do when a step runs out of memory.

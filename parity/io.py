@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import errno
 import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from parity.errors import ParityInputError
+from parity.errors import ParityInputError, told_as
 
 # Every report parity writes carries this marker near its start; a file without it is the
 # user's own and is never overwritten.
@@ -38,6 +37,19 @@ def refuse_unwritable(path: Path, *, replace_own: bool = False) -> None:
                                "not write: remove it or choose another path")
     if not path.parent.is_dir():
         raise ParityInputError(f"cannot write {path}: folder {path.parent} does not exist")
+    refuse_unwritable_folder(path.parent, path)
+
+
+def refuse_unwritable_folder(folder: Path, path: Path) -> None:
+    """Raise if ``path`` cannot be created in ``folder``: before minutes of capture, not after.
+    access(2) answers for the folder's file system and permissions (a read-only mount too, for
+    root)."""
+    if os.access(folder, os.W_OK | os.X_OK):
+        return
+    read_only = os.statvfs(folder).f_flag & os.ST_RDONLY
+    why, advice = (("is on a read-only file system", "write to another folder") if read_only else
+                   ("is not writable", "check its permissions, or write to another folder"))
+    raise ParityInputError(f"cannot write {path}: folder {folder} {why}; {advice}")
 
 
 @contextmanager
@@ -58,13 +70,9 @@ def replaced_whole(path: Path) -> Iterator[Path]:
     that was: for a file parity owns by where it is (a run directory's index)."""
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
     try:
-        yield tmp
-        os.replace(tmp, path)
-    except OSError as error:
-        if error.errno == errno.ENOSPC:
-            raise ParityInputError(f"no space left on the device while writing {path}; "
-                                   "free some space or write elsewhere") from None
-        raise
+        with told_as(path, tmp):
+            yield tmp
+            os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -13,7 +13,6 @@ Bottleneck's is its last ReLU's): 19 % of the bytes of a ResNet50 capture at bat
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import math
 import mmap
@@ -23,14 +22,14 @@ from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, ContextManager, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 # zlib's CRC-32, bit for bit, by ISA-L's carry-less multiply: 23 vs 4 GB/s measured here
 from isal.isal_zlib import crc32
 
 from parity.config import StepConfig
-from parity.errors import ParityInputError
+from parity.errors import ParityInputError, told_as
 from parity.records import KINDS, RecordInfo
 
 FORMAT = "parity-run"
@@ -53,11 +52,6 @@ def is_run_dir(path: Path) -> bool:
         return json.loads((path / MANIFEST).read_text()).get("format") == FORMAT
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def no_space_error(path: Path) -> ParityInputError:
-    return ParityInputError(f"no space left on the device while writing {path}; "
-                            "free some space or choose --out on another disk")
 
 
 def refuse_foreign(out: Path) -> None:
@@ -165,7 +159,8 @@ class RunWriter:
         remove_abandoned_partials(self.out)
         self.partial = partial_dir(self.out, os.getpid())
         shutil.rmtree(self.partial, ignore_errors=True)
-        self.partial.mkdir(parents=True)
+        with self._told():
+            self.partial.mkdir(parents=True)
         self._pending: Dict[str, np.ndarray] = {}
         self._pending_bytes = 0
         # Copies go into a shard buffer, reused once its shard is written: a copy into fresh
@@ -258,7 +253,8 @@ class RunWriter:
     def write_file(self, name: str, data: bytes) -> Path:
         """A side file of the run (e.g. the initial weights), inside the atomic directory."""
         path = self.partial / name
-        self._write_bytes(path, data)
+        with self._told():
+            self._write_bytes(path, data)
         return path
 
     def wait(self) -> None:
@@ -272,7 +268,8 @@ class RunWriter:
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
                     "framework": self.framework, **meta, "shards": self._shards,
                     "records": [r.to_dict() for r in _number_repeated_calls(self._records)]}
-        self._write_bytes(self.partial / MANIFEST, json.dumps(manifest, indent=1).encode())
+        with self._told():
+            self._write_bytes(self.partial / MANIFEST, json.dumps(manifest, indent=1).encode())
         atomic_replace_dir(self.partial, self.out)
         return self.out
 
@@ -303,9 +300,14 @@ class RunWriter:
 
     def _wait_oldest(self) -> None:
         write, buffer = self._in_flight.popleft()
-        write.result()
+        with self._told():
+            write.result()
         if buffer is not None:
             self._spare_buffers.append(buffer)
+
+    def _told(self) -> ContextManager[None]:
+        """A file-system error in the hidden partial directory, told as about ``--out``."""
+        return told_as(self.out, self.partial)
 
     @staticmethod
     def _write_bytes(path: Path, *chunks, sync: bool = True) -> int:
@@ -315,17 +317,12 @@ class RunWriter:
         while the manifest, which holds the CRCs, is synced before the rename.
         """
         size = 0
-        try:
-            with open(path, "wb") as handle:
-                for chunk in chunks:
-                    size += handle.write(chunk)
-                handle.flush()
-                if sync:
-                    os.fsync(handle.fileno())
-        except OSError as error:
-            if error.errno == errno.ENOSPC:
-                raise no_space_error(path) from error
-            raise
+        with open(path, "wb") as handle:
+            for chunk in chunks:
+                size += handle.write(chunk)
+            handle.flush()
+            if sync:
+                os.fsync(handle.fileno())
         return size
 
 

@@ -296,6 +296,60 @@ def test_a_file_the_system_refuses_is_named_in_one_line(tiny_run, tmp_path, monk
     assert (code, capsys.readouterr().err) == (2, f"parity: error: {report}: {said}\n")
 
 
+@pytest.mark.parametrize("read_only, said", [
+    (True, "folder {folder} is on a read-only file system; write to another folder"),
+    (False, "folder {folder} is not writable; check its permissions, or write to another folder"),
+])
+def test_a_report_into_a_folder_it_cannot_write_is_refused_before_the_captures(
+        tmp_path, monkeypatch, capsys, read_only, said):
+    """A run wrote its captures, then failed on --json. Simulated: as root, this machine's
+    tests are refused only by a read-only mount."""
+    from parity import cli
+    folder = tmp_path / "mounted"
+    folder.mkdir()
+    access, statvfs = os.access, os.statvfs
+
+    def denied(path, mode, **kwargs):
+        return Path(path) != folder and access(path, mode, **kwargs)
+
+    def flags(path):
+        real = statvfs(path)
+        return os.statvfs_result((*real[:8], real.f_flag | os.ST_RDONLY if read_only
+                                  else real.f_flag & ~os.ST_RDONLY, real.f_namemax))
+
+    monkeypatch.setattr(os, "access", denied)
+    monkeypatch.setattr(os, "statvfs", flags)
+    code = cli._main(["run", *TINY, "--json", str(folder / "r.json"),
+                      "--out", str(tmp_path / "run")], debug=False)
+    assert (code, capsys.readouterr().err) == (
+        2, f"parity: error: cannot write {folder / 'r.json'}: {said.format(folder=folder)}\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mounted"]
+
+
+@pytest.mark.parametrize("about, told", [
+    ("{tmp}", "{path}: Read-only file system"),
+    ("{tmp}/tensors-00000.safetensors", "{path}: Read-only file system"),
+    (None, "{path}: Read-only file system"),                # a failed write names no file
+    ("{tmp}-other", "{tmp}-other: Read-only file system"),  # not parity's: as it was
+])
+def test_a_file_system_error_names_the_users_path_not_the_hidden_one(tmp_path, about, told):
+    from parity.errors import file_system_refusal, told_as
+    path, tmp = tmp_path / "out", tmp_path / ".out.partial-7"
+    with pytest.raises(OSError) as raised, told_as(path, tmp):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS),
+                      *([about.format(tmp=tmp)] if about else []))
+    assert file_system_refusal(raised.value) == \
+        f"{told.format(path=path, tmp=tmp)}; write to another folder"
+
+
+def test_a_full_disk_names_the_users_path_not_the_hidden_one(tmp_path):
+    from parity.errors import told_as
+    with pytest.raises(ParityInputError, match=re.escape(
+            f"no space left on the device while writing {tmp_path / 'r.json'}; free some")):
+        with told_as(tmp_path / "r.json", tmp_path / ".r.tmp-7.json"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
 def test_report_path_holding_a_user_file(tiny_run, tmp_path):
     (tmp_path / "notes.json").write_text("my notes")
     process = parity_cli("compare", tiny_run / "torch", tiny_run / "mindspore",

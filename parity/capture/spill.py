@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from parity.errors import no_space_error
 from parity.resources import resident_bytes
-from parity.rundir import no_space_error
 
 MIN_BYTES = 1 << 20         # smaller tensors are not worth a write and a read
 
