@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
@@ -354,9 +354,23 @@ def load_result(source: Path, policy: Optional[TolerancePolicy] = None) -> Check
     if source.is_file():
         return CheckResult.from_json(source)
     if (source / "torch").is_dir() and (source / "mindspore").is_dir():
-        return compare_runs(source / "torch", source / "mindspore", policy=policy)
+        result = compare_runs(source / "torch", source / "mindspore", policy=policy)
+        if _run_index(source).get("finished") is False:
+            note = (f"the last parity run into {source} did not finish (stopped or killed): "
+                    "the captures here may be an earlier run's")
+            result = replace(result, meta=replace(result.meta, notes=(note, *result.meta.notes)))
+        return result
     raise ParityInputError(f"{source} is neither a JSON report nor a run directory holding "
                            "torch/ and mindspore/")
+
+
+def _run_index(run: Path) -> Dict[str, Any]:
+    """The index ``parity run`` keeps in ``run``; empty if there is none (or it is damaged)."""
+    try:
+        index = json.loads((run / RUN_INDEX).read_text())
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
 
 
 def as_policy(tolerance: Union[None, TolerancePolicy, str, Path, Mapping[str, Any]]

@@ -22,7 +22,7 @@ from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
                            WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
 from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
                            INTERRUPT_NAMES, Interrupted, ParityInputError,
-                           file_system_refusal, interrupted_exit)
+                           file_system_refusal, first_few, interrupted_exit)
 from parity.processes import end_with_parent  # noqa: E402
 
 REPORTS = Path("reports")
@@ -441,9 +441,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from parity import api
     from parity.weights import convert_weights
     factory = args.ms_model or builtin_pair(args.model).mindspore_factory
-    plan = convert_weights(factory, args.torch_weights, args.out, num_classes=args.num_classes,
-                           overrides=api.load_name_map(args.map))
+    plan, not_finite = convert_weights(factory, args.torch_weights, args.out,
+                                       num_classes=args.num_classes,
+                                       overrides=api.load_name_map(args.map))
     print(f"wrote {args.out}: {len(plan)} MindSpore parameters from {args.torch_weights}")
+    if not_finite:
+        print(f"parity: warning: {args.torch_weights} holds values that are not finite, copied "
+              f"as they are ({first_few(not_finite, separator='; ')}): the port computes NaN "
+              "from them; 'parity run --weights' names where it starts", file=sys.stderr)
     return EXIT_PASS
 
 

@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
@@ -48,24 +48,50 @@ def _fields_of(cls: type, values: Dict[str, Any]) -> Dict[str, Any]:
     first of the wrong type, so that a damaged report is refused on reading, not met while
     being rendered."""
     for item in dataclasses.fields(cls):
-        if item.name in values and not _of_type(values[item.name], item.type):
-            raise TypeError(f"{cls.__name__} field {item.name} is {values[item.name]!r}, not "
-                            f"{item.type}")
+        if item.name in values:
+            _field_of(cls, item.name, values[item.name])
     return values
+
+
+def _field_of(cls: type, name: str, value: Any) -> Any:
+    """``value`` for field ``name`` of the dataclass ``cls``; TypeError if of another type."""
+    annotation = next(item.type for item in dataclasses.fields(cls) if item.name == name)
+    if not _of_type(value, annotation):
+        raise TypeError(f"{cls.__name__} field {name} is {value!r}, not {annotation}")
+    return value
 
 
 def _of_type(value: Any, annotation: str) -> bool:
     """Whether a JSON value fits a field annotated ``annotation`` (a string: this module and
     parity.records use postponed annotations)."""
     if annotation.startswith("Tuple["):
-        item = annotation.removeprefix("Tuple[").split(",")[0]
-        return isinstance(value, (list, tuple)) and all(_of_type(v, item) for v in value)
+        items = _arguments(annotation)
+        if not isinstance(value, (list, tuple)):
+            return False
+        if items[-1] == "...":
+            return all(_of_type(v, items[0]) for v in value)
+        return len(value) == len(items) and all(map(_of_type, value, items))
     if annotation.startswith("Dict["):
-        return isinstance(value, dict)
+        key, item = _arguments(annotation)
+        return isinstance(value, dict) and all(_of_type(k, key) and _of_type(v, item)
+                                               for k, v in value.items())
     if isinstance(value, bool):
         return annotation == "bool"
     return isinstance(value, {"float": (int, float), "int": int, "bool": bool,
                               "str": str}.get(annotation, object))
+
+
+def _arguments(annotation: str) -> List[str]:
+    """The arguments of a generic annotation: 'Tuple[Tuple[int, ...], float]' gives
+    ['Tuple[int, ...]', 'float']."""
+    inner = annotation[annotation.index("[") + 1:-1]
+    arguments, depth, start = [], 0, 0
+    for at, character in enumerate(inner):
+        depth += {"[": 1, "]": -1}.get(character, 0)
+        if character == "," and depth == 0:
+            arguments.append(inner[start:at].strip())
+            start = at + 1
+    return arguments + [inner[start:].strip()]
 
 
 def _from_json_number(value: Any) -> Any:
@@ -227,18 +253,21 @@ class CheckResult:
             comparisons.append(Comparison(**values))
         first = data.get("first_divergence")
         diagnosis = data.get("diagnosis")
-        details = {k: RecordDetail(histogram_counts=tuple(v["histogram_counts"]),
-                                   histogram_edges=tuple(v["histogram_edges"]),
-                                   worst=tuple((tuple(w[0]), w[1], w[2], w[3])
-                                               for w in v["worst"]))
-                   for k, v in data.get("details", {}).items()}
+        details = {}
+        for name, detail in _field_of(cls, "details", data.get("details", {})).items():
+            _fields_of(RecordDetail, detail)
+            details[name] = RecordDetail(
+                histogram_counts=tuple(detail["histogram_counts"]),
+                histogram_edges=tuple(detail["histogram_edges"]),
+                worst=tuple((tuple(w[0]), w[1], w[2], w[3]) for w in detail["worst"]))
+        unmatched = _field_of(cls, "unmatched", data.get("unmatched", {}))
         meta = data["meta"]
         return cls(comparisons=tuple(comparisons),
                    first_divergence=None if first is None else Divergence(**_fields_of(
                        Divergence, {k: _from_json_number(v) for k, v in first.items()})),
                    diagnosis=None if diagnosis is None else Diagnosis(
                        **_fields_of(Diagnosis, diagnosis)),
-                   unmatched={k: tuple(v) for k, v in data.get("unmatched", {}).items()},
+                   unmatched={k: tuple(v) for k, v in unmatched.items()},
                    details=details,
                    meta=Meta(**_fields_of(Meta, {**meta,
                                                  "notes": tuple(meta.get("notes", ()))})),

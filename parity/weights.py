@@ -210,10 +210,22 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
     return plan
 
 
+def not_finite(state_dict: Mapping[str, np.ndarray]) -> List[str]:
+    """'name: 3 NaN, 1 Inf' for each floating-point tensor holding values that are not finite."""
+    found = []
+    for name, array in state_dict.items():
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+            nan = int(np.isnan(array).sum())
+            found.append(f"{name}: {nan} NaN, {int((~np.isfinite(array)).sum()) - nan} Inf")
+    return found
+
+
 def convert_weights(model_factory: str, torch_weights: Path, out: Path, *,
                     num_classes: Optional[int] = None,
-                    overrides: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Write a MindSpore checkpoint (.ckpt) or .safetensors of the port with torch's weights."""
+                    overrides: Optional[Mapping[str, str]] = None
+                    ) -> Tuple[Dict[str, str], List[str]]:
+    """Write a MindSpore checkpoint (.ckpt) or .safetensors of the port with torch's weights;
+    returns the names' mapping, and the tensors holding NaN or Inf (copied as they are)."""
     from parity.io import atomic_output
     from parity.models_loader import build_mindspore_model
     out = Path(out)
@@ -229,4 +241,4 @@ def convert_weights(model_factory: str, torch_weights: Path, out: Path, *,
             save_file({n: p.asnumpy() for n, p in net.parameters_and_names()}, str(tmp))
         else:
             ms.save_checkpoint(net, str(tmp))
-    return plan
+    return plan, not_finite(state_dict)

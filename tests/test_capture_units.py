@@ -234,3 +234,21 @@ def test_a_seed_mindspore_cannot_take_is_refused_before_any_capture(seed):
     from parity.config import StepConfig
     with pytest.raises(ValueError, match="seed must be an integer between 0 and 2\\*\\*32 - 1"):
         StepConfig(seed=seed)
+
+
+def test_the_platform_is_named_without_starting_a_process(monkeypatch):
+    """platform.platform() runs `uname -p`, which the MindSpore capture did at its memory peak
+    (the bench's sampler once counted that child as a second copy of the capture)."""
+    import platform
+    import subprocess
+
+    from parity.capture.common import framework_versions
+    expected = platform.platform()
+    monkeypatch.setattr(platform, "_uname_cache", None)     # platform's caches: read afresh
+    monkeypatch.setattr(platform, "_platform_cache", {})
+
+    def started(*args, **kwargs):
+        raise AssertionError(f"started {args}")
+
+    monkeypatch.setattr(subprocess, "check_output", started)
+    assert framework_versions("torch")["platform"] == expected

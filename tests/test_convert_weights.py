@@ -46,6 +46,24 @@ def test_ckpt_loads_with_no_parameter_left_unloaded(tmp_path):
     np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
 
 
+def test_weights_holding_nan_or_inf_are_converted_as_they_are_and_told(tmp_path):
+    import torch
+    state = _resnet18_weights(tmp_path / "w.pth")
+    state["fc.weight"][0, :3] = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    state["layer1.0.bn1.running_var"][5] = float("nan")
+    torch.save(state, tmp_path / "w.pth")
+    process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
+                         "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+    assert process.returncode == 0, process.stderr
+    assert process.stderr == (
+        f"parity: warning: {tmp_path / 'w.pth'} holds values that are not finite, copied as "
+        "they are (layer1.0.bn1.running_var: 1 NaN, 0 Inf; fc.weight: 1 NaN, 2 Inf): the port "
+        "computes NaN from them; 'parity run --weights' names where it starts\n")
+    net = port.resnet18(num_classes=10)
+    ms.load_param_into_net(net, ms.load_checkpoint(str(tmp_path / "w.ckpt")))
+    np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
+
+
 def test_safetensors_output_when_the_suffix_says_so(tmp_path):
     state = _resnet18_weights(tmp_path / "w.pth")
     process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",

@@ -377,6 +377,15 @@ def test_a_damaged_json_report_is_named_not_rendered(tiny_run, tmp_path):
     (lambda r: r["records"][0].update(kind="odd"), "has kind 'odd'"),
     (lambda r: r["meta"].update(config=None), "config is None, not Dict"),
     (lambda r: r["meta"].update(notes=[5]), "notes is (5,), not Tuple[str, ...]"),
+    # a string of names was read as its characters, one unmatched record each
+    (lambda r: r.update(unmatched={"torch": "fc.bias"}), "unmatched is {'torch': 'fc.bias'}, "
+                                                         "not Dict[str, Tuple[str, ...]]"),
+    (lambda r: r.update(details={"fc · grad": {"histogram_counts": [1], "histogram_edges": [0.0],
+                                               "worst": [[[0], 1.0, "x", 0.0]]}}),
+     "RecordDetail field worst is [[[0], 1.0, 'x', 0.0]]"),
+    (lambda r: r.update(details={"fc · grad": {"histogram_counts": [1], "histogram_edges": [0.0],
+                                               "worst": [[0, 1.0, 1.0, 0.0]]}}),
+     "RecordDetail field worst is [[0, 1.0, 1.0, 0.0]]"),
 ])
 def test_a_damaged_json_report_is_refused_when_read(tiny_run, tmp_path, damage, message):
     from parity.result import CheckResult
@@ -636,6 +645,20 @@ def test_a_run_interrupted_says_what_it_keeps(tmp_path, monkeypatch, stage, kept
     assert interrupt.value.kept.startswith(kept.format(run=run))
     # the index says whether both captures beside it are this run's
     assert read_json(run / api.RUN_INDEX)["finished"] is (stage == "compare")
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_report_of_a_run_that_did_not_finish_says_so(tiny_run, tmp_path, finished):
+    """A run killed during its torch capture leaves its index beside an earlier run's
+    captures, which report as a whole pair."""
+    run = _copy(tiny_run, tmp_path)
+    _damaged(run / "parity-run.json", lambda index: index.update(finished=finished))
+    process = parity_cli("report", run, "--json", tmp_path / "report.json", "--quiet")
+    assert process.returncode == 0, process.stderr
+    notes = read_json(tmp_path / "report.json")["meta"]["notes"]
+    said = (f"the last parity run into {run} did not finish (stopped or killed): the captures "
+            "here may be an earlier run's")
+    assert (said in notes) is not finished
 
 
 def test_a_capture_ends_with_the_parity_run_that_started_it(tmp_path):

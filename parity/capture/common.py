@@ -3,6 +3,7 @@ and update conventions, the starting point's fingerprint, versions, phase timing
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import time
@@ -115,9 +116,17 @@ def numpy_on_one_thread() -> threadpool_limits:
     return threadpool_limits(limits=1, user_api="blas")
 
 
+def _platform() -> str:
+    """platform.platform()'s text without the processor name, which it reads by running
+    `uname -p`: a process started at the capture's memory peak."""
+    system = os.uname()
+    libc = "".join(platform.libc_ver())
+    return f"{system.sysname}-{system.release}-{system.machine}" + (f"-with-{libc}" if libc else "")
+
+
 def framework_versions(framework: str) -> Dict[str, str]:
     versions = {"python": platform.python_version(), "numpy": np.__version__,
-                "platform": platform.platform()}
+                "platform": _platform()}
     if framework == "torch":
         import torch
         import torchvision
