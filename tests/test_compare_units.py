@@ -241,6 +241,32 @@ def test_a_divergence_where_float32_is_ill_conditioned_is_named_so():
     assert well_conditioned.cause == "batchnorm2d computes something different"
 
 
+@pytest.mark.parametrize("spatial, cause", [
+    (1, "float32 may be ill-conditioned here (no float64 reference)"),    # 2 values per channel
+    (4, "batchnorm2d computes something different"),                      # 32
+])
+def test_without_the_float64_reference_few_values_per_channel_are_named_as_a_suspect(spatial,
+                                                                                       cause):
+    """ResNet18 at batch 2, 32² with --no-fp64-reference failed at layer4.1.bn2 (2 values
+    per channel), blamed on the port; with the float64 reference it passed."""
+    from parity.compare.diagnosis import diagnose
+    rng = np.random.default_rng(0)
+    shape = (2, 8, spatial, spatial)
+    torch_value = rng.standard_normal(shape).astype(np.float32)
+    ms_value = torch_value * np.float32(1.02)
+    bn = RecordInfo(name="layer4.1.bn2", kind="forward", shape=shape, dtype="float32",
+                    order=3, shard="", key="", op="batchnorm2d", attrs={"training": True})
+    later = RecordInfo(name="layer4.1.bn3", kind="forward", shape=(2, 8, 1, 1),
+                       dtype="float32", order=5, shard="", key="", op="batchnorm2d",
+                       attrs={"training": True})     # after the divergence: no suspect
+    run = _Run({bn.name: torch_value}, [bn, later])
+    found = diagnose(_first(torch_value, ms_value, bn), bn, bn, [], run, run, {})
+    assert found.cause == cause
+    if spatial == 1:
+        assert "layer4.1.bn2 normalises 2 values per channel" in found.detail
+        assert "without --no-fp64-reference" in found.detail
+
+
 def test_a_running_variance_is_called_biased_only_when_it_stepped_by_n_minus_1_over_n(tmp_path):
     from safetensors.numpy import save_file
 
