@@ -772,6 +772,17 @@ def test_a_batch_file_the_model_cannot_take_is_named_with_its_arrays(tmp_path):
                           "x, x1... the inputs in order")
 
 
+def test_images_saved_as_integers_are_pointed_to_floats(tmp_path):
+    """uint8 images straight from the files: passed as int64 token ids, the convolution
+    failed with "expected scalar type Long but found Float"."""
+    np.savez(tmp_path / "raw.npz", x=np.zeros((2, 3, 16, 16), np.uint8), y=np.zeros(2, np.int64))
+    process = parity_cli("run", *TINY_PAIR, "--input", tmp_path / "raw.npz", "--out",
+                         tmp_path / "run")
+    assert_one_line_error(process, "(x (2, 3, 16, 16) int64; labels y (2,))", "RuntimeError",
+                          "the labels. x holds integers, which parity passes as int64 (token "
+                          "ids): images go in as floats, converted and normalised as in training")
+
+
 def test_a_port_that_cannot_take_the_batch_torch_took_is_told_so(tmp_path):
     process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny", "--ms-model",
                          "tests.tiny:ms_tiny_channels_last", "--image-size", "16",

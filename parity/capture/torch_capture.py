@@ -223,11 +223,17 @@ def _synthetic_batch_errors(config: StepConfig) -> ContextManager[None]:
 
 
 def _own_batch_errors(batch: Batch, source: str) -> ContextManager[None]:
-    """A model failing on the user's own batch most often takes other arrays than it holds."""
+    """A model failing on the user's own batch most often takes other arrays than it holds;
+    integer images (uint8 straight from the files) are passed as token ids."""
+    integer_images = [f"x{i or ''}" for i, x in enumerate(batch.inputs)
+                      if x.ndim == 4 and np.issubdtype(x.dtype, np.integer)]
+    images = (f" {', '.join(integer_images)} holds integers, which parity passes as int64 "
+              "(token ids): images go in as floats, converted and normalised as in training."
+              if integer_images else "")
     return failure_explained(
         "torch", f"on {source} ({batch.summary()})",
         "Check that its arrays are what the model and its loss take: x, x1... the inputs in "
-        "order, y the labels")
+        f"order, y the labels.{images}")
 
 
 def _float64_step_errors() -> ContextManager[None]:
