@@ -32,8 +32,8 @@ from parity.models_loader import (load_factory, refuse_evidently_missing,
                                   refuse_the_other_frameworks)
 from parity.processes import as_child_of_this_process, stop
 from parity.result import CheckResult
-from parity.rundir import (KEEP_REPLACED_ENV, remove_abandoned_partials, remove_replaced,
-                           stored_bytes)
+from parity.rundir import (KEEP_REPLACED_ENV, is_run_dir, remove_abandoned_partials,
+                           remove_replaced, stored_bytes)
 
 RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
 # What a capture subprocess needs in its environment: quiet MindSpore logging.
@@ -360,6 +360,13 @@ def load_result(source: Path, policy: Optional[TolerancePolicy] = None) -> Check
                     "the captures here may be an earlier run's")
             result = replace(result, meta=replace(result.meta, notes=(note, *result.meta.notes)))
         return result
+    if is_run_dir(source):
+        whole = all(is_run_dir(source.parent / side) for side in ("torch", "mindspore"))
+        raise ParityInputError(
+            f"{source} is one capture, not a whole run: " +
+            (f"'parity report {source.parent}' reports the run holding it" if whole else
+             "'parity compare TORCH_CAPTURE MINDSPORE_CAPTURE' compares it with the other "
+             "side's"))
     raise ParityInputError(f"{source} is neither a JSON report nor a run directory holding "
                            "torch/ and mindspore/")
 

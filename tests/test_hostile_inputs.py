@@ -144,6 +144,18 @@ def test_a_whole_run_given_for_one_capture_is_pointed_to_its_halves(tiny_run):
     assert_one_line_error(process, "holds a whole parity run", str(tiny_run / "torch"))
 
 
+def test_one_capture_given_for_a_whole_run_is_pointed_to_the_run(tiny_run, tmp_path):
+    """It read "neither a JSON report nor a run directory holding torch/ and mindspore/"."""
+    process = parity_cli("report", tiny_run / "mindspore", "--json", tmp_path / "r.json")
+    assert_one_line_error(process, f"{tiny_run / 'mindspore'} is one capture, not a whole run: "
+                                   f"'parity report {tiny_run}' reports the run holding it")
+    lone = shutil.copytree(tiny_run / "torch", tmp_path / "lone")
+    process = parity_cli("report", lone, "--json", tmp_path / "r.json")
+    assert_one_line_error(process, "'parity compare TORCH_CAPTURE MINDSPORE_CAPTURE' compares "
+                                   "it with the other side's")
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_two_captures_of_the_same_framework(tiny_run):
     process = parity_cli("compare", tiny_run / "torch", tiny_run / "torch")
     assert_one_line_error(process, "both")
