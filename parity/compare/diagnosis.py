@@ -269,7 +269,8 @@ def _random_step(torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis]
 def _ill_conditioned(first: Comparison, t: RecordInfo,
                      torch_run: RunReader) -> Optional[Diagnosis]:
     """A record where float32 itself is far from exact: measured by torch's float64 step, or,
-    without it, suspected where BatchNorm normalises few values per channel before it."""
+    without it (--no-fp64-reference), suspected where BatchNorm normalises few values per
+    channel before it."""
     fewest = _fewest_values_per_channel(torch_run, t if first.kind == "forward" else None)
     where = f" {fewest[1]} normalises {fewest[0]} values per channel (batch × height × width)." \
         if fewest is not None and fewest[0] <= FEW_VALUES_PER_CHANNEL else ""
@@ -281,7 +282,8 @@ def _ill_conditioned(first: Comparison, t: RecordInfo,
                    f"differs from torch's by {100 * first.ms_error:.2g} %: two correct float32 "
                    f"computations can differ that much here.{where} A larger batch or image "
                    "checks this part of the network reliably.", confidence="likely")
-    if math.isnan(first.fp32_noise) and where:
+    if math.isnan(first.fp32_noise) and where and \
+            torch_run.manifest.get("fp64_reference") is False:
         return Diagnosis(
             cause="float32 may be ill-conditioned here (no float64 reference)",
             detail=f"{first.name} · {first.kind} differs by {first.max_rel:.2g} at most and "
