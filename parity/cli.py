@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional
 
 os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is imported
 
+from parity import __version__  # noqa: E402
 from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
                            WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
 from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
@@ -145,6 +146,7 @@ def build_parser() -> ArgumentParser:
         "Layer-by-layer numerical parity between a PyTorch model and its MindSpore port: "
         "one training step in each, every activation, gradient, update and buffer compared."))
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"parity {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
 
     run = sub.add_parser("run", help="capture both frameworks, compare, report",

@@ -19,6 +19,13 @@ def test_help_lists_every_subcommand():
         assert command in process.stdout
 
 
+def test_version_is_the_packages():
+    import tomllib
+    process = parity_cli("--version")
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert (process.returncode, process.stdout) == (0, f"parity {version}\n")
+
+
 def test_run_help_has_the_documented_options():
     process = parity_cli("run", "--help")
     assert process.returncode == 0
