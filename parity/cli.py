@@ -310,12 +310,25 @@ def _console(stderr: bool = False):
 REPORT_KINDS = ("json", "csv", "html")
 
 
-def _refuse_unwritable_reports(args: argparse.Namespace) -> None:
-    """Each report path asked for, checked before the captures and the compare, not after."""
-    from parity.io import refuse_unwritable
+def _refuse_unwritable_reports(args: argparse.Namespace, reads: Optional[Path] = None) -> None:
+    """Each report path asked for, checked before the captures and the compare, not after: one
+    that can be written, named once, and not the report this command ``reads`` (parity's own
+    files may be replaced: that one would be lost)."""
+    from parity.io import refuse_unwritable, same_file
+    asked: Dict[str, Path] = {}
     for kind in REPORT_KINDS:
-        if getattr(args, kind) is not None:
-            refuse_unwritable(Path(getattr(args, kind)), replace_own=True)
+        if getattr(args, kind) is None:
+            continue
+        path = Path(getattr(args, kind))
+        refuse_unwritable(path, replace_own=True)
+        twice = next((other for other, earlier in asked.items() if same_file(path, earlier)), None)
+        if twice is not None:
+            raise ParityInputError(f"--{twice} and --{kind} both name {path}: give each report "
+                                   "a file of its own")
+        if reads is not None and same_file(path, reads):
+            raise ParityInputError(f"--{kind} {path} is the report this command reads: write "
+                                   "to another file")
+        asked[kind] = path
 
 
 def _write_reports(result, args: argparse.Namespace, defaults: Optional[dict] = None) -> List[Path]:
@@ -432,7 +445,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from parity import api
     if not any((args.json, args.csv, args.html)):
         raise ParityInputError("say what to write: --html PATH, --json PATH and/or --csv PATH")
-    _refuse_unwritable_reports(args)
+    _refuse_unwritable_reports(args, reads=Path(args.source))
     result = api.load_result(args.source, _policy(args) if args.tolerance else None)
     return _finish(result, args, _write_reports(result, args))
 
@@ -456,7 +469,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 def cmd_baseline(args: argparse.Namespace) -> int:
     from parity import api, baseline
+    from parity.io import same_file
     if args.baseline_command == "save":
+        if same_file(Path(args.out), Path(args.run)):
+            raise ParityInputError(f"--out {args.out} is the report this command reads: write "
+                                   "the baseline to another file")
         path = baseline.save(api.load_result(args.run), args.out)
         print(f"wrote {path}")
         return EXIT_PASS

@@ -52,6 +52,14 @@ def refuse_unwritable_folder(folder: Path, path: Path) -> None:
     raise ParityInputError(f"cannot write {path}: folder {folder} {why}; {advice}")
 
 
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (through links too, when it exists)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
 @contextmanager
 def atomic_output(path: Path, *, replace_own: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed over ``path``.

@@ -362,6 +362,29 @@ def test_a_full_disk_names_the_users_path_not_the_hidden_one(tmp_path):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+@pytest.mark.parametrize("command, message", [
+    (["report", "{report}", "--html", "{report}"],
+     "--html {report} is the report this command reads: write to another file"),
+    (["report", "{report}", "--html", "{report}", "--json", "{copy}"],   # a copy: still read
+     "--html {report} is the report this command reads"),
+    (["baseline", "save", "{report}", "--out", "{report}"],
+     "--out {report} is the report this command reads: write the baseline to another file"),
+    (["report", "{run}", "--json", "{copy}", "--csv", "{copy}"],
+     "--json and --csv both name {copy}: give each report a file of its own"),
+])
+def test_a_report_is_not_written_over_the_report_it_reads(tiny_run, tmp_path, command,
+                                                           message):
+    """Parity replaces its own files: `parity report r.json --html r.json` replaced the
+    report with its rendering, `baseline save r.json --out r.json` with the baseline."""
+    report = Path(shutil.copy(tiny_run.parent / "report.json", tmp_path / "report.json"))
+    names = dict(report=report, copy=tmp_path / "copy.json", run=tiny_run)
+    before = report.read_bytes()
+    process = parity_cli(*(part.format(**names) for part in command))
+    assert_one_line_error(process, message.format(**names))
+    assert report.read_bytes() == before
+    assert not (tmp_path / "copy.json").exists()
+
+
 def test_report_path_holding_a_user_file(tiny_run, tmp_path):
     (tmp_path / "notes.json").write_text("my notes")
     process = parity_cli("compare", tiny_run / "torch", tiny_run / "mindspore",
