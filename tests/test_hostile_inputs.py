@@ -435,6 +435,17 @@ def test_a_reference_given_to_the_torch_capture_is_refused(tmp_path):
     assert not (tmp_path / "torch").exists()
 
 
+def test_a_mindspore_capture_into_its_own_reference_is_refused(tiny_run, tmp_path):
+    """It replaced the torch capture it started from, and said "wrote"."""
+    run = _copy(tiny_run, tmp_path)
+    process = parity_cli("capture", "--framework", "mindspore", *TINY_PAIR, "--reference",
+                         run / "torch", "--out", run / "torch")
+    assert_one_line_error(process, f"--out {run / 'torch'} is the --reference capture, which "
+                                   "this one would replace: write the MindSpore capture beside "
+                                   f"it (say {run / 'mindspore'})")
+    assert read_json(run / "torch" / "manifest.json")["framework"] == "torch"
+
+
 def test_batch_options_with_a_batch_file_are_refused_not_ignored(tmp_path):
     np.savez(tmp_path / "batch.npz", x=np.zeros((2, 3, 16, 16), np.float32), y=np.array([1, 2]))
     process = parity_cli("run", *TINY_PAIR, "--input", tmp_path / "batch.npz", "--batch-size", "4",

@@ -19,6 +19,7 @@ from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError, first_few
+from parity.io import same_file
 from parity.models_loader import build_loss
 from parity.rundir import INITIAL_WEIGHTS, RunReader, RunWriter, SafetensorsFile, same_bytes
 from parity.weights import load_into_mindspore, load_state_dict
@@ -164,6 +165,10 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
                       reference: Optional[Path] = None, weights: Optional[Path] = None,
                       batch_file: Optional[Path] = None,
                       overrides: Optional[Mapping[str, str]] = None) -> Path:
+    if reference is not None and same_file(Path(out), Path(reference)):
+        raise ParityInputError(f"--out {out} is the --reference capture, which this one would "
+                               "replace: write the MindSpore capture beside it (say "
+                               f"{Path(reference).parent / 'mindspore'})")
     import mindspore as ms
 
     from parity.models_loader import build_mindspore_model, load_factory
