@@ -346,7 +346,7 @@ def _finish(result, args: argparse.Namespace, written: List[Path]) -> int:
     console = _console()
     console.print(verdict_text(result) if args.quiet else summary(result))
     for path in written:
-        console.print(f"wrote {path}")
+        console.print(f"wrote {path}", markup=False, highlight=False)
     return EXIT_PASS if result.passed else EXIT_FAIL
 
 

@@ -53,6 +53,24 @@ def test_names_are_escaped(failing_report, tmp_path):
     assert "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in html
 
 
+def test_names_are_not_read_as_console_markup(failing_report, tmp_path):
+    """rich reads "[x]" as markup: a name holding it lost it in the console, "[/b]" failed."""
+    from rich.console import Console
+
+    from parity.report.console import summary
+    result = CheckResult.from_json(failing_report / "report.json")
+    hostile = "blocks[/b].[bold]conv"
+    first_failing = next(i for i, c in enumerate(result.comparisons) if not c.passed)
+    renamed = tuple(dataclasses.replace(c, name=hostile) if i == first_failing else c
+                    for i, c in enumerate(result.comparisons))
+    console = Console(record=True, width=200)
+    console.print(summary(dataclasses.replace(result, comparisons=renamed)))
+    assert f"│ {hostile} " in console.export_text()
+    report = tmp_path / "r [x].json"
+    process = parity_cli("report", failing_report / "report.json", "--json", report, "--quiet")
+    assert process.stdout.splitlines()[-1] == f"wrote {report}"
+
+
 def test_report_subcommand_renders_from_json(failing_report, tmp_path):
     process = parity_cli("report", failing_report / "report.json",
                          "--html", tmp_path / "again.html", "--quiet")

@@ -54,7 +54,7 @@ def worst_table(result: CheckResult, count: int = 10) -> Table:
     for column in ("record", "kind", "verdict", "noise ratio", "max_rel", "max_abs", "cosine"):
         table.add_column(column, justify="left" if column in ("record", "kind") else "right")
     for row in result.worst(count).itertuples():
-        table.add_row(row.name, row.kind,
+        table.add_row(Text(row.name), row.kind,       # Text: a name is not rich markup
                       Text("pass", style="green") if row.passed else Text("FAIL", style="red"),
                       _number(row.noise_ratio), _number(row.max_rel), _number(row.max_abs),
                       _number(row.cosine, 7))
