@@ -514,7 +514,10 @@ def _main(argv: List[str], debug: bool) -> int:
             return EXIT_INPUT
         _load_for(args)
         _Interrupts.ends_at_once = False    # the command writes from now on: it cleans up
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        if _Interrupts.received:            # a library swallowed its KeyboardInterrupt
+            return _interrupted("the command had finished: its outputs are whole")
+        return code
     except KeyboardInterrupt as interrupt:
         return _interrupted(getattr(interrupt, "kept", ""))
     except Exception as error:

@@ -707,6 +707,29 @@ def test_a_report_of_a_run_that_did_not_finish_says_so(tiny_run, tmp_path, finis
     assert (said in notes) is not finished
 
 
+def test_an_interrupt_a_library_swallowed_still_ends_the_command_by_it(tiny_run, monkeypatch,
+                                                                       capsys):
+    """A KeyboardInterrupt caught in a library (printed as "Exception ignored") let the command
+    finish and exit 0 after a Ctrl-C."""
+    from parity import cli
+
+    def swallowing(args):
+        try:
+            cli._Interrupts._handle(signal.SIGINT, None)
+        except KeyboardInterrupt:
+            pass
+        return cli.EXIT_PASS
+
+    monkeypatch.setattr(cli._Interrupts, "received", None)
+    monkeypatch.setattr(cli._Interrupts, "ends_at_once", True)     # restored: _main clears it
+    monkeypatch.setitem(cli.COMMANDS, "compare", swallowing)
+    code = cli._main(["compare", str(tiny_run / "torch"), str(tiny_run / "mindspore")],
+                     debug=False)
+    assert (code, capsys.readouterr().err) == (130, (
+        "parity: interrupted; the command had finished: its outputs are whole; no partial "
+        "output was left behind\n"))
+
+
 def test_a_capture_ends_with_the_parity_run_that_started_it(tmp_path):
     """``parity run`` killed (it cannot clean up): its capture, in a session of its own that
     no terminal signal reaches, is interrupted, removes its partial directory and ends. The
