@@ -582,6 +582,14 @@ class _Interrupts:
             default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
             if signal.getsignal(number) is default:         # not when ignored (nohup)
                 signal.signal(number, cls._handle)
+        sys.unraisablehook = cls._unraisable
+
+    @classmethod
+    def _unraisable(cls, unraisable: Any) -> None:
+        """Python prints an exception it cannot raise (in a weakref callback, a __del__) with
+        its traceback: our KeyboardInterrupt swallowed there is told by _main instead."""
+        if not (cls.received and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            sys.__unraisablehook__(unraisable)
 
     @classmethod
     def _handle(cls, signum: int, frame: Any) -> None:

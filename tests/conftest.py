@@ -11,6 +11,7 @@ import mindspore  # noqa: F401  (first, before anything imports torch)
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,14 @@ REPO = Path(__file__).resolve().parents[1]
 TINY_PAIR = ["--torch-model", "tests.tiny:torch_tiny", "--ms-model", "tests.tiny:ms_tiny"]
 TINY = [*TINY_PAIR, "--image-size", "16"]
 
+
+
+def signals_at_their_defaults() -> None:
+    """In a child (``preexec_fn``): the signals parity handles as a terminal leaves them. A suite
+    started in the background (``nohup make test &``) inherits SIGINT and SIGHUP ignored, and
+    Python keeps them ignored."""
+    for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
 
 @pytest.fixture(autouse=True)
 def _seeded_torch() -> None:

@@ -14,6 +14,7 @@ from typing import List
 import pytest
 
 from parity.bench import SCRATCH_PREFIX, TreeMemoryPeak, _sizes, scratch_directory
+from tests.conftest import signals_at_their_defaults
 
 # A parent holding 150 MB that starts a child holding 250 MB: both resident for a second.
 HOLDERS = """
@@ -67,12 +68,6 @@ def test_a_benchmark_removes_the_scratch_of_benchmarks_that_no_longer_run(
         [f"{SCRATCH_PREFIX}{running_pid}", scratch.name])
 
 
-def _signals_at_their_defaults() -> None:
-    """In a child: SIGTERM and SIGHUP as a terminal leaves them (``nohup`` ignores SIGHUP)."""
-    for number in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, signal.SIG_DFL)
-
-
 def _processes_with(marker: str) -> List[int]:
     """The processes whose environment holds ``marker``."""
     found = []
@@ -104,7 +99,7 @@ def test_a_benchmark_ended_by_a_signal_ends_its_command(tmp_path, signum):
     bench = subprocess.Popen([sys.executable, "-m", "parity.bench", "--sizes", "8x224"],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True,
-                             preexec_fn=_signals_at_their_defaults)
+                             preexec_fn=signals_at_their_defaults)
     try:
         deadline = time.monotonic() + 60
         while len(_processes_with(marker)) < 2 or not scratch():

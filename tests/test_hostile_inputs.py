@@ -19,7 +19,7 @@ import pytest
 
 from parity.errors import ParityInputError
 from tests.conftest import (REPO, TINY, TINY_PAIR, assert_one_line_error, parity_cli,
-                            read_json)
+                            read_json, signals_at_their_defaults)
 
 
 def _copy(run: Path, tmp_path: Path) -> Path:
@@ -522,14 +522,6 @@ def test_no_space_left_leaves_no_run_directory(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def _signals_at_their_defaults() -> None:
-    """In a child: the signals parity handles as a terminal leaves them. A suite started in the
-    background (``nohup make test &``) inherits SIGINT and SIGHUP ignored, and Python keeps
-    them ignored."""
-    for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(number, signal.SIG_DFL)
-
-
 def _capture_caught_in_its_forward(tmp_path: Path, stdout: int) -> subprocess.Popen:
     """``parity capture`` into ``tmp_path / "run"`` once its model is in the step (it announces
     its forward, then waits: a signal timed from outside alone can land after a fast capture
@@ -541,7 +533,7 @@ def _capture_caught_in_its_forward(tmp_path: Path, stdout: int) -> subprocess.Po
          "--ms-model", "tests.tiny:ms_tiny", "--image-size", "16"],
         cwd=REPO, stdout=stdout, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PARITY_TEST_FORWARD_MARKER": str(marker)},
-        preexec_fn=_signals_at_their_defaults)
+        preexec_fn=signals_at_their_defaults)
     deadline = time.time() + 120
     while time.time() < deadline and not marker.exists() and process.poll() is None:
         time.sleep(0.05)
@@ -596,7 +588,7 @@ def _run_caught_in_its_forward(tmp_path: Path, torch_model: str,
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PARITY_TEST_FORWARD_MARKER": str(marker),
              "PARITY_TEST_MS_FORWARD_MARKER": str(marker)}, start_new_session=True,
-        preexec_fn=_signals_at_their_defaults)
+        preexec_fn=signals_at_their_defaults)
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None and \
             not (marker.exists() and marker.read_text()):
@@ -709,19 +701,24 @@ def test_a_report_of_a_run_that_did_not_finish_says_so(tiny_run, tmp_path, finis
 
 def test_an_interrupt_a_library_swallowed_still_ends_the_command_by_it(tiny_run, monkeypatch,
                                                                        capsys):
-    """A KeyboardInterrupt caught in a library (printed as "Exception ignored") let the command
-    finish and exit 0 after a Ctrl-C."""
+    """A KeyboardInterrupt raised where Python cannot raise it (a weakref callback, a __del__)
+    was printed with its traceback ("Exception ignored in ..."), and the command went on to
+    exit 0 after a Ctrl-C."""
     from parity import cli
 
-    def swallowing(args):
-        try:
+    class Dropped:
+        def __del__(self):
             cli._Interrupts._handle(signal.SIGINT, None)
-        except KeyboardInterrupt:
-            pass
+
+    def swallowing(args):
+        Dropped()
         return cli.EXIT_PASS
 
     monkeypatch.setattr(cli._Interrupts, "received", None)
     monkeypatch.setattr(cli._Interrupts, "ends_at_once", True)     # restored: _main clears it
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)    # Python's, not pytest's
+    monkeypatch.setattr(signal, "signal", lambda *args: None)          # this process's stay
+    cli._Interrupts.install()
     monkeypatch.setitem(cli.COMMANDS, "compare", swallowing)
     code = cli._main(["compare", str(tiny_run / "torch"), str(tiny_run / "mindspore")],
                      debug=False)
@@ -763,8 +760,9 @@ def test_ctrl_c_while_compare_loads_exits_130_wherever_it_lands(tiny_run, tmp_pa
     """Interrupted while importing, it exited by the signal (-2) after saying "interrupted"
     (a Ctrl-C inside dataclasses' exec() sets CPython's unhandled-interrupt flag), or 2 with
     numpy's "do not import numpy from its source directory" (its import turns the interrupt
-    into an ImportError), or printed a traceback from the import machinery. Each lands in a
-    window of milliseconds: many moments are tried."""
+    into an ImportError), or printed a traceback from the import machinery; one a weakref
+    callback swallowed printed Python's "Exception ignored" traceback and exited 0. Each lands
+    in a window of milliseconds: many moments are tried."""
     reports = {"--json": tmp_path / "report.json", "--html": tmp_path / "report.html"}
     signalled = 0
     for delay in np.arange(0.1, 1.6, 0.05):
@@ -772,7 +770,7 @@ def test_ctrl_c_while_compare_loads_exits_130_wherever_it_lands(tiny_run, tmp_pa
             [sys.executable, "-m", "parity", "compare", str(tiny_run / "torch"),
              str(tiny_run / "mindspore"), *map(str, sum(reports.items(), ())), "--quiet"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=_signals_at_their_defaults)
+            preexec_fn=signals_at_their_defaults)
         time.sleep(delay)
         if process.poll() is not None:                  # done before the signal
             break
@@ -780,8 +778,11 @@ def test_ctrl_c_while_compare_loads_exits_130_wherever_it_lands(tiny_run, tmp_pa
         _, stderr = process.communicate(timeout=120)
         if process.returncode != 0:         # 0: the signal came as the process ended
             signalled += 1
-            assert (process.returncode, stderr.strip().splitlines()) == \
-                (130, ["parity: interrupted; no partial output was left behind"]), delay
+            # or a library swallowed it (a weakref callback) and the command went on to finish
+            assert (process.returncode, stderr.strip().splitlines()) in (
+                (130, ["parity: interrupted; no partial output was left behind"]),
+                (130, ["parity: interrupted; the command had finished: its outputs are whole; "
+                       "no partial output was left behind"])), delay
         for path in reports.values():       # each written whole before the signal, or not
             if path.exists():
                 assert path.read_text().rstrip().endswith(("}", "</html>")), path
