@@ -37,10 +37,10 @@ def refuse_unwritable(path: Path, *, replace_own: bool = False) -> None:
                                "not write: remove it or choose another path")
     if not path.parent.is_dir():
         raise ParityInputError(f"cannot write {path}: folder {path.parent} does not exist")
-    refuse_unwritable_folder(path.parent, path)
+    _refuse_unwritable_folder(path.parent, path)
 
 
-def refuse_unwritable_folder(folder: Path, path: Path) -> None:
+def _refuse_unwritable_folder(folder: Path, path: Path) -> None:
     """Raise if ``path`` cannot be created in ``folder``: before minutes of capture, not after.
     access(2) answers for the folder's file system and permissions (a read-only mount too, for
     root)."""
