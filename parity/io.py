@@ -18,6 +18,8 @@ CSV_HEADER = b"name,kind,shape,passed,"
 
 
 def written_by_parity(path: Path) -> bool:
+    if not path.is_file():          # a FIFO or a terminal would block the read
+        return False
     try:
         with open(path, "rb") as handle:
             head = handle.read(4096)
@@ -32,6 +34,10 @@ def refuse_unwritable(path: Path, *, replace_own: bool = False) -> None:
     if path.is_dir():
         raise ParityInputError(f"{path} is a folder: name the file to write (a path inside it, "
                                "say)")
+    if path.exists() and not path.is_file():
+        raise ParityInputError(f"{path} is not a regular file (a device, a pipe): parity writes "
+                               "each report whole into a file of its own; name a file, and read "
+                               "it from there")
     if path.exists() and not (replace_own and written_by_parity(path)):
         raise ParityInputError(f"{path} already exists; parity never overwrites a file it did "
                                "not write: remove it or choose another path")

@@ -250,13 +250,17 @@ def test_output_path_that_is_a_user_file(tmp_path):
     ("thesis.html", "already exists; parity never overwrites"),
     ("no-such-folder/r.json", "no-such-folder does not exist"),
     ("a-folder.json", "a-folder.json is a folder: name the file to write"),
+    # a named pipe (or /dev/stdout): reading it to see whether parity wrote it blocked forever
+    ("pipe.json", "pipe.json is not a regular file (a device, a pipe)"),
 ])
 def test_a_report_path_that_cannot_be_written_is_refused_before_the_captures(tmp_path, report,
                                                                              message):
     (tmp_path / "thesis.html").write_text("precious")
     (tmp_path / "a-folder.json").mkdir()
+    os.mkfifo(tmp_path / "pipe.json")
     option = "--html" if report.endswith(".html") else "--json"
-    process = parity_cli("run", *TINY, option, tmp_path / report, "--out", tmp_path / "run")
+    process = parity_cli("run", *TINY, option, tmp_path / report, "--out", tmp_path / "run",
+                         timeout=120)
     assert_one_line_error(process, message)
     assert (tmp_path / "thesis.html").read_text() == "precious"
     assert not (tmp_path / "run").exists()          # refused before any capture ran
