@@ -463,7 +463,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if not_finite:
         print(f"parity: warning: {args.torch_weights} holds values that are not finite, copied "
               f"as they are ({first_few(not_finite, separator='; ')}): the port computes NaN "
-              "from them; 'parity run --weights' names where it starts", file=sys.stderr)
+              "from them; 'parity run --torch-weights' names where it starts", file=sys.stderr)
     return EXIT_PASS
 
 

@@ -58,7 +58,7 @@ def test_weights_holding_nan_or_inf_are_converted_as_they_are_and_told(tmp_path)
     assert process.stderr == (
         f"parity: warning: {tmp_path / 'w.pth'} holds values that are not finite, copied as "
         "they are (layer1.0.bn1.running_var: 1 NaN, 0 Inf; fc.weight: 1 NaN, 2 Inf): the port "
-        "computes NaN from them; 'parity run --weights' names where it starts\n")
+        "computes NaN from them; 'parity run --torch-weights' names where it starts\n")
     net = port.resnet18(num_classes=10)
     ms.load_param_into_net(net, ms.load_checkpoint(str(tmp_path / "w.ckpt")))
     np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
