@@ -36,7 +36,8 @@ def load_state_dict(path: Path) -> StateDict:
     """A torch state dict as numpy arrays, from .safetensors, .pth or .pt."""
     path = Path(path)
     if not path.is_file():
-        raise ParityInputError(f"weights file {path} does not exist")
+        raise ParityInputError(f"weights file {path} " + ("is not a file: pass the file your "
+                               "training saved" if path.exists() else "does not exist"))
     if path.stat().st_size == 0:
         raise ParityInputError(f"weights file {path} is empty; pass the file your training "
                                "saved (torch.save(model.state_dict(), ...) or .safetensors)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import mindspore as ms
 import numpy as np
@@ -140,6 +141,19 @@ def test_a_file_that_holds_no_weights_is_named_with_what_is_wrong(tmp_path, name
     (tmp_path / name).write_bytes(content)
     with pytest.raises(ParityInputError, match=message):
         load_state_dict(tmp_path / name)
+
+
+@pytest.mark.parametrize("path, message", [
+    ("missing.pth", "weights file {tmp_path}/missing.pth does not exist"),
+    ("folder.pth", "weights file {tmp_path}/folder.pth is not a file: pass the file your training "
+                   "saved"),       # it said "does not exist"; so did /dev/null
+])
+def test_a_weights_path_that_is_no_file_is_told_apart_from_a_missing_one(tmp_path, path,
+                                                                         message):
+    from parity.weights import load_state_dict
+    (tmp_path / "folder.pth").mkdir()
+    with pytest.raises(ParityInputError, match=re.escape(message.format(tmp_path=tmp_path))):
+        load_state_dict(tmp_path / path)
 
 
 def test_a_truncated_torch_file_is_named_with_the_first_sentence_of_torchs_error(tmp_path):
