@@ -36,7 +36,7 @@ def refuse_unwritable(path: Path, *, replace_own: bool = False) -> None:
                                "say)")
     if path.exists() and not path.is_file():
         raise ParityInputError(f"{path} is not a regular file (a device, a pipe): parity writes "
-                               "each report whole into a file of its own; name a file, and read "
+                               "each output whole into a file of its own; name a file, and read "
                                "it from there")
     if path.exists() and not (replace_own and written_by_parity(path)):
         raise ParityInputError(f"{path} already exists; parity never overwrites a file it did "
