@@ -312,8 +312,7 @@ REPORT_KINDS = ("json", "csv", "html")
 
 def _refuse_unwritable_reports(args: argparse.Namespace, reads: Optional[Path] = None) -> None:
     """Each report path asked for, checked before the captures and the compare, not after: one
-    that can be written, named once, and not the report this command ``reads`` (parity's own
-    files may be replaced: that one would be lost)."""
+    that can be written, named once, and not the report this command ``reads``."""
     from parity.io import refuse_unwritable, same_file
     asked: Dict[str, Path] = {}
     for kind in REPORT_KINDS:
@@ -325,10 +324,18 @@ def _refuse_unwritable_reports(args: argparse.Namespace, reads: Optional[Path] =
         if twice is not None:
             raise ParityInputError(f"--{twice} and --{kind} both name {path}: give each report "
                                    "a file of its own")
-        if reads is not None and same_file(path, reads):
-            raise ParityInputError(f"--{kind} {path} is the report this command reads: write "
-                                   "to another file")
+        if reads is not None:
+            _refuse_writing_over(f"--{kind}", path, reads)
         asked[kind] = path
+
+
+def _refuse_writing_over(option: str, path: Path, reads: Path, what: str = "") -> None:
+    """Parity replaces its own files: an output over the report the command reads would lose
+    it."""
+    from parity.io import same_file
+    if same_file(path, reads):
+        raise ParityInputError(f"{option} {path} is the report this command reads: write "
+                               f"{what}to another file")
 
 
 def _write_reports(result, args: argparse.Namespace, defaults: Optional[dict] = None) -> List[Path]:
@@ -469,11 +476,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 def cmd_baseline(args: argparse.Namespace) -> int:
     from parity import api, baseline
-    from parity.io import same_file
     if args.baseline_command == "save":
-        if same_file(Path(args.out), Path(args.run)):
-            raise ParityInputError(f"--out {args.out} is the report this command reads: write "
-                                   "the baseline to another file")
+        _refuse_writing_over("--out", Path(args.out), Path(args.run), "the baseline ")
         path = baseline.save(api.load_result(args.run), args.out)
         print(f"wrote {path}")
         return EXIT_PASS

@@ -18,8 +18,7 @@ CSV_HEADER = b"name,kind,shape,passed,"
 
 
 def written_by_parity(path: Path) -> bool:
-    if not path.is_file():          # a FIFO or a terminal would block the read
-        return False
+    """Whether the regular file ``path`` carries parity's marker (a pipe's read would block)."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(4096)
@@ -34,13 +33,14 @@ def refuse_unwritable(path: Path, *, replace_own: bool = False) -> None:
     if path.is_dir():
         raise ParityInputError(f"{path} is a folder: name the file to write (a path inside it, "
                                "say)")
-    if path.exists() and not path.is_file():
-        raise ParityInputError(f"{path} is not a regular file (a device, a pipe): parity writes "
-                               "each output whole into a file of its own; name a file, and read "
-                               "it from there")
-    if path.exists() and not (replace_own and written_by_parity(path)):
-        raise ParityInputError(f"{path} already exists; parity never overwrites a file it did "
-                               "not write: remove it or choose another path")
+    if path.exists():
+        if not path.is_file():
+            raise ParityInputError(f"{path} is not a regular file (a device, a pipe): parity "
+                                   "writes each output whole into a file of its own; name a "
+                                   "file, and read it from there")
+        if not (replace_own and written_by_parity(path)):
+            raise ParityInputError(f"{path} already exists; parity never overwrites a file it "
+                                   "did not write: remove it or choose another path")
     if not path.parent.is_dir():
         raise ParityInputError(f"cannot write {path}: folder {path.parent} does not exist")
     _refuse_unwritable_folder(path.parent, path)
