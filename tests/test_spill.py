@@ -83,9 +83,11 @@ def test_a_full_disk_while_spilling_is_a_clean_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(spill_module.os, "pwrite", full_disk)
     model, x = _net(), torch.randn(2, 3, 64, 64, dtype=torch.float64)
-    with pytest.raises(ParityInputError, match="no space left on the device"):
-        with SavedTensorSpill(tmp_path / "saved.scratch", budget=0):
+    with pytest.raises(ParityInputError) as refused:
+        with SavedTensorSpill(tmp_path / "saved.scratch", budget=0, written_for=tmp_path):
             _gradients(model, x)
+    assert str(refused.value) == (f"no space left on the device while writing {tmp_path}; free "
+                                  "some space or write elsewhere")     # not the hidden scratch
     assert list(tmp_path.iterdir()) == []
 
 
@@ -114,6 +116,18 @@ def test_a_capture_that_spills_measures_the_same_float64_noise(tmp_path, monkeyp
         assert plain.tensor(record).tobytes() == spilled.tensor(record).tobytes()
     assert sorted(p.name for p in (tmp_path / "spilled").iterdir()) == \
         sorted(p.name for p in (tmp_path / "plain").iterdir())
+
+
+def test_a_full_disk_while_a_capture_spills_names_its_run_directory(tmp_path, monkeypatch):
+    def full_disk(*_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spill_module.os, "pwrite", full_disk)
+    with pytest.raises(ParityInputError) as refused:
+        _capture(tmp_path / "run", monkeypatch, spill_everything=True)
+    assert str(refused.value).startswith(
+        f"no space left on the device while writing {tmp_path / 'run'}; ")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_model_failing_only_in_the_float64_rerun_is_told_how_to_skip_it(tmp_path):

@@ -45,9 +45,12 @@ class SavedTensorSpill:
     is written once.
     """
 
-    def __init__(self, scratch: Path, budget: int) -> None:
+    def __init__(self, scratch: Path, budget: int, written_for: Optional[Path] = None) -> None:
+        """``written_for``: the path a full disk is told about, the one the user named (the
+        run directory the scratch file is hidden in); the scratch file itself by default."""
         self.scratch = scratch
         self.budget = budget
+        self.written_for = written_for or scratch
         self.spilled_bytes = 0
         self._fd = -1
         self._hooks: Any = None
@@ -112,7 +115,7 @@ class SavedTensorSpill:
                 done += os.pwrite(self._fd, view[done:], offset + done)
         except OSError as error:
             if error.errno == errno.ENOSPC:
-                raise no_space_error(self.scratch) from error
+                raise no_space_error(self.written_for) from error
             raise
         self.spilled_bytes += len(view)
         return _Spilled(offset, tuple(tensor.shape), tensor.dtype)

@@ -283,7 +283,8 @@ def _float64_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config
     code does) gets the step again without the spill.
     """
     gradients = sum(8 * p.numel() for p in model.parameters() if p.requires_grad)
-    spill = SavedTensorSpill(writer.partial / SPILL_FILE, peak_resident_bytes() - 2 * gradients)
+    spill = SavedTensorSpill(writer.partial / SPILL_FILE, peak_resident_bytes() - 2 * gradients,
+                             written_for=writer.out)
 
     def step(spilling: ContextManager) -> None:
         model.zero_grad(set_to_none=True)
