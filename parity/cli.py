@@ -23,7 +23,8 @@ from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
                            WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
 from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
                            INTERRUPT_NAMES, Interrupted, ParityInputError,
-                           file_system_refusal, first_few, interrupted_exit)
+                           file_system_refusal, first_few, in_one_line,
+                           interrupted_exit)
 from parity.processes import end_with_parent  # noqa: E402
 
 REPORTS = Path("reports")
@@ -534,7 +535,7 @@ def _main(argv: List[str], debug: bool) -> int:
             print(f"parity: error: {told}", file=sys.stderr)
             return EXIT_INPUT
         # the user's model code, or a bug of ours: one line either way
-        print(f"parity: error: unexpected {type(error).__name__}: {error} "
+        print(f"parity: error: unexpected {in_one_line(error)} "
               "(rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_INPUT
 

@@ -1,8 +1,9 @@
-"""The exceptions the CLI turns into one-line messages, the exit codes it ends with, and how
-such a line names a long list."""
+"""The exceptions the CLI turns into one-line messages, the exit codes it ends with, how such
+a line tells a framework's error (its first line; memory that ran out) and names a long list."""
 
 import errno
 import os
+import re
 import signal
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,6 +77,36 @@ def told_as(path: Path, temporary: Path) -> Iterator[None]:
 # What to do when a step runs out of memory.
 SMALLER_BATCH = ("a smaller batch needs less (--batch-size, --image-size, or fewer samples in "
                  "--input)")
+
+
+# How the frameworks word an allocation that failed: torch's CPU allocator ("can't allocate
+# memory"), MindSpore's memory pool and kernels ("Allocate output memory failed, alloc node:
+# ...", "malloc memory failed", "memory is not enough"); numpy raises MemoryError.
+OUT_OF_MEMORY = re.compile(r"can't allocate memory|cannot allocate memory|memory isn't enough|"
+                           r"memory is not enough|out of memory|"
+                           r"\b(?:allocate|malloc|alloc)\b[^.\n]*\bmemory failed", re.IGNORECASE)
+# oneDNN, under MindSpore's CPU kernels, says only this when it cannot allocate a primitive
+# (measured under ``ulimit -v``); one it does not implement fails earlier, as "could not create
+# a primitive descriptor ...".
+PRIMITIVE_NOT_CREATED = re.compile(r"could not create a primitive(?! descriptor)")
+
+
+def memory_ran_out(error: BaseException) -> str:
+    """'ran out of memory'; 'most likely ran out of memory' for oneDNN's "could not create a
+    primitive", which another failure could also raise; '' for any other error."""
+    message = str(error)
+    if isinstance(error, MemoryError) or OUT_OF_MEMORY.search(message):
+        return "ran out of memory"
+    if PRIMITIVE_NOT_CREATED.search(message):
+        return "most likely ran out of memory"
+    return ""
+
+
+def in_one_line(error: BaseException) -> str:
+    """'ValueError: its message's first line': a framework's message can run to a C++ stack
+    (--debug shows the rest)."""
+    first_line = next(iter(str(error).strip().splitlines()), "").rstrip(".")
+    return f"{type(error).__name__}{': ' if first_line else ''}{first_line}"
 
 
 class Interrupted(KeyboardInterrupt):

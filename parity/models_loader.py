@@ -11,7 +11,7 @@ from importlib.machinery import EXTENSION_SUFFIXES, PathFinder
 from pathlib import Path
 from typing import Any, Callable, Iterable, List, Optional, Set, Tuple
 
-from parity.errors import ParityInputError
+from parity.errors import ParityInputError, in_one_line, memory_ran_out
 
 
 def _split(spec: str) -> Tuple[str, str]:
@@ -207,17 +207,35 @@ def _top_level_names(body: Iterable[ast.stmt]) -> Optional[Set[str]]:
     return names
 
 
-def _build(spec: str, num_classes: Optional[int]) -> Any:
-    from models import is_builtin_factory
+def _made_by(spec: str, what: str, **arguments: Any) -> Any:
+    """What the factory ``spec`` returns; its own failure (a bug in it, a model too large for
+    memory) told in one line as the factory's, not as parity's."""
     factory = load_factory(spec)
+    try:
+        return factory(**arguments)
+    except ParityInputError:
+        raise
+    except Exception as error:
+        called = f"{spec}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
+        if memory_ran_out(error):
+            raise ParityInputError(
+                f"{called} ran out of memory building the {what}: {in_one_line(error)}; the "
+                "model itself does not fit: check the sizes it is built with") from error
+        raise ParityInputError(
+            f"{called} failed building the {what}: {in_one_line(error)}; call it alone to "
+            "fix it (--debug shows the traceback)") from error
+
+
+def _build(spec: str, num_classes: Optional[int], what: str) -> Any:
+    from models import is_builtin_factory
     if is_builtin_factory(spec) and num_classes is not None:
-        return factory(num_classes=num_classes)
-    return factory()
+        return _made_by(spec, what, num_classes=num_classes)
+    return _made_by(spec, what)
 
 
 def build_torch_model(spec: str, num_classes: Optional[int] = None) -> Any:
     import torch
-    model = _build(spec, num_classes)
+    model = _build(spec, num_classes, "torch model")
     if not isinstance(model, torch.nn.Module):
         raise ParityInputError(f"{spec} returned {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -226,7 +244,7 @@ def build_torch_model(spec: str, num_classes: Optional[int] = None) -> Any:
 def build_mindspore_model(spec: str, num_classes: Optional[int] = None) -> Any:
     import mindspore  # noqa: F401  (imported before anything pulls in torch; see DESIGN.md)
     from mindspore import nn
-    model = _build(spec, num_classes)
+    model = _build(spec, num_classes, "MindSpore model")
     if not isinstance(model, nn.Cell):
         raise ParityInputError(f"{spec} returned {type(model).__name__}, not a mindspore.nn.Cell")
     return model
@@ -234,7 +252,7 @@ def build_mindspore_model(spec: str, num_classes: Optional[int] = None) -> Any:
 
 def build_loss(spec: str) -> Callable[..., Any]:
     """A --torch-loss / --ms-loss factory's loss: called as ``loss(outputs, labels)``."""
-    loss = load_factory(spec)()
+    loss = _made_by(spec, "loss")
     if not callable(loss):
         raise ParityInputError(f"{spec} returned {type(loss).__name__}, which is not callable "
                                "as loss(outputs, labels)")

@@ -215,7 +215,7 @@ def test_a_step_out_of_memory_is_told_to_take_a_smaller_batch(error, ran_out):
     "could not create a primitive descriptor for a convolution forward propagation primitive",
     "Sync stream failed", "For 'Conv2D', the 'x' shape must be 4-D"])
 def test_other_framework_errors_are_not_taken_for_memory(message):
-    from parity.capture.common import memory_ran_out
+    from parity.errors import memory_ran_out
     assert memory_ran_out(RuntimeError(message)) == ""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import os
 import re
@@ -798,9 +799,60 @@ def test_failing_user_model_code_is_one_line(tmp_path):
     process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny", "--ms-model",
                          "tests.ports:broken_factory", "--image-size", "16",
                          "--out", tmp_path / "run")
-    assert_one_line_error(process, "mindspore capture", "TypeError", "'depth'",
+    assert_one_line_error(process, "mindspore capture: tests.ports:broken_factory() failed "
+                          "building the MindSpore model: TypeError", "'depth'",
                           f"the torch capture is kept in {tmp_path / 'run' / 'torch'}")
     assert (tmp_path / "run" / "torch" / "manifest.json").exists()
+
+
+ALLOCATION_FAILED = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                     "allocate memory: you tried to allocate 204799999997952 bytes")
+
+
+@pytest.mark.parametrize("error, said", [
+    (RuntimeError(ALLOCATION_FAILED + "\nframe #0: c10::alloc_cpu"),
+     "nets:make() ran out of memory building the torch model: RuntimeError: [enforce fail "
+     "at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+     "allocate 204799999997952 bytes; the model itself does not fit: check the sizes it is "
+     "built with"),
+    (ValueError("depth must be 18, 34 or 50"),
+     "nets:make() failed building the torch model: ValueError: depth must be 18, 34 or 50; "
+     "call it alone to fix it (--debug shows the traceback)")])
+def test_a_factory_that_fails_is_named_as_the_failure(tmp_path, monkeypatch, error, said):
+    """A model too large for memory (``--num-classes 99999999999``: a 200 TB classifier) or a bug
+    in the factory was "unexpected RuntimeError", as if parity had failed."""
+    from parity.models_loader import build_torch_model
+    (tmp_path / "nets.py").write_text("ERROR = None\n\n\ndef make():\n    raise ERROR\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "nets", raising=False)
+    monkeypatch.setattr(importlib.import_module("nets"), "ERROR", error)
+    with pytest.raises(ParityInputError) as refused:
+        build_torch_model("nets:make")
+    assert str(refused.value) == said
+    assert refused.value.__cause__ is error          # --debug shows the factory's traceback
+
+
+def test_a_loss_factory_that_fails_is_named(tmp_path, monkeypatch):
+    from parity.models_loader import build_loss
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "losses_here", raising=False)
+    (tmp_path / "losses_here.py").write_text("def make():\n    return 1 / 0\n")
+    with pytest.raises(ParityInputError, match=r"^losses_here:make\(\) failed building the loss: "
+                       "ZeroDivisionError: division by zero;"):
+        build_loss("losses_here:make")
+
+
+def test_an_unexpected_error_is_one_line(monkeypatch, capsys):
+    """A framework's message can run to a C++ stack: its first line is said, --debug shows it."""
+    from parity import cli
+
+    def failing(args):
+        raise RuntimeError("Sync stream failed\n\n- C++ Call Stack:\nmindspore/ccsrc/x.cc:12")
+
+    monkeypatch.setitem(cli.COMMANDS, "compare", failing)
+    assert cli._main(["compare", "a", "b"], debug=False) == 2
+    assert capsys.readouterr().err == ("parity: error: unexpected RuntimeError: Sync stream failed "
+                                       "(rerun with --debug for the traceback)\n")
 
 
 def test_a_capture_killed_by_the_kernel_is_told_so(tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, Optional
@@ -13,7 +12,7 @@ from typing import Any, Dict, Iterator, Optional
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from parity.errors import SMALLER_BATCH, ParityInputError
+from parity.errors import SMALLER_BATCH, ParityInputError, in_one_line, memory_ran_out
 from parity.resources import peak_resident_mb
 from parity.rundir import crc32
 
@@ -30,37 +29,13 @@ def failure_explained(framework: str, failed: str, advice: str,
     except ParityInputError:
         raise
     except Exception as error:
-        first_line = next(iter(str(error).strip().splitlines()), "").rstrip(".")
-        what = f"{type(error).__name__}{': ' if first_line else ''}{first_line}"
+        what = in_one_line(error)
         ran_out = memory_ran_out(error)
         if ran_out:
             raise ParityInputError(f"the {framework} step {ran_out} {failed}: {what}; "
                                    f"{memory_advice}") from error
         raise ParityInputError(f"the {framework} model failed {failed}: {what}. {advice}") \
             from error
-
-
-# How the frameworks word an allocation that failed: torch's CPU allocator ("can't allocate
-# memory"), MindSpore's memory pool and kernels ("Allocate output memory failed, alloc node:
-# ...", "malloc memory failed", "memory is not enough"); numpy raises MemoryError.
-OUT_OF_MEMORY = re.compile(r"can't allocate memory|cannot allocate memory|memory isn't enough|"
-                           r"memory is not enough|out of memory|"
-                           r"\b(?:allocate|malloc|alloc)\b[^.\n]*\bmemory failed", re.IGNORECASE)
-# oneDNN, under MindSpore's CPU kernels, says only this when it cannot allocate a primitive
-# (measured under ``ulimit -v``); one it does not implement fails earlier, as "could not create
-# a primitive descriptor ...".
-PRIMITIVE_NOT_CREATED = re.compile(r"could not create a primitive(?! descriptor)")
-
-
-def memory_ran_out(error: BaseException) -> str:
-    """'ran out of memory'; 'most likely ran out of memory' for oneDNN's "could not create a
-    primitive", which another failure could also raise; '' for any other error."""
-    message = str(error)
-    if isinstance(error, MemoryError) or OUT_OF_MEMORY.search(message):
-        return "ran out of memory"
-    if PRIMITIVE_NOT_CREATED.search(message):
-        return "most likely ran out of memory"
-    return ""
 
 
 def several_outputs(outputs: Any) -> str:
