@@ -6,6 +6,8 @@ one ParityInputError listing each offending name.
 
 State dicts are read without executing code: ``.safetensors`` directly, ``.pth``/``.pt`` with
 ``torch.load(..., weights_only=True)``, which refuses pickled objects that are not tensors.
+Floating-point types numpy lacks (bfloat16, float8) are widened to float32, which holds each of
+their values exactly: the models step in float32 either way.
 """
 
 from __future__ import annotations
@@ -80,9 +82,40 @@ def _load_safetensors(path: Path) -> StateDict:
             order = json.loads((handle.metadata() or {}).get(ORDER_KEY, "null"))
             if not isinstance(order, list) or sorted(order) != sorted(names):
                 order = sorted(names, key=_natural_key)
-            return {name: handle.get_tensor(name) for name in order}
+            not_numpy = _not_numpy_tensors(path)
+            return {name: _bfloat16_widened(path, *not_numpy[name]) if name in not_numpy
+                    else handle.get_tensor(name) for name in order}
+    except ParityInputError:
+        raise
     except Exception as error:  # safetensors raises its own error types, json ValueError
         raise ParityInputError(f"{path} is not a readable safetensors file ({error})") from None
+
+
+# safetensors dtypes numpy reads; of the others, parity widens BF16 itself
+NUMPY_SAFETENSORS_DTYPES = {"BOOL", "U8", "I8", "U16", "I16", "F16", "U32", "I32", "F32", "U64",
+                            "I64", "F64"}
+
+
+def _not_numpy_tensors(path: Path) -> Dict[str, Tuple[str, Tuple[int, ...], int, int]]:
+    """name -> (dtype, shape, start, end of its bytes in the file) of each tensor of a dtype
+    numpy lacks, from the header safe_open has checked (8 bytes of length, then JSON)."""
+    with open(path, "rb") as file:
+        length = int.from_bytes(file.read(8), "little")
+        header = json.loads(file.read(length))
+    return {name: (entry["dtype"], tuple(entry["shape"]), 8 + length + entry["data_offsets"][0],
+                   8 + length + entry["data_offsets"][1])
+            for name, entry in header.items()
+            if name != "__metadata__" and entry["dtype"] not in NUMPY_SAFETENSORS_DTYPES}
+
+
+def _bfloat16_widened(path: Path, dtype: str, shape: Tuple[int, ...], start: int,
+                      end: int) -> np.ndarray:
+    """A BF16 tensor as float32: bfloat16 is float32's upper 16 bits."""
+    if dtype != "BF16":
+        raise ParityInputError(f"{path} holds {dtype} tensors, which parity cannot read; save "
+                               "the weights in float32, float16 or bfloat16")
+    upper = np.fromfile(path, dtype="<u2", count=(end - start) // 2, offset=start)
+    return (upper.astype(np.uint32) << 16).view(np.float32).reshape(shape)
 
 
 def _load_torch_file(path: Path) -> StateDict:
@@ -107,7 +140,20 @@ def _load_torch_file(path: Path) -> StateDict:
     if not isinstance(loaded, dict):
         raise ParityInputError(f"{path} holds a {type(loaded).__name__}, not a state dict")
     state_dict = _the_state_dict(path, loaded)
-    return {k: v.detach().cpu().numpy().copy() for k, v in state_dict.items()}
+    return {k: _as_numpy(path, k, v) for k, v in state_dict.items()}
+
+
+def _as_numpy(path: Path, name: str, tensor) -> np.ndarray:
+    import torch
+    tensor = tensor.detach().cpu()
+    if tensor.is_floating_point() and tensor.dtype not in (torch.float16, torch.float32,
+                                                           torch.float64):
+        tensor = tensor.float()     # bfloat16, float8: exactly
+    try:
+        return tensor.numpy().copy()
+    except (TypeError, RuntimeError) as error:     # quantized tensors, say
+        raise ParityInputError(f"{path}: {name} is a {tensor.dtype} tensor, which parity cannot "
+                               f"read ({error}); save the weights as float tensors") from None
 
 
 def _the_state_dict(path: Path, loaded: Dict) -> Dict:

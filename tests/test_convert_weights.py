@@ -198,3 +198,47 @@ def test_a_checkpoint_without_one_clear_state_dict_is_told_what_it_holds(tmp_pat
     torch.save(saved, tmp_path / "checkpoint.pth")
     with pytest.raises(ParityInputError, match=message):
         load_state_dict(tmp_path / "checkpoint.pth")
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=str)
+def test_weights_in_a_type_numpy_lacks_are_widened_to_float32_exactly(tmp_path, suffix, dtype):
+    """bfloat16 checkpoints failed "unexpected TypeError: Got unsupported ScalarType BFloat16"
+    (.pth), or "data type 'bfloat16' not understood" (.safetensors)."""
+    from safetensors.torch import save_file as save_torch_file
+
+    from parity.weights import load_state_dict
+    state = {"conv.weight": torch.randn(4, 3, 3, 3).to(dtype), "bn.running_mean": torch.randn(4),
+             "bn.num_batches_tracked": torch.tensor(7)}
+    path = tmp_path / f"w{suffix}"
+    if suffix == ".pth":
+        torch.save(state, path)
+    elif dtype == torch.bfloat16:
+        save_torch_file(state, str(path))
+    else:   # numpy lacks it and its bits are not float32's upper half: named, not guessed
+        save_torch_file(state, str(path))
+        with pytest.raises(ParityInputError, match=r"holds F8_E4M3 tensors, which parity cannot "
+                                                   "read; save the weights in float32"):
+            load_state_dict(path)
+        return
+    loaded = load_state_dict(path)
+    assert {name: array.dtype for name, array in loaded.items()} == {
+        "conv.weight": np.float32, "bn.running_mean": np.float32,
+        "bn.num_batches_tracked": np.int64}
+    for name, tensor in state.items():
+        assert np.array_equal(loaded[name], tensor.float().numpy() if tensor.is_floating_point()
+                              else tensor.numpy()), name
+
+
+def test_a_bfloat16_checkpoint_is_checked_like_its_float32_values(tmp_path):
+    from safetensors.torch import save_file as save_torch_file
+    state = {name: tensor.to(torch.bfloat16) if tensor.is_floating_point() else tensor
+             for name, tensor in torchvision.models.resnet18(num_classes=10).state_dict().items()}
+    save_torch_file(state, str(tmp_path / "w.safetensors"))
+    process = parity_cli("convert-weights", "--torch-weights", tmp_path / "w.safetensors",
+                         "--model", "resnet18", "--num-classes", "10", "--out", tmp_path / "w.ckpt")
+    assert process.returncode == 0, process.stderr
+    net = port.resnet18(num_classes=10)
+    not_loaded, _ = ms.load_param_into_net(net, ms.load_checkpoint(str(tmp_path / "w.ckpt")))
+    assert not_loaded == []
+    assert np.array_equal(net.fc.weight.asnumpy(), state["fc.weight"].float().numpy())
