@@ -125,11 +125,11 @@ def capture_in_subprocess(framework: str, config: StepConfig, out: Path,
     if returncode == -signal.SIGINT or returncode in EXIT_INTERRUPTED:  # it cleaned up
         raise KeyboardInterrupt
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    if debug:       # its traceback
+        print("\n".join(lines), file=sys.stderr)
     message = next((line for line in reversed(lines) if line.startswith("parity: error:")), None)
     if message:
         raise ParityInputError(f"{framework} capture: {message.removeprefix('parity: error: ')}")
-    if debug:
-        print("\n".join(lines), file=sys.stderr)
     if returncode < 0:
         raise ParityInputError(f"the {framework} capture was {_killed_by(-returncode)}")
     last = lines[-1] if lines else "no output"

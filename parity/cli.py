@@ -13,6 +13,7 @@ import shlex
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional
 
@@ -32,7 +33,13 @@ REPORTS = Path("reports")
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line and exit code 2, pointing to the help of
-    the (sub)command they concern."""
+    the (sub)command they concern. Each (sub)command takes --debug, wherever it is put: the
+    error lines say "rerun with --debug"."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                          help="show tracebacks")
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ParityInputError(f"{message} (see '{self.prog} --help')")
@@ -146,7 +153,7 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="parity", description=(
         "Layer-by-layer numerical parity between a PyTorch model and its MindSpore port: "
         "one training step in each, every activation, gradient, update and buffer compared."))
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.set_defaults(debug=False)
     parser.add_argument("--version", action="version", version=f"parity {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
 
@@ -528,15 +535,15 @@ def _main(argv: List[str], debug: bool) -> int:
     except Exception as error:
         if _Interrupts.received:
             return _interrupted()
-        if debug:
-            raise
+        if debug:       # the traceback, then the line and exit code as without --debug
+            traceback.print_exc()
         told = str(error) if isinstance(error, ParityInputError) else file_system_refusal(error)
         if told:
             print(f"parity: error: {told}", file=sys.stderr)
             return EXIT_INPUT
         # the user's model code, or a bug of ours: one line either way
-        print(f"parity: error: unexpected {in_one_line(error)} "
-              "(rerun with --debug for the traceback)", file=sys.stderr)
+        print(f"parity: error: unexpected {in_one_line(error)}"
+              f"{'' if debug else ' (rerun with --debug for the traceback)'}", file=sys.stderr)
         return EXIT_INPUT
 
 

@@ -85,3 +85,27 @@ def test_the_baseline_factor_help_states_the_default_check_uses():
     from parity.baseline import DEFAULT_FACTOR
     process = parity_cli("baseline", "check", "--help")
     assert f"(default {DEFAULT_FACTOR:g})" in " ".join(process.stdout.split())
+
+
+def test_debug_is_taken_after_the_command_too_and_keeps_the_exit_code(tmp_path):
+    """Error lines say "rerun with --debug": put at the end, it was refused as an unrecognized
+    argument (with a traceback about it), and --debug turned an input error's exit 2 into 1."""
+    missing = tmp_path / "none"
+    for argv in (("report", missing, "--debug"), ("--debug", "report", missing)):
+        process = parity_cli(*argv)
+        assert process.returncode == 2, process.stderr
+        assert "Traceback (most recent call last)" in process.stderr
+        assert process.stderr.splitlines()[-1].startswith("parity: error: ")
+        assert "--debug" not in process.stderr.splitlines()[-1]
+
+
+def test_a_run_with_debug_shows_its_captures_traceback(tmp_path):
+    """parity run passes --debug on to its captures (which refused it at their command line's
+    end) and shows their tracebacks, not only their last line."""
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny", "--ms-model",
+                         "tests.ports:broken_factory", "--image-size", "16", "--out",
+                         tmp_path / "run", "--debug")
+    assert process.returncode == 2, process.stderr
+    assert 'tests/ports.py", line' in process.stderr       # the factory's own frame
+    assert process.stderr.splitlines()[-1].startswith(
+        "parity: error: mindspore capture: tests.ports:broken_factory() failed building")
