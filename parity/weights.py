@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -25,9 +25,40 @@ from parity.errors import ParityInputError, first_few
 # torch bookkeeping with no MindSpore counterpart: a step counter, not a weight.
 IGNORED_TORCH_SUFFIXES = (".num_batches_tracked",)
 
-StateDict = Dict[str, np.ndarray]
 ORDER_KEY = "parity.order"      # safetensors metadata: the state dict's key order, as JSON
+TIED_KEY = "parity.tied"        # and its tied keys, as JSON: {key: the earlier key it is}
 MAX_PROBLEMS_LISTED = 6         # named in a one-line error about weights; the rest are counted
+
+
+class StateDict(Dict[str, np.ndarray]):
+    """A torch state dict as numpy arrays, in its order. ``tied`` maps each key whose tensor is
+    an earlier key's to that key: torch ties parameters (a language model's output layer to its
+    embedding) and lists the one tensor under each name; a port ties them too, so it has one
+    parameter where the state dict has two keys."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray],
+                 tied: Optional[Mapping[str, str]] = None) -> None:
+        super().__init__(arrays)
+        self.tied = {alias: key for alias, key in (tied or {}).items()
+                     if isinstance(alias, str) and isinstance(key, str) and alias in self
+                     and key in self and alias != key}
+
+
+def tied_keys(tensors: Mapping[str, Any]) -> Dict[str, str]:
+    """key -> the earlier key holding the same tensor, of torch tensors (a model's state dict,
+    one torch.load returned, which keeps what the saved ones shared)."""
+    first: Dict[Tuple, str] = {}
+    tied = {}
+    for name, tensor in tensors.items():
+        if not tensor.numel():
+            continue
+        where = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(),
+                 tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+        if where in first:
+            tied[name] = first[where]
+        else:
+            first[where] = name
+    return tied
 
 
 def is_ignored(name: str) -> bool:
@@ -55,14 +86,18 @@ def load_state_dict(path: Path) -> StateDict:
         raise ParityInputError(f"{path} holds no tensors; pass the file your training saved")
     # saved from a model wrapped in DataParallel / DistributedDataParallel
     if all(key.startswith("module.") for key in state_dict):
-        state_dict = {key.removeprefix("module."): value for key, value in state_dict.items()}
+        return StateDict({key.removeprefix("module."): value for key, value in state_dict.items()},
+                         {alias.removeprefix("module."): key.removeprefix("module.")
+                          for alias, key in state_dict.tied.items()})
     return state_dict
 
 
-def save_state_dict_bytes(state_dict: Mapping[str, np.ndarray]) -> bytes:
-    """safetensors bytes that remember the state dict's order (safetensors sorts keys)."""
+def save_state_dict_bytes(state_dict: StateDict) -> bytes:
+    """safetensors bytes that remember the state dict's order (safetensors sorts keys) and its
+    tied keys."""
     from safetensors.numpy import save
-    return save(dict(state_dict), metadata={ORDER_KEY: json.dumps(list(state_dict))})
+    return save(dict(state_dict), metadata={ORDER_KEY: json.dumps(list(state_dict)),
+                                            TIED_KEY: json.dumps(state_dict.tied)})
 
 
 def _natural_key(name: str) -> List:
@@ -82,9 +117,12 @@ def _load_safetensors(path: Path) -> StateDict:
             order = json.loads((handle.metadata() or {}).get(ORDER_KEY, "null"))
             if not isinstance(order, list) or sorted(order) != sorted(names):
                 order = sorted(names, key=_natural_key)
+            tied = json.loads((handle.metadata() or {}).get(TIED_KEY, "{}"))
             not_numpy = _not_numpy_tensors(path)
-            return {name: _bfloat16_widened(path, *not_numpy[name]) if name in not_numpy
-                    else handle.get_tensor(name) for name in order}
+            return StateDict({name: _bfloat16_widened(path, *not_numpy[name])
+                              if name in not_numpy else handle.get_tensor(name)
+                              for name in order},
+                             tied if isinstance(tied, dict) else None)
     except ParityInputError:
         raise
     except Exception as error:  # safetensors raises its own error types, json ValueError
@@ -140,7 +178,8 @@ def _load_torch_file(path: Path) -> StateDict:
     if not isinstance(loaded, dict):
         raise ParityInputError(f"{path} holds a {type(loaded).__name__}, not a state dict")
     state_dict = _the_state_dict(path, loaded)
-    return {k: _as_numpy(path, k, v) for k, v in state_dict.items()}
+    return StateDict({k: _as_numpy(path, k, v) for k, v in state_dict.items()},
+                     tied_keys(state_dict))
 
 
 def _as_numpy(path: Path, name: str, tensor) -> np.ndarray:
@@ -185,14 +224,20 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
 
     ``mindspore_params`` is (name, shape, dtype) in the network's parameter order.
     """
-    torch_params = [(k, tuple(v.shape)) for k, v in state_dict.items() if not is_ignored(k)]
+    tied = getattr(state_dict, "tied", {})
+    torch_params = [(k, tuple(v.shape)) for k, v in state_dict.items()
+                    if not is_ignored(k) and k not in tied]
     alignment = align_parameters(torch_params, [(n, s) for n, s, _ in mindspore_params],
                                  overrides)
     problems: List[str] = []
     ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
     for name in alignment.unmatched_mindspore:
+        alike = [f"{alias} to {key}" for alias, key in tied.items()
+                 if tuple(state_dict[alias].shape) == ms_shapes[name][0]]
+        untied = f": torch ties {', '.join(alike)} (one parameter); tie the port's as well" \
+            if alike else ""
         problems.append(f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch "
-                        "tensor (missing key)")
+                        f"tensor (missing key){untied}")
     transferred = set(alignment.mindspore_to_torch.values())
     for name in alignment.unmatched_torch:
         module, role = split_param(name)

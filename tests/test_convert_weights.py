@@ -242,3 +242,50 @@ def test_a_bfloat16_checkpoint_is_checked_like_its_float32_values(tmp_path):
     not_loaded, _ = ms.load_param_into_net(net, ms.load_checkpoint(str(tmp_path / "w.ckpt")))
     assert not_loaded == []
     assert np.array_equal(net.fc.weight.asnumpy(), state["fc.weight"].float().numpy())
+
+
+def test_tied_keys_are_read_from_a_torch_file_and_kept_in_parity_s_own(tmp_path):
+    """torch.load keeps the tensors a file shared: the second name is the first's tensor. The
+    torch capture's starting point (safetensors, which holds each name's copy) says so in its
+    metadata."""
+    from parity.weights import load_state_dict, save_state_dict_bytes
+    from tests.tiny import torch_tied, torch_untied
+    torch.save(torch_tied().state_dict(), tmp_path / "tied.pth")
+    tied = load_state_dict(tmp_path / "tied.pth")
+    assert tied.tied == {"head.weight": "embed.weight"}
+    (tmp_path / "copy.safetensors").write_bytes(save_state_dict_bytes(tied))
+    again = load_state_dict(tmp_path / "copy.safetensors")
+    assert (list(again), again.tied) == (list(tied), tied.tied)
+    torch.save(torch_untied().state_dict(), tmp_path / "untied.pth")
+    assert load_state_dict(tmp_path / "untied.pth").tied == {}
+
+
+def test_a_tied_tensor_saved_once_loads_into_the_tied_model_and_untied_weights_do_not(tmp_path):
+    """safetensors' save_model keeps one name of tied tensors; weights of an untied model hold
+    two different tensors that torch would load one over the other."""
+    from safetensors.torch import save_model
+
+    from parity.capture.torch_capture import _load_weights
+    from tests.tiny import torch_tied, torch_untied
+    saved = torch_tied()
+    save_model(saved, str(tmp_path / "once.safetensors"))
+    model = torch_tied()
+    _load_weights(model, tmp_path / "once.safetensors")
+    assert torch.equal(model.head.weight, saved.embed.weight)
+    assert model.head.weight is model.embed.weight
+    torch.save(torch_untied().state_dict(), tmp_path / "untied.pth")
+    with pytest.raises(ParityInputError, match="head.weight and embed.weight differ, but the "
+                                               "torch model ties them"):
+        _load_weights(torch_tied(), tmp_path / "untied.pth")
+
+
+def test_convert_weights_gives_a_tied_port_its_one_parameter(tmp_path):
+    from tests.tiny import torch_tied
+    state = torch_tied().state_dict()
+    torch.save(state, tmp_path / "tied.pth")
+    process = parity_cli("convert-weights", "--ms-model", "tests.tiny:ms_tied", "--torch-weights",
+                         tmp_path / "tied.pth", "--out", tmp_path / "tied.ckpt")
+    assert process.returncode == 0, process.stderr
+    converted = ms.load_checkpoint(str(tmp_path / "tied.ckpt"))
+    assert np.array_equal(converted["embed.embedding_table"].asnumpy(),
+                          state["embed.weight"].numpy())

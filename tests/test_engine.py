@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from parity.rundir import RunReader
-from tests.conftest import TINY, parity_cli, read_json
+from tests.conftest import TINY, assert_one_line_error, parity_cli, read_json
 
 RECORD_KEYS = {"name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine"}
 KINDS = {"input", "forward", "loss", "grad", "update", "weight", "buffer", "optimizer_state"}
@@ -170,6 +170,36 @@ def test_a_token_id_model_is_checked_from_an_integer_batch(tmp_path, ms_model, p
         assert report["diagnosis"]["cause"] == "extra operation in the port" and \
             "MindSpore runs 0 after the last output that matched and before 1" in \
             report["diagnosis"]["detail"]
+
+
+def test_tied_weights_are_one_parameter_on_both_sides(tmp_path):
+    """torch's state dict lists a tied tensor under both names; the port ties the same two, so
+    it has one parameter: the transfer refused the second name as an extra key."""
+    import numpy as np
+
+    from tests.tiny import TOKENS, VOCABULARY
+    rng = np.random.default_rng(0)
+    code, report = _run_on_batch(tmp_path, "torch_tied", "ms_tied",
+                                 rng.integers(0, VOCABULARY, (4, TOKENS)),
+                                 rng.integers(0, VOCABULARY, 4))
+    assert code == 0, report["diagnosis"]
+    grads = {r["name"] for r in report["records"] if r["kind"] == "grad" and "." in r["name"]}
+    assert grads == {"embed.weight", "mix.weight", "mix.bias"}   # head.weight is embed.weight
+
+
+def test_a_port_that_does_not_tie_what_torch_ties_is_told_so(tmp_path):
+    import numpy as np
+
+    from tests.tiny import TOKENS, VOCABULARY
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "batch.npz", x=rng.integers(0, VOCABULARY, (4, TOKENS)),
+             y=rng.integers(0, VOCABULARY, 4))
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tied", "--ms-model",
+                         "tests.tiny:ms_untied", "--input", tmp_path / "batch.npz",
+                         "--out", tmp_path / "run")
+    assert_one_line_error(process, "MindSpore parameter head.weight (50, 8) receives no torch "
+                          "tensor (missing key): torch ties head.weight to embed.weight (one "
+                          "parameter); tie the port's as well")
 
 
 @pytest.mark.parametrize("ms_model, passed", [("ms_masked", True),

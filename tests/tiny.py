@@ -1,7 +1,7 @@
 """Tiny pairs in both frameworks, fast enough for the plugin, API and end-to-end tests: a conv
 net (and its ported variants), one with layers whose MindSpore defaults differ, token-id
-classifiers (one with an attention mask), a segmenter and a small U-Net, small MLPs, a net with
-an auxiliary head and a Transformer encoder layer."""
+classifiers (one with an attention mask, one with tied weights), a segmenter and a small U-Net,
+small MLPs, a net with an auxiliary head and a Transformer encoder layer."""
 
 from __future__ import annotations
 
@@ -338,6 +338,51 @@ def ms_padded_tokens() -> msnn.Cell:
 def ms_padded_tokens_unmasked() -> msnn.Cell:
     """padding_idx=0 given, as torch's: the padding row still gets a gradient."""
     return ms_tokens(msnn.Embedding(VOCABULARY, WIDTH, padding_idx=0))
+
+
+# Tied weights, as a language model's: the output layer's weight is the embedding table, one
+# parameter that torch's state dict lists under both names.
+class _TorchTied(tnn.Module):
+    def __init__(self, tied: bool = True) -> None:
+        super().__init__()
+        self.embed = tnn.Embedding(VOCABULARY, WIDTH)
+        self.mix = tnn.Linear(WIDTH, WIDTH)
+        self.head = tnn.Linear(WIDTH, VOCABULARY, bias=False)
+        if tied:
+            self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(self.mix(self.embed(tokens)).mean(1))
+
+
+class _MsTied(msnn.Cell):
+    def __init__(self, tied: bool = True) -> None:
+        super().__init__()
+        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.mix = msnn.Dense(WIDTH, WIDTH)
+        self.head = msnn.Dense(WIDTH, VOCABULARY, has_bias=False)
+        if tied:
+            self.head.weight = self.embed.embedding_table
+
+    def construct(self, tokens):
+        return self.head(self.mix(self.embed(tokens)).mean(1))
+
+
+def torch_tied() -> tnn.Module:
+    return _TorchTied()
+
+
+def torch_untied() -> tnn.Module:
+    return _TorchTied(tied=False)
+
+
+def ms_tied() -> msnn.Cell:
+    return _MsTied()
+
+
+def ms_untied() -> msnn.Cell:
+    """The port forgot the tie: its output layer has a weight of its own."""
+    return _MsTied(tied=False)
 
 
 # Two inputs, as a Transformer takes them: token ids and an attention mask (1 keeps a token).

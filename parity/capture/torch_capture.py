@@ -27,8 +27,8 @@ from parity.models_loader import build_loss
 from parity.resources import peak_resident_bytes
 from parity.records import RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunWriter, SafetensorsFile
-from parity.weights import (MAX_PROBLEMS_LISTED, is_ignored, load_state_dict,
-                            save_state_dict_bytes)
+from parity.weights import (MAX_PROBLEMS_LISTED, StateDict, is_ignored, load_state_dict,
+                            save_state_dict_bytes, tied_keys)
 
 BLOCK = 1 << 18     # elements per float64 block: temporaries stay small
 M_MMAP_THRESHOLD = -3       # glibc's mallopt parameter (malloc.h)
@@ -39,6 +39,13 @@ def _load_weights(model, path: Path) -> None:
     import torch
     state_dict = {k: torch.from_numpy(v) for k, v in load_state_dict(path).items()}
     expected = model.state_dict()
+    for alias, key in tied_keys(expected).items():     # a file may hold a tied tensor once
+        if (alias in state_dict) != (key in state_dict):
+            state_dict.setdefault(alias, state_dict.get(key))
+            state_dict.setdefault(key, state_dict[alias])
+        elif alias in state_dict and not torch.equal(state_dict[alias], state_dict[key]):
+            raise ParityInputError(f"{path}: {alias} and {key} differ, but the torch model ties "
+                                   "them (one parameter): are these weights of an untied model?")
     missing = [k for k in expected if k not in state_dict]
     extra = [k for k in state_dict if k not in expected]
     shapes = [f"{k}: file {tuple(v.shape)} vs model {tuple(expected[k].shape)}"
@@ -327,8 +334,7 @@ class _StateOnDisk(SafetensorsFile):
         return load_state_dict(self.path).items()
 
 
-def _write_starting_point(writer: RunWriter, initial: Dict[str, np.ndarray],
-                          batch: Batch) -> str:
+def _write_starting_point(writer: RunWriter, initial: StateDict, batch: Batch) -> str:
     """The initial weights (for the MindSpore capture) and the batch; returns their fingerprint.
 
     A function so the file's bytes (100 MB for ResNet50) are freed before the steps run.
@@ -379,7 +385,10 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         batch = batch_for(config, batch_file, num_classes)
     batch_errors = _synthetic_batch_errors(config) if synthetic else \
         _own_batch_errors(batch, f"your --input {batch_file}" if batch_file else "your batch")
-    initial = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+    state = model.state_dict()
+    initial = StateDict({k: v.detach().cpu().numpy().copy() for k, v in state.items()},
+                        tied_keys(state))
+    del state
 
     with RunWriter(out, "torch") as writer, numpy_on_one_thread():
         starts_from = _write_starting_point(writer, initial, batch)
