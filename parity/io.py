@@ -78,15 +78,22 @@ def atomic_output(path: Path, *, replace_own: bool = False) -> Iterator[Path]:
         yield tmp
 
 
+def through_links(path: Path) -> Path:
+    """What a write to ``path`` replaces: the file or directory a symbolic link there names.
+    Renamed over, the link itself would be gone and its target left as it was."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 @contextmanager
 def replaced_whole(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed over ``path``, whatever
     that was: for a file parity owns by where it is (a run directory's index)."""
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
+    target = through_links(path)
+    tmp = target.with_name(f".{target.stem}.tmp-{os.getpid()}{target.suffix}")
     try:
         with told_as(path, tmp):
             yield tmp
-            os.replace(tmp, path)
+            os.replace(tmp, target)
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -30,6 +30,7 @@ from isal.isal_zlib import crc32
 
 from parity.config import StepConfig
 from parity.errors import ParityInputError, told_as
+from parity.io import through_links
 from parity.records import KINDS, RecordInfo
 
 FORMAT = "parity-run"
@@ -153,7 +154,7 @@ class RunWriter:
     """
 
     def __init__(self, out: Path, framework: str) -> None:
-        self.out = Path(out)
+        self.out = through_links(Path(out))
         refuse_foreign(self.out)            # before any work, not only at the final rename
         self.framework = framework
         remove_abandoned_partials(self.out)

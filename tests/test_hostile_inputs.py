@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Tuple
 
@@ -396,6 +397,37 @@ def test_report_path_holding_a_user_file(tiny_run, tmp_path):
                          "--json", tmp_path / "notes.json")
     assert_one_line_error(process, "already exists")
     assert (tmp_path / "notes.json").read_text() == "my notes"
+
+
+def test_a_report_through_a_symbolic_link_replaces_what_it_names(tiny_run, tmp_path):
+    """The link was replaced by a file of its own: the user's link gone, its target stale."""
+    (tmp_path / "reports").mkdir()
+    shutil.copy(tiny_run.parent / "report.json", tmp_path / "reports" / "latest.json")
+    (tmp_path / "latest.json").symlink_to(tmp_path / "reports" / "latest.json")
+    process = parity_cli("compare", tiny_run / "torch", tiny_run / "mindspore", "--html",
+                         tmp_path / "latest.json.html", "--json", tmp_path / "latest.json")
+    assert process.returncode == 0, process.stderr
+    assert (tmp_path / "latest.json").is_symlink()
+    assert read_json(tmp_path / "reports" / "latest.json")["meta"]["command"].startswith(
+        "parity compare")
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == ["latest.json"]
+
+
+def test_a_capture_through_a_symbolic_link_replaces_what_it_names(tmp_path):
+    """The link was renamed aside and left there (rmtree refuses a link), a capture of its own
+    put in its place: the user's link gone, its target stale."""
+    from parity.capture.torch_capture import capture_torch
+    from parity.config import StepConfig
+    capture = partial(capture_torch, StepConfig(batch_size=2, image_size=16, num_classes=10),
+                      factory="tests.tiny:torch_tiny")
+    capture(tmp_path / "captures" / "torch")
+    first = (tmp_path / "captures" / "torch" / "manifest.json").stat().st_mtime_ns
+    (tmp_path / "latest").symlink_to(tmp_path / "captures" / "torch")
+    capture(tmp_path / "latest")
+    assert (tmp_path / "latest").is_symlink()
+    assert (tmp_path / "captures" / "torch" / "manifest.json").stat().st_mtime_ns != first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["captures", "latest"]
+    assert sorted(p.name for p in (tmp_path / "captures").iterdir()) == ["torch"]
 
 
 def _damaged_report(tiny_run: Path, tmp_path: Path, damage) -> Path:
