@@ -39,6 +39,11 @@ def load_factory(spec: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise _cannot_import(spec, str(error)) from None
+    except SystemExit as exited:
+        raise ParityInputError(
+            f"importing {module_name} for {spec!r} called sys.exit({exited.code!r}): code at "
+            "its top level runs on import (parsing a command line, say); put it under "
+            "if __name__ == '__main__':") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise _no_factory(spec)
@@ -215,7 +220,7 @@ def _made_by(spec: str, what: str, **arguments: Any) -> Any:
         return factory(**arguments)
     except ParityInputError:
         raise
-    except Exception as error:
+    except (Exception, SystemExit) as error:
         called = f"{spec}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
         if memory_ran_out(error):
             raise ParityInputError(

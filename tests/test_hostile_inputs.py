@@ -864,6 +864,23 @@ def test_a_factory_that_fails_is_named_as_the_failure(tmp_path, monkeypatch, err
     assert refused.value.__cause__ is error          # --debug shows the factory's traceback
 
 
+def test_a_module_or_factory_calling_sys_exit_is_named_not_obeyed(tmp_path, monkeypatch):
+    """A module that parses its command line on import (parity's, here) or a factory that
+    exits ended the capture with the user's own exit code and last line."""
+    from parity.models_loader import build_torch_model
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("parses", "exits"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    (tmp_path / "parses.py").write_text("import sys\nsys.exit(2)\n")
+    (tmp_path / "exits.py").write_text("import sys\n\n\ndef make():\n    sys.exit('no GPU')\n")
+    with pytest.raises(ParityInputError, match=r"^importing parses for 'parses:make' called "
+                       r"sys.exit\(2\): code at its top level runs on import"):
+        build_torch_model("parses:make")
+    with pytest.raises(ParityInputError, match=r"^exits:make\(\) failed building the torch model: "
+                       "SystemExit: no GPU;"):
+        build_torch_model("exits:make")
+
+
 def test_a_loss_factory_that_fails_is_named(tmp_path, monkeypatch):
     from parity.models_loader import build_loss
     monkeypatch.syspath_prepend(str(tmp_path))
