@@ -222,7 +222,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                   overrides: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """MindSpore parameter name -> torch key, validated; raises listing every problem.
 
-    ``mindspore_params`` is (name, shape, dtype) in the network's parameter order.
+    ``mindspore_params`` is (name, shape, dtype) in the network's parameter order. A
+    StateDict's tied keys are left out: the port's one parameter takes the first name's tensor.
     """
     tied = getattr(state_dict, "tied", {})
     torch_params = [(k, tuple(v.shape)) for k, v in state_dict.items()

@@ -40,9 +40,10 @@ def _load_weights(model, path: Path) -> None:
     state_dict = {k: torch.from_numpy(v) for k, v in load_state_dict(path).items()}
     expected = model.state_dict()
     for alias, key in tied_keys(expected).items():     # a file may hold a tied tensor once
-        if (alias in state_dict) != (key in state_dict):
-            state_dict.setdefault(alias, state_dict.get(key))
-            state_dict.setdefault(key, state_dict[alias])
+        if alias not in state_dict and key in state_dict:
+            state_dict[alias] = state_dict[key]
+        elif key not in state_dict and alias in state_dict:
+            state_dict[key] = state_dict[alias]
         elif alias in state_dict and not torch.equal(state_dict[alias], state_dict[key]):
             raise ParityInputError(f"{path}: {alias} and {key} differ, but the torch model ties "
                                    "them (one parameter): are these weights of an untied model?")
