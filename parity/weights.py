@@ -92,12 +92,13 @@ def load_state_dict(path: Path) -> StateDict:
     return state_dict
 
 
-def save_state_dict_bytes(state_dict: StateDict) -> bytes:
-    """safetensors bytes that remember the state dict's order (safetensors sorts keys) and its
-    tied keys."""
+def save_state_dict_bytes(state_dict: Mapping[str, np.ndarray]) -> bytes:
+    """safetensors bytes that remember the state dict's order (safetensors sorts keys) and a
+    StateDict's tied keys."""
     from safetensors.numpy import save
-    return save(dict(state_dict), metadata={ORDER_KEY: json.dumps(list(state_dict)),
-                                            TIED_KEY: json.dumps(state_dict.tied)})
+    return save(dict(state_dict), metadata={
+        ORDER_KEY: json.dumps(list(state_dict)),
+        TIED_KEY: json.dumps(getattr(state_dict, "tied", {}))})
 
 
 def _natural_key(name: str) -> List:
