@@ -94,11 +94,14 @@ def load_state_dict(path: Path) -> StateDict:
 
 def save_state_dict_bytes(state_dict: Mapping[str, np.ndarray]) -> bytes:
     """safetensors bytes that remember the state dict's order (safetensors sorts keys) and a
-    StateDict's tied keys."""
+    StateDict's tied keys, if it has any: without, the bytes are those of earlier versions,
+    and so is the starting point's fingerprint that baselines saved with them carry."""
     from safetensors.numpy import save
-    return save(dict(state_dict), metadata={
-        ORDER_KEY: json.dumps(list(state_dict)),
-        TIED_KEY: json.dumps(getattr(state_dict, "tied", {}))})
+    metadata = {ORDER_KEY: json.dumps(list(state_dict))}
+    tied = getattr(state_dict, "tied", {})
+    if tied:
+        metadata[TIED_KEY] = json.dumps(tied)
+    return save(dict(state_dict), metadata=metadata)
 
 
 def _natural_key(name: str) -> List:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -289,3 +290,15 @@ def test_convert_weights_gives_a_tied_port_its_one_parameter(tmp_path):
     converted = ms.load_checkpoint(str(tmp_path / "tied.ckpt"))
     assert np.array_equal(converted["embed.embedding_table"].asnumpy(),
                           state["embed.weight"].numpy())
+
+
+def test_a_starting_point_without_ties_is_written_as_by_earlier_versions():
+    """Its bytes make the fingerprint a saved baseline is checked against: a key added to
+    every file would have refused every baseline saved before it."""
+    from safetensors.numpy import save
+
+    from parity.weights import ORDER_KEY, StateDict, save_state_dict_bytes
+    arrays = {"b.weight": np.ones(3, np.float32), "a.weight": np.zeros(2, np.float32)}
+    earlier = save(arrays, metadata={ORDER_KEY: json.dumps(["b.weight", "a.weight"])})
+    assert save_state_dict_bytes(StateDict(arrays)) == earlier
+    assert save_state_dict_bytes(StateDict(arrays, {"b.weight": "a.weight"})) != earlier
