@@ -76,6 +76,8 @@ def _number(setting: str) -> Callable[[str], float]:
 BUILT_IN = "resnet18/34/50/101/152, mobilenet_v2 (default resnet50)"
 MS_MODEL_HELP = "zero-argument callable returning your mindspore.nn.Cell"
 MAP_HELP = "TOML/JSON table of MindSpore name = PyTorch name overrides"
+RUN_OR_REPORT_HELP = ("a run directory (holding torch/ and mindspore/) or a JSON report "
+                      "(--json)")
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -193,8 +195,11 @@ def build_parser() -> ArgumentParser:
     compare = sub.add_parser("compare", help="compare a torch and a MindSpore capture",
                              description="Compare two run directories; needs neither torch "
                                          "nor mindspore.")
-    compare.add_argument("run_a", type=Path, metavar="RUN_A")
-    compare.add_argument("run_b", type=Path, metavar="RUN_B")
+    compare.add_argument("run_a", type=Path, metavar="RUN_A",
+                         help="one capture directory ('parity capture --out'; a run's torch/ "
+                              "or mindspore/)")
+    compare.add_argument("run_b", type=Path, metavar="RUN_B",
+                         help="the other framework's capture (either order)")
     compare.add_argument("--map", type=Path, metavar="FILE",
                          help="MindSpore name = PyTorch name overrides")
     _add_report_options(compare)
@@ -202,7 +207,8 @@ def build_parser() -> ArgumentParser:
     report = sub.add_parser("report", help="render a run directory or JSON report",
                             description="Re-render reports from a run directory (holding "
                                         "torch/ and mindspore/) or a JSON report.")
-    report.add_argument("source", type=Path, metavar="RUN_DIR_OR_JSON")
+    report.add_argument("source", type=Path, metavar="RUN_DIR_OR_JSON",
+                        help=RUN_OR_REPORT_HELP)
     _add_report_options(report)
 
     convert = sub.add_parser("convert-weights", help="torch weights -> MindSpore checkpoint",
@@ -225,12 +231,15 @@ def build_parser() -> ArgumentParser:
     baseline_sub = baseline.add_subparsers(dest="baseline_command", metavar="ACTION",
                                            parser_class=ArgumentParser)
     save = baseline_sub.add_parser("save", help="store a known-good run's per-record errors")
-    save.add_argument("run", type=Path, metavar="RUN_DIR_OR_JSON")
+    save.add_argument("run", type=Path, metavar="RUN_DIR_OR_JSON",
+                      help=f"{RUN_OR_REPORT_HELP}, of a run known to be good")
     save.add_argument("--out", type=Path, required=True, metavar="FILE.json",
                       help="baseline file to write")
     check = baseline_sub.add_parser("check", help="fail when errors grew beyond the baseline")
-    check.add_argument("run", type=Path, metavar="RUN_DIR_OR_JSON")
-    check.add_argument("baseline", type=Path, metavar="FILE.json")
+    check.add_argument("run", type=Path, metavar="RUN_DIR_OR_JSON",
+                       help=f"{RUN_OR_REPORT_HELP}, to check")
+    check.add_argument("baseline", type=Path, metavar="FILE.json",
+                       help="the baseline 'parity baseline save' wrote")
     check.add_argument("--factor", type=float, default=None,
                        help="allowed growth over the baseline error (default 4)")
     return parser

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -44,11 +45,11 @@ def _subparsers(parser):
 
 
 def test_every_option_says_what_it_does():
-    """``--help`` explains each option (an option with no help shows only its name)."""
+    """``--help`` explains each option and argument (one with no help shows only its name)."""
     from parity.cli import build_parser
-    bare = [f"{sub.prog} {action.option_strings[-1]}" for sub in _subparsers(build_parser())
-            for action in sub._actions
-            if action.option_strings and not action.help]
+    bare = [f"{sub.prog} {(action.option_strings or [action.metavar])[-1]}"
+            for sub in _subparsers(build_parser()) for action in sub._actions
+            if not action.help and not isinstance(action, argparse._SubParsersAction)]
     assert bare == []
 
 
