@@ -201,6 +201,8 @@ def parity_run(batch: int, size: int, scratch: Path, *options: str) -> Dict[str,
                             for fw, m in manifests.items()},
             "torch_rss": manifests["torch"]["resources"]["peak_rss_mb"],
             "spilled_mb": manifests["torch"]["resources"]["float64_spilled_mb"],
+            "past_page_cache": [fw for fw, m in manifests.items()
+                                if m["resources"].get("page_cache_dropped")],
             "mindspore_rss": manifests["mindspore"]["resources"]["peak_rss_mb"],
             "compare_rss": report["extra"]["compare_peak_rss_mb"],
             "tree_rss": tree_rss,
@@ -288,7 +290,9 @@ def main() -> None:
                       f"capture {f['mindspore_rss']:.0f} MB, compare and its helper "
                       f"{f['compare_rss']:.0f} MB)")
                 _print_per_capture(f["peaks_after"], "{} {:.0f}", lead="peak MB after ")
-                print(f"    compare throughput  {f['gbps']:7.2f} GB/s (target >= 1)")
+                print(f"    compare throughput  {f['gbps']:7.2f} GB/s (target >= 1); shards "
+                      "put past a slow page cache and read from disk: "
+                      f"{', '.join(f['past_page_cache']) or 'none'}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

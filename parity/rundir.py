@@ -18,6 +18,7 @@ import math
 import mmap
 import os
 import shutil
+import time
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,6 +42,14 @@ SHARD_PATTERN = "tensors-*.safetensors"     # the names RunWriter._shard_name gi
 SHARD_BYTES = 64 * 2**20      # buffered before a shard is written: bounds capture memory
 SHARDS_IN_FLIGHT = 2          # written in the background at once
 ALIGNMENT = 64                # of each tensor kept in a shard buffer (a cache line)
+# A shard written into the page cache slower than this makes the writer put each shard from
+# then on to disk and drop it from the cache, so the next one reuses those pages. Where memory
+# touched for the first time is slow (this VM's balloon hands freed pages back to the host),
+# the page cache took 0.11-0.23 GB/s and the disk 2.3 GB/s (`dd`, 1 GiB, 2026-12-02); the hooked
+# steps at batch 8, 224² went from 13-23 s to 4-7 s. Where it is fast, shards stay cached for
+# the compare, which reads them at 4-5 GB/s instead of the disk's 1-2.
+SLOW_PAGE_CACHE_BYTES_PER_S = 1e9     # judged on shards of SHARD_BYTES / 4 or more
+CAN_DROP_CACHE = hasattr(os, "posix_fadvise")      # Linux
 # The JSON type of each manifest field parity reads (when present): a damaged manifest is
 # refused when opened, not met as a TypeError deep in the compare.
 MANIFEST_TYPES = {"framework": str, "versions": dict, "seed": int, "config": dict,
@@ -177,6 +186,7 @@ class RunWriter:
         # step keeps computing (the write releases the GIL).
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parity-writer")
         self._in_flight: Deque[Tuple[Future, Optional[np.ndarray]]] = deque()
+        self.drops_cache = False    # set by the writer thread: SLOW_PAGE_CACHE_BYTES_PER_S
 
     def __enter__(self) -> "RunWriter":
         return self
@@ -244,7 +254,8 @@ class RunWriter:
             return self._pending[record.key]
         self._drain()
         start, end = self._offsets[record.key]
-        array = mapped_array(self.partial / record.shard, start, end, record.dtype)
+        array = shard_array(self.partial / record.shard, start, end, record.dtype,
+                            self.drops_cache)
         return array.reshape(record.shape)
 
     def annotate(self, record: RecordInfo, **fields: Any) -> None:
@@ -266,8 +277,10 @@ class RunWriter:
     def finish(self, meta: Dict[str, Any]) -> Path:
         self.wait()
         self._io.shutdown()
+        resources = {**meta.get("resources", {}), "page_cache_dropped": self.drops_cache}
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
-                    "framework": self.framework, **meta, "shards": self._shards,
+                    "framework": self.framework, **meta, "resources": resources,
+                    "shards": self._shards,
                     "records": [r.to_dict() for r in _number_repeated_calls(self._records)]}
         with self._told():
             self._write_bytes(self.partial / MANIFEST, json.dumps(manifest, indent=1).encode())
@@ -283,7 +296,7 @@ class RunWriter:
             return
         name = self._shard_name(len(self._shards))
         chunks, offsets = _safetensors_chunks(self._pending)
-        write = self._io.submit(self._write_bytes, self.partial / name, *chunks, sync=False)
+        write = self._io.submit(self._write_shard, self.partial / name, *chunks)
         self._in_flight.append((write, self._buffer))
         self._buffer = None
         self._offsets.update(offsets)
@@ -310,20 +323,33 @@ class RunWriter:
         """A file-system error in the hidden partial directory, told as about ``--out``."""
         return told_as(self.out, self.partial)
 
-    @staticmethod
-    def _write_bytes(path: Path, *chunks, sync: bool = True) -> int:
-        """Write buffers to ``path`` without joining them first; returns the size.
-
-        Shards skip fsync (sync=False): a tensor torn by a crash fails its CRC when read,
-        while the manifest, which holds the CRCs, is synced before the rename.
-        """
-        size = 0
+    def _write_shard(self, path: Path, *chunks) -> int:
+        """A shard, in the writer thread. Not synced unless dropped from the page cache (see
+        SLOW_PAGE_CACHE_BYTES_PER_S): a tensor torn by a crash fails its CRC when read, while
+        the manifest, which holds the CRCs, is synced before the rename."""
+        started = time.perf_counter()
         with open(path, "wb") as handle:
-            for chunk in chunks:
-                size += handle.write(chunk)
-            handle.flush()
-            if sync:
-                os.fsync(handle.fileno())
+            size = self._write_chunks(handle, chunks)
+            if not self.drops_cache and size >= SHARD_BYTES // 4 and CAN_DROP_CACHE:
+                self.drops_cache = \
+                    size < SLOW_PAGE_CACHE_BYTES_PER_S * (time.perf_counter() - started)
+            if self.drops_cache:
+                os.fdatasync(handle.fileno())
+                os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        return size
+
+    @classmethod
+    def _write_bytes(cls, path: Path, *chunks) -> int:
+        """Write buffers to ``path`` without joining them first, synced; returns the size."""
+        with open(path, "wb") as handle:
+            size = cls._write_chunks(handle, chunks)
+            os.fsync(handle.fileno())
+        return size
+
+    @staticmethod
+    def _write_chunks(handle, chunks) -> int:
+        size = sum(handle.write(chunk) for chunk in chunks)
+        handle.flush()
         return size
 
 
@@ -402,6 +428,29 @@ class SafetensorsFile(Mapping):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def shard_array(file: Path, start: int, end: int, dtype: str, dropped: bool) -> np.ndarray:
+    """Bytes [start, end) of a shard as a read-only array: mapped, or, for a shard its capture
+    dropped from the page cache (SLOW_PAGE_CACHE_BYTES_PER_S), read and dropped again, so the
+    next read reuses the pages this one took."""
+    if not dropped:
+        return mapped_array(file, start, end, dtype)
+    array = np.empty((end - start) // np.dtype(dtype).itemsize, dtype=dtype)
+    view = memoryview(array).cast("B")
+    descriptor = os.open(file, os.O_RDONLY)
+    try:
+        done = 0
+        while done < len(view):
+            read = os.preadv(descriptor, [view[done:]], start + done)
+            if read == 0:
+                raise ValueError(f"the file ends {len(view) - done} bytes early")
+            done += read
+        os.posix_fadvise(descriptor, start, end - start, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(descriptor)
+    array.flags.writeable = False
+    return array
 
 
 def mapped_array(file: Path, start: int, end: int, dtype: str) -> np.ndarray:
@@ -531,6 +580,11 @@ class RunReader:
         return self.manifest.get("self_checks", {}).get("observer_effect", {})
 
     @property
+    def page_cache_dropped(self) -> bool:
+        """The capture put its shards past the page cache (SLOW_PAGE_CACHE_BYTES_PER_S)."""
+        return self.manifest.get("resources", {}).get("page_cache_dropped") is True
+
+    @property
     def step_is_random(self) -> bool:
         """Two hook-free steps from the same state differed: the step draws random numbers."""
         return self.observer_effect.get("deterministic") is False
@@ -569,7 +623,7 @@ class RunReader:
                                    f"and dtype need {count * np.dtype(record.dtype).itemsize}; "
                                    "capture again")
         try:
-            array = mapped_array(file, start, end, record.dtype)
+            array = shard_array(file, start, end, record.dtype, self.page_cache_dropped)
         except (OSError, ValueError) as error:
             raise ParityInputError(f"{file} is truncated or corrupted at {record.name} "
                                    f"({error}); capture again") from None

@@ -4,9 +4,11 @@ replaces an earlier run."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
+import pytest
 from safetensors.numpy import load_file
 
 from parity import rundir
@@ -46,13 +48,13 @@ def test_a_tensor_with_the_bytes_of_an_earlier_one_is_stored_once(tmp_path, monk
 def test_a_shard_buffer_is_reused_only_once_its_shard_is_written(tmp_path, monkeypatch):
     """Copies go into shard buffers that are reused: slow writes keep as many shards in
     flight as allowed, so a buffer reused too early would change bytes still being written."""
-    write = RunWriter._write_bytes
+    write = RunWriter._write_chunks
 
-    def slow_write(path, *chunks, sync=True):
+    def slow_write(handle, chunks):
         time.sleep(0.02)
-        return write(path, *chunks, sync=sync)
+        return write(handle, chunks)
 
-    monkeypatch.setattr(RunWriter, "_write_bytes", staticmethod(slow_write))
+    monkeypatch.setattr(RunWriter, "_write_chunks", staticmethod(slow_write))
     rng = np.random.default_rng(0)
     # 200 float32 are 800 bytes, more than a 512-byte shard buffer: copied on their own
     arrays = [(f"t{index}", rng.standard_normal(size, dtype=np.float32))
@@ -141,3 +143,33 @@ def test_a_capture_removes_the_partial_directories_killed_captures_left(
         (tmp_path / f".run.partial-{pid}" / "tensors-00000.safetensors").write_bytes(b"x")
     _write(tmp_path / "run", [("a", np.ones(3, np.float32))], monkeypatch)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f".run.partial-{running_pid}", "run"]
+
+
+@pytest.mark.parametrize("slow_below, shard_bytes, dropped", [
+    (float("inf"), 16384, True),                # every page-cache write is slow
+    (0.0, 16384, False),                        # none is
+    (float("inf"), rundir.SHARD_BYTES, False),  # one small last shard says nothing of speed
+])
+def test_shards_go_past_a_slow_page_cache_and_read_back_the_same(tmp_path, monkeypatch,
+                                                                 slow_below, shard_bytes,
+                                                                 dropped):
+    """Where the page cache is slow (this VM: 0.11-0.23 GB/s), each shard is put to disk and
+    dropped from it, and a reader reads the shards it finds so marked and drops them again."""
+    monkeypatch.setattr(rundir, "SLOW_PAGE_CACHE_BYTES_PER_S", slow_below)
+    advised = []
+    advise = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise", lambda descriptor, offset, length, advice: (
+        advised.append(advice), advise(descriptor, offset, length, advice)))
+    rng = np.random.default_rng(0)
+    arrays = [(f"layer{i}", rng.standard_normal(3000, dtype=np.float32)) for i in range(8)]
+    run, written = _write(tmp_path / "run", arrays, monkeypatch, shard_bytes=shard_bytes)
+    assert (run.page_cache_dropped, run.manifest["resources"]["page_cache_dropped"]) == \
+        (dropped, dropped)
+    drops_writing = advised.count(os.POSIX_FADV_DONTNEED)     # each shard, and each read back
+    assert drops_writing >= len(run.manifest["shards"]) if dropped else drops_writing == 0
+    read = [run.tensor(record) for record in run.records]
+    assert advised.count(os.POSIX_FADV_DONTNEED) - drops_writing == \
+        (len(arrays) if dropped else 0)
+    for (_, array), again, back in zip(arrays, written, read):
+        assert np.array_equal(again, array) and np.array_equal(back, array)
+        assert not back.flags.writeable
