@@ -13,6 +13,7 @@ Bottleneck's is its last ReLU's): 19 % of the bytes of a ResNet50 capture at bat
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import mmap
@@ -23,7 +24,8 @@ from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import (Any, ContextManager, Deque, Dict, FrozenSet, Iterator, List, Mapping,
+                    Optional, Tuple)
 
 import numpy as np
 # zlib's CRC-32, bit for bit, by ISA-L's carry-less multiply: 23 vs 4 GB/s measured here
@@ -49,6 +51,11 @@ ALIGNMENT = 64                # of each tensor kept in a shard buffer (a cache l
 # steps at batch 8, 224² went from 13-23 s to 4-7 s. Where it is fast, shards stay cached for
 # the compare, which reads them at 4-5 GB/s instead of the disk's 1-2.
 SLOW_PAGE_CACHE_BYTES_PER_S = 1e9     # judged on shards of SHARD_BYTES / 4 or more
+# Until a capture has written this much its shards stay cached whatever the speed: at batch 2,
+# 64² (0.5 GB a side) dropping them saved no time (`parity run` 15.0-15.8 s either way, two
+# runs each in turns) and the compare read them from disk at 0.94 GB/s against 3.4-3.7.
+CACHED_AT_LEAST = 2**30
+PAGE_CACHE_DROPPED = "page_cache_dropped"   # in a shard's manifest entry, and in resources
 CAN_DROP_CACHE = hasattr(os, "posix_fadvise")      # Linux
 # The JSON type of each manifest field parity reads (when present): a damaged manifest is
 # refused when opened, not met as a TypeError deep in the compare.
@@ -179,6 +186,7 @@ class RunWriter:
         self._buffer_used = 0
         self._spare_buffers: List[np.ndarray] = []
         self._shards: List[Dict[str, Any]] = []
+        self._shard_entries: Dict[str, Dict[str, Any]] = {}     # by file name
         self._records: List[RecordInfo] = []
         self._stored: Dict[Tuple[int, Tuple[int, ...], str], List[RecordInfo]] = {}
         self._offsets: Dict[str, Tuple[int, int]] = {}   # key -> bytes in its flushed shard
@@ -187,6 +195,8 @@ class RunWriter:
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parity-writer")
         self._in_flight: Deque[Tuple[Future, Optional[np.ndarray]]] = deque()
         self.drops_cache = False    # set by the writer thread: SLOW_PAGE_CACHE_BYTES_PER_S
+        self._slow_cache = False
+        self._cached_bytes = 0
 
     def __enter__(self) -> "RunWriter":
         return self
@@ -255,7 +265,7 @@ class RunWriter:
         self._drain()
         start, end = self._offsets[record.key]
         array = shard_array(self.partial / record.shard, start, end, record.dtype,
-                            self.drops_cache)
+                            self._shard_entries[record.shard].get(PAGE_CACHE_DROPPED, False))
         return array.reshape(record.shape)
 
     def annotate(self, record: RecordInfo, **fields: Any) -> None:
@@ -277,7 +287,7 @@ class RunWriter:
     def finish(self, meta: Dict[str, Any]) -> Path:
         self.wait()
         self._io.shutdown()
-        resources = {**meta.get("resources", {}), "page_cache_dropped": self.drops_cache}
+        resources = {**meta.get("resources", {}), PAGE_CACHE_DROPPED: self.drops_cache}
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
                     "framework": self.framework, **meta, "resources": resources,
                     "shards": self._shards,
@@ -296,11 +306,13 @@ class RunWriter:
             return
         name = self._shard_name(len(self._shards))
         chunks, offsets = _safetensors_chunks(self._pending)
-        write = self._io.submit(self._write_shard, self.partial / name, *chunks)
+        shard = {"file": name, "bytes": sum(memoryview(c).nbytes for c in chunks)}
+        write = self._io.submit(self._write_shard, self.partial / name, shard, *chunks)
         self._in_flight.append((write, self._buffer))
         self._buffer = None
         self._offsets.update(offsets)
-        self._shards.append({"file": name, "bytes": sum(memoryview(c).nbytes for c in chunks)})
+        self._shards.append(shard)
+        self._shard_entries[name] = shard
         self._pending, self._pending_bytes = {}, 0
         while len(self._in_flight) > SHARDS_IN_FLIGHT:      # bounds memory
             self._wait_oldest()
@@ -323,19 +335,23 @@ class RunWriter:
         """A file-system error in the hidden partial directory, told as about ``--out``."""
         return told_as(self.out, self.partial)
 
-    def _write_shard(self, path: Path, *chunks) -> int:
-        """A shard, in the writer thread. Not synced unless dropped from the page cache (see
-        SLOW_PAGE_CACHE_BYTES_PER_S): a tensor torn by a crash fails its CRC when read, while
-        the manifest, which holds the CRCs, is synced before the rename."""
+    def _write_shard(self, path: Path, shard: Dict[str, Any], *chunks) -> int:
+        """A shard, in the writer thread; ``shard`` (its manifest entry) says whether it was
+        dropped from the page cache (SLOW_PAGE_CACHE_BYTES_PER_S). Not synced otherwise: a
+        tensor torn by a crash fails its CRC when read, while the manifest, which holds the
+        CRCs, is synced before the rename."""
         started = time.perf_counter()
         with open(path, "wb") as handle:
             size = self._write_chunks(handle, chunks)
+            self._cached_bytes += size
             if not self.drops_cache and size >= SHARD_BYTES // 4 and CAN_DROP_CACHE:
-                self.drops_cache = \
+                self._slow_cache = self._slow_cache or \
                     size < SLOW_PAGE_CACHE_BYTES_PER_S * (time.perf_counter() - started)
+                self.drops_cache = self._slow_cache and self._cached_bytes > CACHED_AT_LEAST
             if self.drops_cache:
                 os.fdatasync(handle.fileno())
                 os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                shard[PAGE_CACHE_DROPPED] = True
         return size
 
     @classmethod
@@ -581,8 +597,13 @@ class RunReader:
 
     @property
     def page_cache_dropped(self) -> bool:
-        """The capture put its shards past the page cache (SLOW_PAGE_CACHE_BYTES_PER_S)."""
-        return self.manifest.get("resources", {}).get("page_cache_dropped") is True
+        """The capture put shards past the page cache (SLOW_PAGE_CACHE_BYTES_PER_S)."""
+        return bool(self._dropped_shards)
+
+    @functools.cached_property
+    def _dropped_shards(self) -> FrozenSet[str]:
+        return frozenset(s["file"] for s in self.manifest["shards"]
+                         if s.get(PAGE_CACHE_DROPPED) is True)
 
     @property
     def step_is_random(self) -> bool:
@@ -623,7 +644,8 @@ class RunReader:
                                    f"and dtype need {count * np.dtype(record.dtype).itemsize}; "
                                    "capture again")
         try:
-            array = shard_array(file, start, end, record.dtype, self.page_cache_dropped)
+            array = shard_array(file, start, end, record.dtype,
+                                record.shard in self._dropped_shards)
         except (OSError, ValueError) as error:
             raise ParityInputError(f"{file} is truncated or corrupted at {record.name} "
                                    f"({error}); capture again") from None

@@ -156,6 +156,7 @@ def test_shards_go_past_a_slow_page_cache_and_read_back_the_same(tmp_path, monke
     """Where the page cache is slow (this VM: 0.11-0.23 GB/s), each shard is put to disk and
     dropped from it, and a reader reads the shards it finds so marked and drops them again."""
     monkeypatch.setattr(rundir, "SLOW_PAGE_CACHE_BYTES_PER_S", slow_below)
+    monkeypatch.setattr(rundir, "CACHED_AT_LEAST", 0)
     advised = []
     advise = os.posix_fadvise
     monkeypatch.setattr(os, "posix_fadvise", lambda descriptor, offset, length, advice: (
@@ -173,3 +174,18 @@ def test_shards_go_past_a_slow_page_cache_and_read_back_the_same(tmp_path, monke
     for (_, array), again, back in zip(arrays, written, read):
         assert np.array_equal(again, array) and np.array_equal(back, array)
         assert not back.flags.writeable
+
+
+def test_a_small_capture_stays_in_the_page_cache_however_slow(tmp_path, monkeypatch):
+    """Dropping saved no time at batch 2, 64² and made the compare read from disk: the first
+    CACHED_AT_LEAST bytes stay cached, and only the shards after them are read past the cache."""
+    monkeypatch.setattr(rundir, "SLOW_PAGE_CACHE_BYTES_PER_S", float("inf"))
+    monkeypatch.setattr(rundir, "CACHED_AT_LEAST", 40000)
+    rng = np.random.default_rng(0)
+    arrays = [(f"layer{i}", rng.standard_normal(3000, dtype=np.float32)) for i in range(8)]
+    run, written = _write(tmp_path / "run", arrays, monkeypatch, shard_bytes=16384)
+    dropped = [shard.get("page_cache_dropped", False) for shard in run.manifest["shards"]]
+    assert dropped == [False] * 3 + [True] * (len(dropped) - 3) and len(dropped) > 3
+    assert run.page_cache_dropped
+    for record, (_, array) in zip(run.records, arrays):
+        assert np.array_equal(run.tensor(record), array)
