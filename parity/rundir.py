@@ -45,16 +45,17 @@ SHARD_BYTES = 64 * 2**20      # buffered before a shard is written: bounds captu
 SHARDS_IN_FLIGHT = 2          # written in the background at once
 ALIGNMENT = 64                # of each tensor kept in a shard buffer (a cache line)
 # A shard written into the page cache slower than this makes the writer put each shard from
-# then on to disk and drop it from the cache, so the next one reuses those pages. Where memory
-# touched for the first time is slow (this VM's balloon hands freed pages back to the host),
-# the page cache took 0.11-0.23 GB/s and the disk 2.3 GB/s (`dd`, 1 GiB, 2026-12-02); the hooked
-# steps at batch 8, 224² went from 13-23 s to 4-7 s. Where it is fast, shards stay cached for
-# the compare, which reads them at 4-5 GB/s instead of the disk's 1-2.
+# then on (past CACHED_AT_LEAST) to disk and drop it from the cache, so the next one reuses
+# those pages. Where memory touched for the first time is slow (this VM's balloon hands freed
+# pages back to the host) the page cache took 0.11-0.23 GB/s and the disk 2.3 GB/s (`dd`,
+# 1 GiB, 2026-12-02); dropping every shard, the hooked steps at batch 8, 224² went from 13-23 s
+# to 4-7 s. Where it is fast, shards stay cached for the compare, which reads them at 3-5 GB/s
+# instead of the disk's 1-2 (README, "Shards put past a slow page cache").
 SLOW_PAGE_CACHE_BYTES_PER_S = 1e9     # judged on shards of SHARD_BYTES / 4 or more
 # Until a capture has written this much its shards stay cached whatever the speed: at batch 2,
-# 64² (0.5 GB a side) dropping them saved no time (`parity run` 15.0-15.8 s either way, two
-# runs each in turns) and the compare read them from disk at 0.94 GB/s against 3.4-3.7.
-CACHED_AT_LEAST = 2**30
+# 64² (0.45 GB of shards a side) dropping them saved no time (`parity run` 15.0-15.8 s either
+# way, two runs each in turns) and the compare read them from disk at 0.94 GB/s, not 3.4-3.7.
+CACHED_AT_LEAST = 2**29
 PAGE_CACHE_DROPPED = "page_cache_dropped"   # in a shard's manifest entry, and in resources
 CAN_DROP_CACHE = hasattr(os, "posix_fadvise")      # Linux
 # The JSON type of each manifest field parity reads (when present): a damaged manifest is
