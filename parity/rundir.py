@@ -455,17 +455,16 @@ def shard_array(file: Path, start: int, end: int, dtype: str, dropped: bool) -> 
         return mapped_array(file, start, end, dtype)
     array = np.empty((end - start) // np.dtype(dtype).itemsize, dtype=dtype)
     view = memoryview(array).cast("B")
-    descriptor = os.open(file, os.O_RDONLY)
-    try:
+    with open(file, "rb", buffering=0) as handle:
+        handle.seek(start)
         done = 0
         while done < len(view):
-            read = os.preadv(descriptor, [view[done:]], start + done)
-            if read == 0:
+            read = handle.readinto(view[done:])
+            if not read:
                 raise ValueError(f"the file ends {len(view) - done} bytes early")
             done += read
-        os.posix_fadvise(descriptor, start, end - start, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(descriptor)
+        if CAN_DROP_CACHE:      # a run written on Linux, read elsewhere
+            os.posix_fadvise(handle.fileno(), start, end - start, os.POSIX_FADV_DONTNEED)
     array.flags.writeable = False
     return array
 

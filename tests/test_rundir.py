@@ -189,3 +189,18 @@ def test_a_small_capture_stays_in_the_page_cache_however_slow(tmp_path, monkeypa
     assert run.page_cache_dropped
     for record, (_, array) in zip(run.records, arrays):
         assert np.array_equal(run.tensor(record), array)
+
+
+def test_shards_dropped_on_linux_are_read_where_the_cache_cannot_be_dropped(tmp_path,
+                                                                          monkeypatch):
+    """A run written on Linux and reported elsewhere (compare needs neither framework)."""
+    monkeypatch.setattr(rundir, "SLOW_PAGE_CACHE_BYTES_PER_S", float("inf"))
+    monkeypatch.setattr(rundir, "CACHED_AT_LEAST", 0)
+    rng = np.random.default_rng(0)
+    arrays = [(f"layer{i}", rng.standard_normal(3000, dtype=np.float32)) for i in range(4)]
+    run, _ = _write(tmp_path / "run", arrays, monkeypatch, shard_bytes=16384)
+    assert run.page_cache_dropped
+    monkeypatch.setattr(rundir, "CAN_DROP_CACHE", False)
+    monkeypatch.delattr(os, "posix_fadvise")
+    for record, (_, array) in zip(RunReader.open(tmp_path / "run").records, arrays):
+        assert np.array_equal(run.tensor(record), array)
