@@ -115,6 +115,8 @@ def _load_safetensors(path: Path) -> StateDict:
     (``layer2`` before ``layer10``), which is definition order for most numbered models.
     """
     from safetensors import safe_open
+
+    from parity.rundir import safetensors_entries
     try:
         with safe_open(str(path), framework="numpy") as handle:
             names = list(handle.keys())
@@ -122,7 +124,9 @@ def _load_safetensors(path: Path) -> StateDict:
             if not isinstance(order, list) or sorted(order) != sorted(names):
                 order = sorted(names, key=_natural_key)
             tied = json.loads((handle.metadata() or {}).get(TIED_KEY, "{}"))
-            not_numpy = _not_numpy_tensors(path)
+            not_numpy = {name: entry for name, entry
+                         in safetensors_entries(path, path.stat().st_size).items()
+                         if entry[2].startswith(NOT_NUMPY_SAFETENSORS_DTYPES)}
             return StateDict({name: _bfloat16_widened(path, *not_numpy[name])
                               if name in not_numpy else handle.get_tensor(name)
                               for name in order},
@@ -133,25 +137,12 @@ def _load_safetensors(path: Path) -> StateDict:
         raise ParityInputError(f"{path} is not a readable safetensors file ({error})") from None
 
 
-# safetensors dtypes numpy reads; of the others, parity widens BF16 itself
-NUMPY_SAFETENSORS_DTYPES = {"BOOL", "U8", "I8", "U16", "I16", "F16", "U32", "I32", "F32", "U64",
-                            "I64", "F64"}
+# safetensors dtypes numpy lacks (by prefix): parity widens BF16 itself, and refuses the others
+NOT_NUMPY_SAFETENSORS_DTYPES = ("BF16", "F8_", "F6_", "F4")
 
 
-def _not_numpy_tensors(path: Path) -> Dict[str, Tuple[str, Tuple[int, ...], int, int]]:
-    """name -> (dtype, shape, start, end of its bytes in the file) of each tensor of a dtype
-    numpy lacks, from the header safe_open has checked (8 bytes of length, then JSON)."""
-    with open(path, "rb") as file:
-        length = int.from_bytes(file.read(8), "little")
-        header = json.loads(file.read(length))
-    return {name: (entry["dtype"], tuple(entry["shape"]), 8 + length + entry["data_offsets"][0],
-                   8 + length + entry["data_offsets"][1])
-            for name, entry in header.items()
-            if name != "__metadata__" and entry["dtype"] not in NUMPY_SAFETENSORS_DTYPES}
-
-
-def _bfloat16_widened(path: Path, dtype: str, shape: Tuple[int, ...], start: int,
-                      end: int) -> np.ndarray:
+def _bfloat16_widened(path: Path, start: int, end: int, dtype: str,
+                      shape: Tuple[int, ...]) -> np.ndarray:
     """A BF16 tensor as float32: bfloat16 is float32's upper 16 bits."""
     if dtype != "BF16":
         raise ParityInputError(f"{path} holds {dtype} tensors, which parity cannot read; save "
