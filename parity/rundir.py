@@ -197,7 +197,7 @@ class RunWriter:
         self._in_flight: Deque[Tuple[Future, Optional[np.ndarray]]] = deque()
         self.drops_cache = False    # set by the writer thread: SLOW_PAGE_CACHE_BYTES_PER_S
         self._slow_cache = False
-        self._cached_bytes = 0
+        self._written_bytes = 0
 
     def __enter__(self) -> "RunWriter":
         return self
@@ -344,11 +344,11 @@ class RunWriter:
         started = time.perf_counter()
         with open(path, "wb") as handle:
             size = self._write_chunks(handle, chunks)
-            self._cached_bytes += size
+            self._written_bytes += size
             if not self.drops_cache and size >= SHARD_BYTES // 4 and CAN_DROP_CACHE:
                 self._slow_cache = self._slow_cache or \
                     size < SLOW_PAGE_CACHE_BYTES_PER_S * (time.perf_counter() - started)
-                self.drops_cache = self._slow_cache and self._cached_bytes > CACHED_AT_LEAST
+                self.drops_cache = self._slow_cache and self._written_bytes > CACHED_AT_LEAST
             if self.drops_cache:
                 os.fdatasync(handle.fileno())
                 os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)

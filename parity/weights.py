@@ -27,6 +27,8 @@ IGNORED_TORCH_SUFFIXES = (".num_batches_tracked",)
 
 ORDER_KEY = "parity.order"      # safetensors metadata: the state dict's key order, as JSON
 TIED_KEY = "parity.tied"        # and its tied keys, as JSON: {key: the earlier key it is}
+# safetensors dtypes numpy lacks (by prefix): parity widens BF16 itself, and refuses the others
+NOT_NUMPY_SAFETENSORS_DTYPES = ("BF16", "F8_", "F6_", "F4")
 MAX_PROBLEMS_LISTED = 6         # named in a one-line error about weights; the rest are counted
 
 
@@ -120,10 +122,11 @@ def _load_safetensors(path: Path) -> StateDict:
     try:
         with safe_open(str(path), framework="numpy") as handle:
             names = list(handle.keys())
-            order = json.loads((handle.metadata() or {}).get(ORDER_KEY, "null"))
+            metadata = handle.metadata() or {}
+            order = json.loads(metadata.get(ORDER_KEY, "null"))
             if not isinstance(order, list) or sorted(order) != sorted(names):
                 order = sorted(names, key=_natural_key)
-            tied = json.loads((handle.metadata() or {}).get(TIED_KEY, "{}"))
+            tied = json.loads(metadata.get(TIED_KEY, "{}"))
             not_numpy = {name: entry for name, entry
                          in safetensors_entries(path, path.stat().st_size).items()
                          if entry[2].startswith(NOT_NUMPY_SAFETENSORS_DTYPES)}
@@ -136,9 +139,6 @@ def _load_safetensors(path: Path) -> StateDict:
     except Exception as error:  # safetensors raises its own error types, json ValueError
         raise ParityInputError(f"{path} is not a readable safetensors file ({error})") from None
 
-
-# safetensors dtypes numpy lacks (by prefix): parity widens BF16 itself, and refuses the others
-NOT_NUMPY_SAFETENSORS_DTYPES = ("BF16", "F8_", "F6_", "F4")
 
 
 def _bfloat16_widened(path: Path, start: int, end: int, dtype: str,

@@ -389,7 +389,6 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     state = model.state_dict()
     initial = StateDict({k: v.detach().cpu().numpy().copy() for k, v in state.items()},
                         tied_keys(state))
-    del state
 
     with RunWriter(out, "torch") as writer, numpy_on_one_thread():
         starts_from = _write_starting_point(writer, initial, batch)
