@@ -48,8 +48,8 @@ ALIGNMENT = 64                # of each tensor kept in a shard buffer (a cache l
 # then on (past CACHED_AT_LEAST) to disk and drop it from the cache, so the next one reuses
 # those pages. Where memory touched for the first time is slow (this VM's balloon hands freed
 # pages back to the host) the page cache took 0.11-0.23 GB/s and the disk 2.3 GB/s (`dd`,
-# 1 GiB, 2026-12-02); dropping every shard, the hooked steps at batch 8, 224² went from 13-23 s
-# to 4-7 s. Where it is fast, shards stay cached for the compare, which reads them at 3-5 GB/s
+# 1 GiB, 2026-12-02); dropping every shard, the hooked steps at batch 8, 224² went from 13-26 s
+# to 4-8 s. Where it is fast, shards stay cached for the compare, which reads them at 3-5 GB/s
 # instead of the disk's 1-2 (README, "Shards put past a slow page cache").
 SLOW_PAGE_CACHE_BYTES_PER_S = 1e9     # judged on shards of SHARD_BYTES / 4 or more
 # Until a capture has written this much its shards stay cached whatever the speed: at batch 2,
