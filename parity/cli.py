@@ -23,7 +23,8 @@ from parity import __version__  # noqa: E402
 from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
                            WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
 from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
-                           INTERRUPT_NAMES, Interrupted, ParityInputError,
+                           INTERRUPT_NAMES, TRACEBACK_HINT, Interrupted,
+                           ParityInputError, UserCodeFailed,
                            file_system_refusal, first_few, in_one_line,
                            interrupted_exit)
 from parity.processes import end_with_parent  # noqa: E402
@@ -546,13 +547,14 @@ def _main(argv: List[str], debug: bool) -> int:
             return _interrupted()
         if debug:       # the traceback, then the line and exit code as without --debug
             traceback.print_exc()
+        hint = "" if debug else TRACEBACK_HINT
         told = str(error) if isinstance(error, ParityInputError) else file_system_refusal(error)
         if told:
-            print(f"parity: error: {told}", file=sys.stderr)
+            print(f"parity: error: {told}{hint if isinstance(error, UserCodeFailed) else ''}",
+                  file=sys.stderr)
             return EXIT_INPUT
         # the user's model code, or a bug of ours: one line either way
-        print(f"parity: error: unexpected {in_one_line(error)}"
-              f"{'' if debug else ' (rerun with --debug for the traceback)'}", file=sys.stderr)
+        print(f"parity: error: unexpected {in_one_line(error)}{hint}", file=sys.stderr)
         return EXIT_INPUT
 
 

@@ -31,6 +31,15 @@ class ParityInputError(Exception):
     """Bad input or usage: the message names the problem and the fix; never a traceback."""
 
 
+class UserCodeFailed(ParityInputError):
+    """The user's own code (a factory, the model's forward) raised: the line names it, and the
+    command line adds how to see its traceback, which points into their code (not under
+    --debug, which prints it)."""
+
+
+TRACEBACK_HINT = " (rerun with --debug for the traceback)"
+
+
 # What to do about a file the system refused parity, whatever command met it.
 FILE_SYSTEM_ADVICE = {
     errno.EROFS: "write to another folder",

@@ -11,7 +11,7 @@ from importlib.machinery import EXTENSION_SUFFIXES, PathFinder
 from pathlib import Path
 from typing import Any, Callable, Iterable, List, Optional, Set, Tuple
 
-from parity.errors import ParityInputError, in_one_line, memory_ran_out
+from parity.errors import ParityInputError, UserCodeFailed, in_one_line, memory_ran_out
 
 
 def _split(spec: str) -> Tuple[str, str]:
@@ -226,9 +226,8 @@ def _made_by(spec: str, what: str, **arguments: Any) -> Any:
             raise ParityInputError(
                 f"{called} ran out of memory building the {what}: {in_one_line(error)}; the "
                 "model itself does not fit: check the sizes it is built with") from error
-        raise ParityInputError(
-            f"{called} failed building the {what}: {in_one_line(error)}; call it alone to "
-            "fix it (--debug shows the traceback)") from error
+        raise UserCodeFailed(f"{called} failed building the {what}: {in_one_line(error)}; "
+                             "call it alone to fix it") from error
 
 
 def _build(spec: str, num_classes: Optional[int], what: str) -> Any:

@@ -110,3 +110,4 @@ def test_a_run_with_debug_shows_its_captures_traceback(tmp_path):
     assert 'tests/ports.py", line' in process.stderr       # the factory's own frame
     assert process.stderr.splitlines()[-1].startswith(
         "parity: error: mindspore capture: tests.ports:broken_factory() failed building")
+    assert "rerun with --debug" not in process.stderr.splitlines()[-1]

@@ -19,7 +19,7 @@ from typing import Tuple
 import numpy as np
 import pytest
 
-from parity.errors import ParityInputError
+from parity.errors import ParityInputError, UserCodeFailed
 from tests.conftest import (REPO, TINY, TINY_PAIR, assert_one_line_error, parity_cli,
                             read_json, signals_at_their_defaults)
 
@@ -833,7 +833,8 @@ def test_failing_user_model_code_is_one_line(tmp_path):
                          "--out", tmp_path / "run")
     assert_one_line_error(process, "mindspore capture: tests.ports:broken_factory() failed "
                           "building the MindSpore model: TypeError", "'depth'",
-                          f"the torch capture is kept in {tmp_path / 'run' / 'torch'}")
+                          "call it alone to fix it (rerun with --debug for the traceback); the "
+                          f"torch capture is kept in {tmp_path / 'run' / 'torch'}")
     assert (tmp_path / "run" / "torch" / "manifest.json").exists()
 
 
@@ -849,7 +850,7 @@ ALLOCATION_FAILED = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAl
      "built with"),
     (ValueError("depth must be 18, 34 or 50"),
      "nets:make() failed building the torch model: ValueError: depth must be 18, 34 or 50; "
-     "call it alone to fix it (--debug shows the traceback)")])
+     "call it alone to fix it")])
 def test_a_factory_that_fails_is_named_as_the_failure(tmp_path, monkeypatch, error, said):
     """A model too large for memory (``--num-classes 99999999999``: a 200 TB classifier) or a bug
     in the factory was "unexpected RuntimeError", as if parity had failed."""
@@ -862,6 +863,8 @@ def test_a_factory_that_fails_is_named_as_the_failure(tmp_path, monkeypatch, err
         build_torch_model("nets:make")
     assert str(refused.value) == said
     assert refused.value.__cause__ is error          # --debug shows the factory's traceback
+    # the command line adds how to see that traceback to the user's code failing, not to memory
+    assert isinstance(refused.value, UserCodeFailed) == (type(error) is ValueError)
 
 
 def test_a_module_or_factory_calling_sys_exit_is_named_not_obeyed(tmp_path, monkeypatch):
@@ -927,13 +930,19 @@ def test_a_mindspore_model_whose_hooks_never_fire_is_refused(tmp_path, ms_model)
     assert not (tmp_path / "run" / "mindspore").exists()
 
 
-def test_a_model_that_takes_other_inputs_is_pointed_to_input(tmp_path):
+@pytest.mark.parametrize("options, fed", [
+    ((), "the first sample of parity's synthetic batch (1×3×64×64 float32 images, in eval mode"),
+    (("--num-classes", "5"), "parity's synthetic batch (2×3×64×64 float32 images")])
+def test_a_model_that_takes_other_inputs_is_pointed_to_input(tmp_path, options, fed):
     """A token-id model fed parity's synthetic image batch: the framework's error says what
-    failed, the line says what to do."""
+    failed, the line says what to do. Without --num-classes the model first meets one sample
+    alone (for its class count): the line said the whole batch's shape, the framework's
+    message quoted the sample's."""
     process = parity_cli("run", "--torch-model", "tests.tiny:torch_tokens", "--ms-model",
-                         "tests.tiny:ms_tokens", "--out", tmp_path / "run")
-    assert_one_line_error(process, "failed on parity's synthetic batch (2×3×64×64 float32",
-                          "'indices'", "needs them from --input FILE.npz")
+                         "tests.tiny:ms_tokens", "--out", tmp_path / "run", *options)
+    assert_one_line_error(process, f"failed on {fed}", "'indices'",
+                          "needs them from --input FILE.npz", "(rerun with --debug for the "
+                          "traceback)")
     assert not (tmp_path / "run").exists()
 
 

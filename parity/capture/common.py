@@ -12,7 +12,8 @@ from typing import Any, Dict, Iterator, Optional
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from parity.errors import SMALLER_BATCH, ParityInputError, in_one_line, memory_ran_out
+from parity.errors import (SMALLER_BATCH, ParityInputError, UserCodeFailed, in_one_line,
+                           memory_ran_out)
 from parity.resources import peak_resident_mb
 from parity.rundir import crc32
 
@@ -34,7 +35,7 @@ def failure_explained(framework: str, failed: str, advice: str,
         if ran_out:
             raise ParityInputError(f"the {framework} step {ran_out} {failed}: {what}; "
                                    f"{memory_advice}") from error
-        raise ParityInputError(f"the {framework} model failed {failed}: {what}. {advice}") \
+        raise UserCodeFailed(f"the {framework} model failed {failed}: {what}. {advice}") \
             from error
 
 

@@ -220,12 +220,16 @@ def _noise_recorder(writer: RunWriter) -> Callable[..., None]:
     return record
 
 
-def _synthetic_batch_errors(config: StepConfig) -> ContextManager[None]:
+def _synthetic_batch_errors(config: StepConfig, *, probe: bool = False) -> ContextManager[None]:
     """A model failing on the synthetic image batch most often takes other inputs or labels,
-    or needs a larger batch (BatchNorm in training wants more than one value per channel)."""
+    or needs a larger batch (BatchNorm in training wants more than one value per channel).
+    ``probe``: the failure met its first sample alone (_infer_num_classes), whose shape the
+    framework's message quotes."""
+    size = f"3×{config.image_size}×{config.image_size} float32 images"
     return failure_explained(
-        "torch", f"on parity's synthetic batch ({config.batch_size}×3×{config.image_size}×"
-        f"{config.image_size} float32 images, one label per sample)",
+        "torch", f"on the first sample of parity's synthetic batch (1×{size}, in eval mode, "
+        "for the class count its output gives)" if probe else
+        f"on parity's synthetic batch ({config.batch_size}×{size}, one label per sample)",
         "A model that takes other inputs or labels needs them from --input FILE.npz; one that "
         "needs a larger batch, a larger --batch-size or --image-size")
 
@@ -381,7 +385,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     if batch is None:
         if num_classes is None and synthetic:       # a file's labels need no count
             probe = batch_for(config, batch_file, 1)
-            with _synthetic_batch_errors(config):
+            with _synthetic_batch_errors(config, probe=True):
                 num_classes = _infer_num_classes(model, probe.inputs)
         batch = batch_for(config, batch_file, num_classes)
     batch_errors = _synthetic_batch_errors(config) if synthetic else \
