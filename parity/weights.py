@@ -214,11 +214,13 @@ def _the_state_dict(path: Path, loaded: Dict) -> Dict:
 
 def plan_transfer(state_dict: Mapping[str, np.ndarray],
                   mindspore_params: Sequence[Tuple[str, Tuple[int, ...], str]],
-                  overrides: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+                  overrides: Optional[Mapping[str, str]] = None,
+                  port_ties: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """MindSpore parameter name -> torch key, validated; raises listing every problem.
 
     ``mindspore_params`` is (name, shape, dtype) in the network's parameter order. A
     StateDict's tied keys are left out: the port's one parameter takes the first name's tensor.
+    ``port_ties`` (mindspore_ties) name the torch tensor left over by a tie torch lacks.
     """
     tied = getattr(state_dict, "tied", {})
     torch_params = [(k, tuple(v.shape)) for k, v in state_dict.items()
@@ -237,11 +239,17 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     transferred = set(alignment.mindspore_to_torch.values())
     for name in alignment.unmatched_torch:
         module, role = split_param(name)
-        no_bias = f": the MindSpore layer taking {module}.weight has no bias (nn.Conv2d and " \
+        shape = tuple(state_dict[name].shape)
+        why = f": the MindSpore layer taking {module}.weight has no bias (nn.Conv2d and " \
             "nn.Conv2dTranspose default to has_bias=False: pass has_bias=True)" \
             if role == "bias" and f"{module}.weight" in transferred else ""
-        problems.append(f"torch tensor {name} {tuple(state_dict[name].shape)} is used by no "
-                        f"MindSpore parameter (extra key){no_bias}")
+        alike = [f"{alias} to {key}" for alias, key in (port_ties or {}).items()
+                 if ms_shapes[key][0] == shape]
+        if alike and not why:
+            why = f": the port ties {', '.join(alike)} (one parameter), torch does not; " \
+                "untie the port's"
+        problems.append(f"torch tensor {name} {shape} is used by no MindSpore parameter "
+                        f"(extra key){why}")
     seen: Dict[str, str] = {}
     for ms_name, torch_name in alignment.mindspore_to_torch.items():
         if torch_name not in state_dict:
@@ -287,11 +295,25 @@ def mindspore_param_specs(net) -> List[Tuple[str, Tuple[int, ...], str]]:
     return specs
 
 
+def mindspore_ties(net) -> Dict[str, str]:
+    """Each further name a MindSpore network holds one of its parameters under (a port tying
+    its output layer to its embedding) -> the parameter's own name, which parameters_and_names
+    gives alone."""
+    named = {id(param): name for name, param in net.parameters_and_names()}
+    ties = {}
+    for cell_name, cell in net.cells_and_names():
+        for attribute, param in cell.parameters_and_names(expand=False):
+            alias = f"{cell_name}.{attribute}" if cell_name else attribute
+            if alias != named[id(param)]:
+                ties[alias] = named[id(param)]
+    return ties
+
+
 def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
                         overrides: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """Copy a torch state dict into a MindSpore network; returns the mapping it used."""
     import mindspore as ms
-    plan = plan_transfer(state_dict, mindspore_param_specs(net), overrides)
+    plan = plan_transfer(state_dict, mindspore_param_specs(net), overrides, mindspore_ties(net))
     params = dict(net.parameters_and_names())
     for ms_name, torch_name in plan.items():
         params[ms_name].set_data(ms.Tensor(np.ascontiguousarray(state_dict[torch_name])))

@@ -187,19 +187,24 @@ def test_tied_weights_are_one_parameter_on_both_sides(tmp_path):
     assert grads == {"embed.weight", "mix.weight", "mix.bias"}   # head.weight is embed.weight
 
 
-def test_a_port_that_does_not_tie_what_torch_ties_is_told_so(tmp_path):
+@pytest.mark.parametrize("torch_model, ms_model, told", [
+    ("torch_tied", "ms_untied", "MindSpore parameter head.weight (50, 8) receives no torch "
+     "tensor (missing key): torch ties head.weight to embed.weight (one parameter); tie the "
+     "port's as well"),
+    ("torch_untied", "ms_tied", "torch tensor head.weight (50, 8) is used by no MindSpore "
+     "parameter (extra key): the port ties head.weight to embed.embedding_table (one "
+     "parameter), torch does not; untie the port's")])
+def test_a_tie_only_one_side_makes_is_told_so(tmp_path, torch_model, ms_model, told):
     import numpy as np
 
     from tests.tiny import TOKENS, VOCABULARY
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "batch.npz", x=rng.integers(0, VOCABULARY, (4, TOKENS)),
              y=rng.integers(0, VOCABULARY, 4))
-    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tied", "--ms-model",
-                         "tests.tiny:ms_untied", "--input", tmp_path / "batch.npz",
+    process = parity_cli("run", "--torch-model", f"tests.tiny:{torch_model}", "--ms-model",
+                         f"tests.tiny:{ms_model}", "--input", tmp_path / "batch.npz",
                          "--out", tmp_path / "run")
-    assert_one_line_error(process, "MindSpore parameter head.weight (50, 8) receives no torch "
-                          "tensor (missing key): torch ties head.weight to embed.weight (one "
-                          "parameter); tie the port's as well")
+    assert_one_line_error(process, told)
 
 
 @pytest.mark.parametrize("ms_model, passed", [("ms_masked", True),
