@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from parity.bench import rerun_seconds
-from parity.capture.common import PhaseClock, weight_update
+from parity.capture.common import PhaseClock, several_outputs, weight_update
 from parity.capture.torch_capture import float64_noise
 
 
@@ -252,3 +252,13 @@ def test_the_platform_is_named_without_starting_a_process(monkeypatch):
 
     monkeypatch.setattr(subprocess, "check_output", started)
     assert framework_versions("torch")["platform"] == expected
+
+
+@pytest.mark.parametrize("outputs, said", [
+    ({"logits": 0}, "a dict ('logits')"),       # a Hugging Face model's output is a dict
+    ({"logits": 0, "aux": 1}, "a dict ('logits', 'aux')"),
+    ((0,), "a tuple of 1 output"), ([0, 1], "a list of 2 outputs"),
+    (np.zeros(2), "")])
+def test_a_model_s_several_outputs_are_named(outputs, said):
+    """A dict of outputs was "a dict of 1 outputs": its keys say what the loss must take."""
+    assert several_outputs(outputs) == said

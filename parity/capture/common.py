@@ -40,10 +40,14 @@ def failure_explained(framework: str, failed: str, advice: str,
 
 
 def several_outputs(outputs: Any) -> str:
-    """'a tuple of 2 outputs' (or list, dict) when a model returned more than one value, else
-    '': such a model has no one logits tensor for the default loss or the class count."""
-    if isinstance(outputs, (tuple, list, dict)):
-        return f"a {type(outputs).__name__} of {len(outputs)} outputs"
+    """'a tuple of 2 outputs' (or list; "a dict ('logits', 'aux')") when a model returned a
+    container, else '': such a model has no one logits tensor for the default loss or the
+    class count."""
+    if isinstance(outputs, dict):
+        return f"a dict ({', '.join(repr(key) for key in outputs)})"
+    if isinstance(outputs, (tuple, list)):
+        return f"a {type(outputs).__name__} of {len(outputs)} " \
+            f"output{'' if len(outputs) == 1 else 's'}"
     return ""
 
 
