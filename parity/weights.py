@@ -238,6 +238,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                         f"tensor (missing key){untied}")
     transferred = set(alignment.mindspore_to_torch.values())
     for name in alignment.unmatched_torch:
+        if _a_tie_the_file_lost(state_dict, name, alignment.mindspore_to_torch, port_ties):
+            continue
         module, role = split_param(name)
         shape = tuple(state_dict[name].shape)
         why = f": the MindSpore layer taking {module}.weight has no bias (nn.Conv2d and " \
@@ -273,6 +275,23 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                                f"{first_few(problems, MAX_PROBLEMS_LISTED, '; ')}. Fix the "
                                "weights or the port, or map names with --map FILE")
     return dict(alignment.mindspore_to_torch)
+
+
+def _a_tie_the_file_lost(state_dict: Mapping[str, np.ndarray], name: str,
+                         mindspore_to_torch: Mapping[str, str],
+                         port_ties: Optional[Mapping[str, str]]) -> bool:
+    """Whether the torch tensor ``name``, which no port parameter takes, holds the same bits as
+    one a tied port parameter takes: a tie torch made and the weights file did not keep (a
+    .safetensors holds a tied tensor as a copy under each name), so the port's one parameter
+    takes both."""
+    from parity.rundir import same_bytes
+    array = state_dict[name]
+    for key in set((port_ties or {}).values()):
+        taken = state_dict.get(mindspore_to_torch.get(key, ""))
+        if taken is not None and (taken.dtype, taken.shape) == (array.dtype, array.shape) \
+                and same_bytes(taken, array):
+            return True
+    return False
 
 
 def _not_the_same_model(alignment, mindspore_params: Sequence, torch_params: Sequence) -> str:

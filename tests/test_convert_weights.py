@@ -292,6 +292,28 @@ def test_convert_weights_gives_a_tied_port_its_one_parameter(tmp_path):
                           state["embed.weight"].numpy())
 
 
+@pytest.mark.parametrize("tied, converted", [(True, True), (False, False)])
+def test_a_safetensors_file_of_tied_copies_goes_into_a_tied_port(tmp_path, tied, converted):
+    """A .safetensors file keeps no tie: it holds torch's tied tensor as a copy under each
+    name. Copies holding the same bits go into the port's one parameter (they were refused as
+    an extra key); different tensors are torch's untied ones."""
+    from safetensors.torch import save_file
+
+    from tests.tiny import torch_tied, torch_untied
+    state = (torch_tied() if tied else torch_untied()).state_dict()
+    save_file({k: v.clone() for k, v in state.items()}, tmp_path / "copies.safetensors")
+    process = parity_cli("convert-weights", "--ms-model", "tests.tiny:ms_tied", "--torch-weights",
+                         tmp_path / "copies.safetensors", "--out", tmp_path / "tied.ckpt")
+    if converted:
+        assert process.returncode == 0, process.stderr
+        assert np.array_equal(ms.load_checkpoint(str(tmp_path / "tied.ckpt"))[
+            "embed.embedding_table"].asnumpy(), state["embed.weight"].numpy())
+    else:
+        assert_one_line_error(process, "torch tensor head.weight (50, 8) is used by no "
+                              "MindSpore parameter (extra key): the port ties head.weight to "
+                              "embed.embedding_table (one parameter), torch does not")
+
+
 def test_a_starting_point_without_ties_is_written_as_by_earlier_versions():
     """Its bytes make the fingerprint a saved baseline is checked against: a key added to
     every file would have refused every baseline saved before it."""
