@@ -220,7 +220,9 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
 
     ``mindspore_params`` is (name, shape, dtype) in the network's parameter order. A
     StateDict's tied keys are left out: the port's one parameter takes the first name's tensor.
-    ``port_ties`` (mindspore_ties) name the torch tensor left over by a tie torch lacks.
+    ``port_ties`` (mindspore_ties): a torch tensor left over by a port's tie is the copy a
+    weights file holds of a tie it did not keep, if the bits are the same; else it is named as
+    left over by a tie torch lacks.
     """
     tied = getattr(state_dict, "tied", {})
     torch_params = [(k, tuple(v.shape)) for k, v in state_dict.items()
