@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Tuple
 from parity.errors import EXIT_INTERRUPT, INTERRUPT_NAMES, interrupted_exit
 from parity.processes import as_child_of_this_process, end_with_parent, stop
 from parity.resources import peak_resident_mb, resident_bytes, shares_its_parents_memory
-from parity.rundir import remove_abandoned
+from parity.rundir import PAGE_CACHE_DROPPED, remove_abandoned
 
 SIZES: List[Tuple[int, int]] = [(2, 64), (8, 224)]
 # MindSpore's bare step as parity's capture runs it on CPU (pynative_synchronize): reported
@@ -202,7 +202,7 @@ def parity_run(batch: int, size: int, scratch: Path, *options: str) -> Dict[str,
             "torch_rss": manifests["torch"]["resources"]["peak_rss_mb"],
             "spilled_mb": manifests["torch"]["resources"]["float64_spilled_mb"],
             "past_page_cache": [fw for fw, m in manifests.items()
-                                if m["resources"].get("page_cache_dropped")],
+                                if m["resources"].get(PAGE_CACHE_DROPPED)],
             "mindspore_rss": manifests["mindspore"]["resources"]["peak_rss_mb"],
             "compare_rss": report["extra"]["compare_peak_rss_mb"],
             "tree_rss": tree_rss,

@@ -226,10 +226,11 @@ def _synthetic_batch_errors(config: StepConfig, *, probe: bool = False) -> Conte
     ``probe``: the failure met its first sample alone (_infer_num_classes), whose shape the
     framework's message quotes."""
     size = f"3×{config.image_size}×{config.image_size} float32 images"
+    fed = f"on the first sample of parity's synthetic batch (1×{size}, in eval mode, for the " \
+        "class count its output gives)" if probe else \
+        f"on parity's synthetic batch ({config.batch_size}×{size}, one label per sample)"
     return failure_explained(
-        "torch", f"on the first sample of parity's synthetic batch (1×{size}, in eval mode, "
-        "for the class count its output gives)" if probe else
-        f"on parity's synthetic batch ({config.batch_size}×{size}, one label per sample)",
+        "torch", fed,
         "A model that takes other inputs or labels needs them from --input FILE.npz; one that "
         "needs a larger batch, a larger --batch-size or --image-size")
 
