@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from parity.errors import ParityInputError
-from parity.io import write_text
+from parity.io import read_parity_json, write_text
 from parity.records import Comparison
 from parity.result import CheckResult
 
@@ -78,17 +78,11 @@ def save(result: CheckResult, out: Path) -> Path:
 def load(path: Path) -> Dict[str, Any]:
     """The baseline's fields, checked; ``errors`` as floats."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = read_parity_json(path, what="baseline", marker=FORMAT, version=FORMAT_VERSION,
+                                redo="save it again ('parity baseline save RUN --out FILE')")
     except FileNotFoundError:
         raise ParityInputError(f"baseline {path} does not exist; create it with "
                                "'parity baseline save RUN --out FILE'") from None
-    except (OSError, ValueError) as error:
-        raise ParityInputError(f"baseline {path} is not readable JSON ({error})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ParityInputError(f"{path} is not a parity baseline")
-    if data.get("format_version") != FORMAT_VERSION:
-        raise ParityInputError(f"{path} has baseline format {data.get('format_version')!r}; "
-                               f"this parity reads {FORMAT_VERSION}: save it again")
     try:
         errors = {str(k): float(v) for k, v in data["errors"].items()}
     except (KeyError, AttributeError, TypeError, ValueError) as error:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Dict, Iterator
 
-from parity.errors import ParityInputError, told_as
+from parity.errors import ParityInputError, file_system_refusal, told_as
 
 # Every report parity writes carries this marker near its start; a file without it is the
 # user's own and is never overwritten.
@@ -15,6 +16,33 @@ MARKER = "parity-report"
 
 
 CSV_HEADER = b"name,kind,shape,passed,"
+
+
+def read_parity_json(path: Path, *, what: str, marker: str, version: int,
+                     redo: str) -> Dict[str, Any]:
+    """The JSON object of a file parity writes (``what``: a run manifest, a baseline, a JSON
+    report), checked to carry ``"format": marker`` and ``"format_version": version``; else a
+    one-line error ending in ``redo``, what to do. A missing file raises FileNotFoundError:
+    what that means is the caller's to say."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise ParityInputError(file_system_refusal(error)
+                               or f"{path} cannot be read ({error.strerror})") from None
+    except ValueError as error:      # UnicodeDecodeError included
+        raise ParityInputError(f"{path} is not readable JSON ({error}): cut short or changed "
+                               f"since parity wrote it? {redo}") from None
+    if not isinstance(data, dict) or data.get("format") != marker:
+        raise ParityInputError(f"{path} is not a parity {what} (it has no \"format\": "
+                               f"\"{marker}\"): {redo}")
+    if data.get("format_version") != version:
+        raise ParityInputError(f"{path} was written in {what} format "
+                               f"{data.get('format_version')!r}; this parity reads format "
+                               f"{version}: {redo}")
+    return data
 
 
 def written_by_parity(path: Path) -> bool:

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pandas as pd
 
 from parity.errors import ParityInputError
-from parity.io import MARKER, write_text
+from parity.io import MARKER, read_parity_json, write_text
 from parity.records import KINDS, Comparison, Diagnosis, Divergence, Meta
 
 RECORD_COLUMNS = ("name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine",
@@ -223,21 +223,19 @@ class CheckResult:
 
     @classmethod
     def from_json(cls, path: Path) -> "CheckResult":
+        again = "report its run directory again ('parity report RUN_DIR --json PATH')"
         try:
-            data = json.loads(Path(path).read_text())
-            if data.get("format") != MARKER:
-                raise ValueError("not a parity JSON report")
-            if data.get("format_version") != JSON_FORMAT_VERSION:
-                raise ParityInputError(
-                    f"{path} was written in report format {data.get('format_version')!r}; this "
-                    f"parity reads format {JSON_FORMAT_VERSION}: report the run directory again "
-                    "('parity report RUN_DIR')")
-            return cls.from_dict(data)
+            data = read_parity_json(path, what="JSON report", marker=MARKER,
+                                    version=JSON_FORMAT_VERSION, redo=again)
         except FileNotFoundError:
             raise ParityInputError(f"{path} does not exist") from None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            raise ParityInputError(f"{path} is not a readable parity JSON report ({error})") \
-                from None
+        try:
+            return cls.from_dict(data)
+        except KeyError as error:
+            problem = f"it has no {error} field"
+        except (ValueError, TypeError, AttributeError) as error:
+            problem = str(error)
+        raise ParityInputError(f"{path} is not a readable parity JSON report ({problem}): {again}")
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "CheckResult":

@@ -33,7 +33,7 @@ from isal.isal_zlib import crc32
 
 from parity.config import StepConfig
 from parity.errors import ParityInputError, told_as
-from parity.io import through_links
+from parity.io import read_parity_json, through_links
 from parity.records import KINDS, RecordInfo
 
 FORMAT = "parity-run"
@@ -554,7 +554,9 @@ class RunReader:
                                    "'parity capture' or 'parity run'")
         manifest_path = path / MANIFEST
         try:
-            manifest = json.loads(manifest_path.read_text())
+            manifest = read_parity_json(manifest_path, what="run manifest", marker=FORMAT,
+                                        version=FORMAT_VERSION,
+                                        redo="capture again")
         except FileNotFoundError:
             if all((path / framework / MANIFEST).is_file() for framework in ("torch", "mindspore")):
                 raise ParityInputError(
@@ -562,14 +564,6 @@ class RunReader:
                     f"and {path / 'mindspore'} (or 'parity report {path}')") from None
             raise ParityInputError(f"{path} has no {MANIFEST}: not a finished parity capture "
                                    "(interrupted?); capture it again") from None
-        except (OSError, ValueError) as error:
-            raise ParityInputError(f"{manifest_path} is corrupt ({error}); capture again") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise ParityInputError(f"{manifest_path} is not a parity run manifest")
-        if manifest.get("format_version") != FORMAT_VERSION:
-            raise ParityInputError(
-                f"{path} was written in run format {manifest.get('format_version')!r}; this parity "
-                f"reads format {FORMAT_VERSION}: capture again with this version")
         try:
             _refuse_damaged(manifest)
             records = tuple(RecordInfo.from_dict(r) for r in manifest["records"])

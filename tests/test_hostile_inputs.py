@@ -77,7 +77,8 @@ def test_corrupted_shard_bytes(tiny_run, tmp_path):
 def test_garbage_manifest(tiny_run, tmp_path):
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
     (ms_run / "manifest.json").write_text('{"format": "parity-run", "records": [')
-    assert_one_line_error(parity_cli("compare", tiny_run / "torch", ms_run), "corrupt")
+    assert_one_line_error(parity_cli("compare", tiny_run / "torch", ms_run),
+                          "manifest.json is not readable JSON", "capture again")
 
 
 def test_missing_manifest_means_incomplete(tiny_run, tmp_path):
@@ -442,8 +443,9 @@ def test_a_damaged_json_report_is_named_not_rendered(tiny_run, tmp_path):
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda r: r.update(format_version=2), "written in report format 2; this parity reads "
-                                           "format 1"),
+    (lambda r: r.update(format_version=2), "written in JSON report format 2; this parity "
+                                           "reads format 1"),
+    (lambda r: r.pop("records"), "it has no 'records' field"),
     (lambda r: r["records"][0].update(passed=1), "passed is 1, not bool"),
     (lambda r: r["records"][0].update(shape="x"), "shape is 'x', not Tuple[int, ...]"),
     (lambda r: r["records"][0].update(kind="odd"), "has kind 'odd'"),
@@ -463,6 +465,60 @@ def test_a_damaged_json_report_is_refused_when_read(tiny_run, tmp_path, damage, 
     from parity.result import CheckResult
     with pytest.raises(ParityInputError, match=re.escape(message)):
         CheckResult.from_json(_damaged_report(tiny_run, tmp_path, damage))
+
+
+def _written_by_parity(kind: str, tiny_run: Path, tmp_path: Path) -> Path:
+    """A copy of the JSON file of ``kind`` that parity wrote for the tiny run."""
+    from parity import baseline
+    from parity.result import CheckResult
+    if kind == "run manifest":
+        return _copy(tiny_run / "mindspore", tmp_path) / "manifest.json"
+    report = Path(shutil.copy(tiny_run.parent / "report.json", tmp_path))
+    if kind == "JSON report":
+        return report
+    return baseline.save(CheckResult.from_json(report), tmp_path / "golden.json")
+
+
+def _read_back(kind: str, path: Path) -> None:
+    from parity import baseline
+    from parity.result import CheckResult
+    from parity.rundir import RunReader
+    {"run manifest": lambda: RunReader.open(path.parent), "baseline": lambda: baseline.load(path),
+     "JSON report": lambda: CheckResult.from_json(path)}[kind]()
+
+
+@pytest.mark.parametrize("kind, redo", [
+    ("run manifest", "capture again"),
+    ("baseline", "save it again ('parity baseline save RUN --out FILE')"),
+    ("JSON report", "report its run directory again ('parity report RUN_DIR --json PATH')"),
+], ids=["manifest", "baseline", "report"])
+@pytest.mark.parametrize("damage, problem", [
+    (lambda text: text[:len(text) // 2], "is not readable JSON ("),
+    (lambda text: "[1, 2]", 'is not a parity {kind} (it has no "format": '),
+    (lambda text: json.dumps({**json.loads(text), "format": "other"}),
+     'is not a parity {kind} (it has no "format": '),
+    (lambda text: json.dumps({**json.loads(text), "format_version": 99}),
+     "was written in {kind} format 99; this parity reads format "),
+], ids=["cut-short", "a-list", "another-format", "another-version"])
+def test_a_damaged_json_file_parity_wrote_is_named_with_what_to_do(tiny_run, tmp_path, kind,
+                                                                   redo, damage, problem):
+    path = _written_by_parity(kind, tiny_run, tmp_path)
+    _read_back(kind, path)                                  # undamaged, it reads
+    path.write_text(damage(path.read_text()))
+    with pytest.raises(ParityInputError) as refused:
+        _read_back(kind, path)
+    message = str(refused.value)
+    assert message.startswith(f"{path} {problem.format(kind=kind)}"), message
+    assert message.endswith(redo), message
+
+
+def test_a_truncated_json_report_is_one_line_saying_what_to_do(tiny_run, tmp_path):
+    report = _written_by_parity("JSON report", tiny_run, tmp_path)
+    report.write_bytes(report.read_bytes()[:1000])
+    process = parity_cli("report", report, "--html", tmp_path / "report.html")
+    assert_one_line_error(process, f"{report} is not readable JSON", "cut short or changed",
+                          "'parity report RUN_DIR --json PATH'")
+    assert not (tmp_path / "report.html").exists()
 
 
 def test_a_reference_given_to_the_torch_capture_is_refused(tmp_path):
