@@ -1,4 +1,5 @@
-"""Writing user-visible files atomically, without ever clobbering a file parity did not write."""
+"""Parity's own files: read back checked, and written atomically without ever clobbering a file
+parity did not write."""
 
 from __future__ import annotations
 
