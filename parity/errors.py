@@ -118,6 +118,12 @@ def in_one_line(error: BaseException) -> str:
     return f"{type(error).__name__}{': ' if first_line else ''}{first_line}"
 
 
+def damage(error: Exception) -> str:
+    """What is wrong with a damaged file parity wrote, from the error reading it raised: a
+    missing key's KeyError says only "'kind'"."""
+    return f"no {error} field" if isinstance(error, KeyError) else str(error)
+
+
 class Interrupted(KeyboardInterrupt):
     """An interrupt (Ctrl-C, SIGTERM, SIGHUP) that left finished work behind on purpose:
     ``kept`` says what, and how to use it."""

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
-from parity.errors import ParityInputError
+from parity.errors import ParityInputError, damage
 from parity.io import MARKER, read_parity_json, write_text
 from parity.records import KINDS, Comparison, Diagnosis, Divergence, Meta
 
@@ -231,11 +231,9 @@ class CheckResult:
             raise ParityInputError(f"{path} does not exist") from None
         try:
             return cls.from_dict(data)
-        except KeyError as error:
-            problem = f"it has no {error} field"
-        except (ValueError, TypeError, AttributeError) as error:
-            problem = str(error)
-        raise ParityInputError(f"{path} is not a readable parity JSON report ({problem}): {again}")
+        except (KeyError, ValueError, TypeError, AttributeError) as error:
+            raise ParityInputError(f"{path} is not a readable parity JSON report "
+                                   f"({damage(error)}): {again}") from None
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "CheckResult":

@@ -32,7 +32,7 @@ import numpy as np
 from isal.isal_zlib import crc32
 
 from parity.config import StepConfig
-from parity.errors import ParityInputError, told_as
+from parity.errors import ParityInputError, damage, told_as
 from parity.io import read_parity_json, through_links
 from parity.records import KINDS, RecordInfo
 
@@ -426,8 +426,8 @@ class SafetensorsFile(Mapping):
         try:
             self._entries = safetensors_entries(self.path, self.path.stat().st_size)
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise ParityInputError(f"{self.path} is not a readable safetensors file ({error}); "
-                                   "capture again") from None
+            raise ParityInputError(f"{self.path} is not a readable safetensors file "
+                                   f"({damage(error)}); capture again") from None
 
     def __getitem__(self, key: str) -> np.ndarray:
         start, end, dtype, shape = self._entries[key]
@@ -573,8 +573,8 @@ class RunReader:
                 raise ValueError(f"{stranger.name} has dtype {stranger.dtype!r}, which parity "
                                  "does not store")
         except (KeyError, TypeError, ValueError) as error:
-            raise ParityInputError(f"{manifest_path} is corrupt ({error}); capture again") \
-                from None
+            raise ParityInputError(f"{manifest_path} is corrupt ({damage(error)}); "
+                                   "capture again") from None
         reader = cls(path=path, manifest=manifest, records=records)
         for shard in shards.values():
             reader._check_shard_size(shard)
@@ -663,6 +663,6 @@ class RunReader:
         try:
             return safetensors_entries(file, shard["bytes"])
         except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
-            raise ParityInputError(f"{file} is not a readable safetensors file ({error}); "
-                                   "capture again") from None
+            raise ParityInputError(f"{file} is not a readable safetensors file "
+                                   f"({damage(error)}); capture again") from None
 

@@ -81,6 +81,13 @@ def test_garbage_manifest(tiny_run, tmp_path):
                           "manifest.json is not readable JSON", "capture again")
 
 
+def test_a_manifest_record_missing_a_field_names_it(tiny_run, tmp_path):
+    ms_run = _copy(tiny_run / "mindspore", tmp_path)
+    _damaged(ms_run / "manifest.json", lambda manifest: manifest["records"][0].pop("kind"))
+    process = parity_cli("compare", tiny_run / "torch", ms_run)
+    assert_one_line_error(process, "manifest.json is corrupt (no 'kind' field); capture again")
+
+
 def test_missing_manifest_means_incomplete(tiny_run, tmp_path):
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
     (ms_run / "manifest.json").unlink()
@@ -445,7 +452,7 @@ def test_a_damaged_json_report_is_named_not_rendered(tiny_run, tmp_path):
 @pytest.mark.parametrize("damage, message", [
     (lambda r: r.update(format_version=2), "written in JSON report format 2; this parity "
                                            "reads format 1"),
-    (lambda r: r.pop("records"), "it has no 'records' field"),
+    (lambda r: r.pop("records"), "(no 'records' field)"),
     (lambda r: r["records"][0].update(passed=1), "passed is 1, not bool"),
     (lambda r: r["records"][0].update(shape="x"), "shape is 'x', not Tuple[int, ...]"),
     (lambda r: r["records"][0].update(kind="odd"), "has kind 'odd'"),
