@@ -110,6 +110,8 @@ def test_tolerance_overrides_resolve_last_match_and_report_unused(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("[forwrd]\nrtol = 1\n", "unknown section 'forwrd'"),
+    ("forward = 3\n", r"forward = 3 is not a table; write \[forward\] then a line per "
+                      "setting: allow_nan, atol, "),
     ("[forward]\nrtol = -1\n", "must be a number >= 0"),
     ("[forward]\natol = nan\n", "atol must be a number >= 0"),
     ("[[override]]\nrtol = 1\n", "needs pattern"),

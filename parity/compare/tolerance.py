@@ -109,6 +109,10 @@ class TolerancePolicy:
             elif key in KINDS and isinstance(value, dict):
                 defaults[key] = dataclasses.replace(defaults[key],
                                                     **_values(value, f"[{key}]", source))
+            elif key in KINDS:
+                raise ParityInputError(f"{source}: {key} = {value!r} is not a table; write "
+                                       f"[{key}] then a line per setting: "
+                                       f"{', '.join(sorted(TOLERANCE_KEYS))}")
             else:
                 raise ParityInputError(f"{source}: unknown section {key!r}; use one of "
                                        f"{', '.join(KINDS)} or [[override]]")
