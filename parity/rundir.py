@@ -555,8 +555,7 @@ class RunReader:
         manifest_path = path / MANIFEST
         try:
             manifest = read_parity_json(manifest_path, what="run manifest", marker=FORMAT,
-                                        version=FORMAT_VERSION,
-                                        redo="capture again")
+                                        version=FORMAT_VERSION, redo="capture again")
         except FileNotFoundError:
             if all((path / framework / MANIFEST).is_file() for framework in ("torch", "mindspore")):
                 raise ParityInputError(
