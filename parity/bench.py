@@ -40,6 +40,7 @@ SIZES: List[Tuple[int, int]] = [(2, 64), (8, 224)]
 # beside the default one, which the ratio uses, so the ratio's denominator is not the slower
 # of the two without saying so
 SYNCHRONOUS_MINDSPORE = "mindspore-synchronous"
+BARE_FRAMEWORKS = ("torch", "mindspore", SYNCHRONOUS_MINDSPORE)
 ENV = {**os.environ, "GLOG_v": "3", **as_child_of_this_process()}    # each ends with us
 SCRATCH_PREFIX = "parity-bench-"     # + the benchmark's process id, in the temp directory
 
@@ -169,7 +170,7 @@ def _terminate(signum: int, frame: Any) -> None:
 
 def bare_steps(batch: int, size: int) -> Dict[str, float]:
     figures: Dict[str, float] = {}
-    for framework in ("torch", "mindspore", SYNCHRONOUS_MINDSPORE):
+    for framework in BARE_FRAMEWORKS:
         wall, out, _ = _timed([sys.executable, "-m", "parity.bench", "--bare", framework,
                                str(batch), str(size)])
         inner = json.loads(out.strip().splitlines()[-1])
@@ -238,13 +239,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m parity.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bare", nargs=3, metavar=("FRAMEWORK", "BATCH", "SIZE"),
-                        help=argparse.SUPPRESS)
+                        help="only time one bare step in this process and print its figures "
+                             f"as JSON; FRAMEWORK: {', '.join(BARE_FRAMEWORKS)} (e.g. "
+                             "--bare mindspore 8 224, under the MindSpore you train with)")
     parser.add_argument("--sizes", default=_sizes("2x64,8x224"), type=_sizes,
                         help="comma-separated BATCHxSIZE list (default 2x64,8x224)")
     args = parser.parse_args()
     if args.bare:
-        end_with_parent()
         framework, batch, size = args.bare
+        if framework not in BARE_FRAMEWORKS or \
+                not all(v.isdigit() and int(v) > 0 for v in (batch, size)):
+            parser.error(f"--bare {framework} {batch} {size}: expected one of "
+                         f"{', '.join(BARE_FRAMEWORKS)}, then a batch and an image size, "
+                         "positive integers")
+        end_with_parent()
         print(json.dumps(bare_step(framework, int(batch), int(size))))
         return
     for number in INTERRUPT_NAMES:      # not SIGINT, Python's KeyboardInterrupt already

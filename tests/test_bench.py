@@ -58,6 +58,17 @@ def test_sizes_are_pairs_of_positive_integers():
             _sizes(bad)
 
 
+@pytest.mark.parametrize("bare", [["tensorflow", "2", "64"], ["torch", "0", "64"],
+                                  ["mindspore", "2", "6x4"]])
+def test_a_bare_step_of_an_unknown_framework_or_size_is_refused(bare):
+    process = subprocess.run([sys.executable, "-m", "parity.bench", "--bare", *bare],
+                             capture_output=True, text=True, timeout=120)
+    assert process.returncode == 2, process.stdout + process.stderr
+    assert f"error: --bare {' '.join(bare)}: expected one of torch, mindspore, " \
+           "mindspore-synchronous, then a batch and an image size" in process.stderr
+    assert process.stdout == ""
+
+
 def test_a_benchmark_removes_the_scratch_of_benchmarks_that_no_longer_run(
         tmp_path, monkeypatch, ended_pid, running_pid):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
