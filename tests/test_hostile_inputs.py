@@ -519,6 +519,20 @@ def test_a_damaged_json_file_parity_wrote_is_named_with_what_to_do(tiny_run, tmp
     assert message.endswith(redo), message
 
 
+def test_a_json_file_the_system_refuses_to_read_is_told_so(tmp_path, monkeypatch):
+    from parity.io import read_parity_json
+    path = tmp_path / "golden.json"
+    path.write_text("{}")
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+    monkeypatch.setattr(Path, "read_text", refuse)
+    with pytest.raises(ParityInputError, match=re.escape(
+            f"{path}: Permission denied; check its permissions, or use another path")):
+        read_parity_json(path, what="baseline", marker="parity-report/baseline", version=1,
+                         redo="save it again")
+
+
 def test_a_truncated_json_report_is_one_line_saying_what_to_do(tiny_run, tmp_path):
     report = _written_by_parity("JSON report", tiny_run, tmp_path)
     report.write_bytes(report.read_bytes()[:1000])
