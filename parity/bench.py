@@ -225,11 +225,14 @@ def _print_per_capture(by_framework: Dict[str, Dict[str, float]], each: str,
             each.format(phase, value) for phase, value in by_phase.items()))
 
 
+def _positive_integers(*texts: str) -> bool:
+    return all(text.isdigit() and int(text) > 0 for text in texts)
+
+
 def _sizes(text: str) -> List[Tuple[int, int]]:
     """``--sizes``: "2x64,8x224" -> [(2, 64), (8, 224)]."""
     pairs = [item.strip().split("x") for item in text.split(",")]
-    if not all(len(pair) == 2 and all(v.isdigit() and int(v) > 0 for v in pair)
-               for pair in pairs):
+    if not all(len(pair) == 2 and _positive_integers(*pair) for pair in pairs):
         raise argparse.ArgumentTypeError(f"{text!r}: expected BATCHxSIZE pairs of positive "
                                          "integers, comma-separated (e.g. 2x64,8x224)")
     return [(int(batch), int(size)) for batch, size in pairs]
@@ -247,8 +250,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.bare:
         framework, batch, size = args.bare
-        if framework not in BARE_FRAMEWORKS or \
-                not all(v.isdigit() and int(v) > 0 for v in (batch, size)):
+        if framework not in BARE_FRAMEWORKS or not _positive_integers(batch, size):
             parser.error(f"--bare {framework} {batch} {size}: expected one of "
                          f"{', '.join(BARE_FRAMEWORKS)}, then a batch and an image size, "
                          "positive integers")
