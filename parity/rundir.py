@@ -487,11 +487,12 @@ def mapped_array(file: Path, start: int, end: int, dtype: str) -> np.ndarray:
 
 
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    """Bit-identical (unlike ==, which calls -0.0 and 0.0 equal and NaN unequal). Compared as
-    the widest unsigned integers the size allows: 2.6x faster than byte by byte."""
-    a, b = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
-    if a.size != b.size:
+    """The same dtype, shape and bits (unlike ==, which calls -0.0 and 0.0 equal and NaN
+    unequal). Compared as the widest unsigned integers the size allows: 2.6x faster than byte
+    by byte."""
+    if (a.dtype, a.shape) != (b.dtype, b.shape):
         return False
+    a, b = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
     width = next(w for w in (8, 4, 2, 1) if a.size % w == 0)
     return np.array_equal(a.view(f"u{width}"), b.view(f"u{width}"))
 

@@ -290,8 +290,7 @@ def _a_tie_the_file_lost(state_dict: Mapping[str, np.ndarray], name: str,
     array = state_dict[name]
     for key in set((port_ties or {}).values()):
         taken = state_dict.get(mindspore_to_torch.get(key, ""))
-        if taken is not None and (taken.dtype, taken.shape) == (array.dtype, array.shape) \
-                and same_bytes(taken, array):
+        if taken is not None and same_bytes(taken, array):
             return True
     return False
 

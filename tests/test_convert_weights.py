@@ -280,6 +280,22 @@ def test_a_tied_tensor_saved_once_loads_into_the_tied_model_and_untied_weights_d
         _load_weights(torch_tied(), tmp_path / "untied.pth")
 
 
+def test_tied_copies_holding_nan_load_into_the_tied_model(tmp_path):
+    """A diverged checkpoint is when parity is needed most: its tied tensor's copies hold the
+    same NaN, which == calls different, so they were refused as weights of an untied model."""
+    from safetensors.torch import save_file
+
+    from parity.capture.torch_capture import _load_weights
+    from tests.tiny import torch_tied
+    state = {k: v.clone() for k, v in torch_tied().state_dict().items()}
+    for name in ("embed.weight", "head.weight"):
+        state[name][0, 0] = float("nan")
+    save_file(state, tmp_path / "copies.safetensors")
+    model = torch_tied()
+    _load_weights(model, tmp_path / "copies.safetensors")
+    assert torch.isnan(model.head.weight[0, 0]) and model.head.weight is model.embed.weight
+
+
 def test_convert_weights_gives_a_tied_port_its_one_parameter(tmp_path):
     from tests.tiny import torch_tied
     state = torch_tied().state_dict()

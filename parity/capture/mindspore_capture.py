@@ -251,8 +251,7 @@ class _InitialState(Mapping):
         for name, param in net.parameters_and_names():
             value, key = param.asnumpy(), param_map.get(name)
             stored = file[key] if key in file else None
-            if stored is not None and stored.shape == value.shape and \
-                    stored.dtype == value.dtype and same_bytes(stored, value):
+            if stored is not None and same_bytes(stored, value):
                 self._in_file[name] = key
             else:
                 self._copies[name] = value.copy()

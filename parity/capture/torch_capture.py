@@ -26,7 +26,7 @@ from parity.errors import SMALLER_BATCH, ParityInputError, first_few
 from parity.models_loader import build_loss
 from parity.resources import peak_resident_bytes
 from parity.records import RecordInfo
-from parity.rundir import INITIAL_WEIGHTS, RunWriter, SafetensorsFile
+from parity.rundir import INITIAL_WEIGHTS, RunWriter, SafetensorsFile, same_bytes
 from parity.weights import (MAX_PROBLEMS_LISTED, StateDict, is_ignored, load_state_dict,
                             save_state_dict_bytes, tied_keys)
 
@@ -37,16 +37,17 @@ SPILL_FILE = "float64-saved-tensors.scratch"    # in the partial run directory, 
 
 def _load_weights(model, path: Path) -> None:
     import torch
-    state_dict = {k: torch.from_numpy(v) for k, v in load_state_dict(path).items()}
+    arrays = load_state_dict(path)
     expected = model.state_dict()
     for alias, key in tied_keys(expected).items():     # a file may hold a tied tensor once
-        if alias not in state_dict and key in state_dict:
-            state_dict[alias] = state_dict[key]
-        elif key not in state_dict and alias in state_dict:
-            state_dict[key] = state_dict[alias]
-        elif alias in state_dict and not torch.equal(state_dict[alias], state_dict[key]):
+        if alias not in arrays and key in arrays:
+            arrays[alias] = arrays[key]
+        elif key not in arrays and alias in arrays:
+            arrays[key] = arrays[alias]
+        elif alias in arrays and not same_bytes(arrays[alias], arrays[key]):   # NaN == NaN
             raise ParityInputError(f"{path}: {alias} and {key} differ, but the torch model ties "
                                    "them (one parameter): are these weights of an untied model?")
+    state_dict = {k: torch.from_numpy(v) for k, v in arrays.items()}
     missing = [k for k in expected if k not in state_dict]
     extra = [k for k in state_dict if k not in expected]
     shapes = [f"{k}: file {tuple(v.shape)} vs model {tuple(expected[k].shape)}"
