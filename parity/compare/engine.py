@@ -11,7 +11,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -529,6 +529,24 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
                     and p.torch.kind == first.kind)
         diagnosis = diagnose(first, pair.torch, pair.mindspore, comparisons, torch_run, ms_run,
                              unmatched)
+    notes = _notes(torch_run, ms_run, self_checks, sites, comparisons, policy,
+                   forward_overrides or {})
+    return CheckResult(comparisons=tuple(comparisons), first_divergence=divergence,
+                       diagnosis=diagnosis, unmatched=unmatched, details=details,
+                       meta=_meta(torch_run, ms_run, policy, command, notes),
+                       extra={"observer_effect": self_checks,
+                              "compare_seconds": time.perf_counter() - started,
+                              # in `parity run` this process is the compare's alone (the
+                              # captures ran in their own)
+                              "compare_peak_rss_mb": peak_resident_mb() + helper_rss,
+                              "compare_bytes": compared_bytes})
+
+
+def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, Any],
+           sites: List[kinks.FlipSite], comparisons: List[Comparison],
+           policy: TolerancePolicy, forward_overrides: Mapping[str, str]) -> List[str]:
+    """What the reader should know beside the verdicts: the self-checks, settings the captures
+    ran apart, allowances made, and options that matched nothing."""
     notes = [_observer_note(check, framework) for framework, check in self_checks.items()]
     differing = step_settings_differ(torch_run, ms_run)
     if differing:
@@ -546,11 +564,17 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     unused = policy.unused_overrides()
     if unused:
         notes.append(f"tolerance overrides that matched no record: {', '.join(unused)}")
-    unused = _map_entries_naming_no_record(forward_overrides or {}, torch_run, ms_run)
+    unused = _map_entries_naming_no_record(forward_overrides, torch_run, ms_run)
     if unused:
         notes.append(f"--map entries naming a record neither run has (\"mindspore.name\" "
                      f"= \"torch.name\"): {first_few(unused)}")
-    meta = Meta(
+    return notes
+
+
+def _meta(torch_run: RunReader, ms_run: RunReader, policy: TolerancePolicy, command: str,
+          notes: Sequence[str]) -> Meta:
+    """Where the result came from: versions, seed, step settings, batch, run directories."""
+    return Meta(
         versions={"torch": torch_run.manifest.get("versions", {}),
                   "mindspore": ms_run.manifest.get("versions", {})},
         seed=int(torch_run.manifest.get("seed", 0)),
@@ -563,11 +587,3 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
         fingerprint=str(torch_run.manifest.get("fingerprint", "")),
         batch=" · ".join(f"{r.name} {'×'.join(map(str, r.shape))} {r.dtype}"
                          for r in torch_run.records if r.kind == "input"))
-    return CheckResult(comparisons=tuple(comparisons), first_divergence=divergence,
-                       diagnosis=diagnosis, unmatched=unmatched, details=details, meta=meta,
-                       extra={"observer_effect": self_checks,
-                              "compare_seconds": time.perf_counter() - started,
-                              # in `parity run` this process is the compare's alone (the
-                              # captures ran in their own)
-                              "compare_peak_rss_mb": peak_resident_mb() + helper_rss,
-                              "compare_bytes": compared_bytes})
