@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from parity.errors import ParityInputError
+from parity.errors import ParityInputError, first_few
 from parity.io import read_parity_json, write_text
 from parity.records import Comparison
 from parity.result import CheckResult
@@ -83,12 +83,20 @@ def load(path: Path) -> Dict[str, Any]:
     except FileNotFoundError:
         raise ParityInputError(f"baseline {path} does not exist; create it with "
                                "'parity baseline save RUN --out FILE'") from None
-    try:
-        errors = {str(k): float(v) for k, v in data["errors"].items()}
-    except (KeyError, AttributeError, TypeError, ValueError) as error:
-        raise ParityInputError(f"baseline {path} has no readable table of errors "
-                               f"({type(error).__name__}: {error}); save it again") from None
-    return {**data, "errors": errors}
+    table = data.get("errors")
+    if not isinstance(table, dict):
+        held = "no 'errors' field" if "errors" not in data else \
+            f"its 'errors' is {json.dumps(table)[:40]}"
+        raise ParityInputError(f"baseline {path} has no readable table of errors ({held}, not "
+                               "a table of \"kind:record\": error); save it again ('parity "
+                               "baseline save RUN --out FILE')")
+    not_numbers = [f"{name} {json.dumps(value)[:40]}" for name, value in table.items()
+                   if isinstance(value, bool) or not isinstance(value, (int, float))]
+    if not_numbers:
+        raise ParityInputError(f"baseline {path} has no readable table of errors (not numbers: "
+                               f"{first_few(not_numbers)}); save it again ('parity baseline "
+                               "save RUN --out FILE')")
+    return {**data, "errors": {name: float(value) for name, value in table.items()}}
 
 
 def check(result: CheckResult, baseline: Path, factor: Optional[float] = None) -> Drift:

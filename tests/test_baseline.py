@@ -106,9 +106,20 @@ def test_cli_missing_baseline_file(tiny_run, tmp_path):
     assert_one_line_error(process, "does not exist")
 
 
-@pytest.mark.parametrize("errors", [None, {"forward:fc": "x"}, ["forward:fc"]])
-def test_a_baseline_without_a_table_of_errors_is_refused(good, tmp_path, errors):
+@pytest.mark.parametrize("errors, told", [
+    (None, "its 'errors' is null, not a table"), (["forward:fc"], "its 'errors' is [\"forward:fc"),
+    ({"forward:fc": "x", "loss:loss": 0.1, "grad:fc": True}, 'not numbers: forward:fc "x", '
+                                                            "grad:fc true)"),
+    ("drop", "no 'errors' field")])
+def test_a_baseline_without_a_table_of_errors_is_refused(good, tmp_path, errors, told):
     path = baseline.save(good, tmp_path / "golden.json")
-    path.write_text(json.dumps({**json.loads(path.read_text()), "errors": errors}))
-    with pytest.raises(ParityInputError, match="has no readable table of errors.*save it again"):
+    data = json.loads(path.read_text())
+    if errors == "drop":
+        del data["errors"]
+    else:
+        data["errors"] = errors
+    path.write_text(json.dumps(data))
+    with pytest.raises(ParityInputError, match="has no readable table of errors") as refused:
         baseline.check(good, path)
+    assert told in str(refused.value) and "save it again ('parity baseline save" in \
+        str(refused.value)
