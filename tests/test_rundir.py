@@ -3,6 +3,7 @@ replaces an earlier run."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -174,6 +175,49 @@ def test_shards_go_past_a_slow_page_cache_and_read_back_the_same(tmp_path, monke
     for (_, array), again, back in zip(arrays, written, read):
         assert np.array_equal(again, array) and np.array_equal(back, array)
         assert not back.flags.writeable
+
+
+@pytest.mark.parametrize("sizes", [[3], [8192], [8193], [5000, 1, 12000, 4096], [20000]])
+def test_a_file_written_with_o_direct_holds_its_bytes_and_no_padding(tmp_path, sizes):
+    """Through a staging buffer of two blocks: chunks within one, across several, ending on a
+    block or one byte past it."""
+    import mmap
+    if not rundir.O_DIRECT:
+        pytest.skip("no O_DIRECT on this platform")
+    rng = np.random.default_rng(0)
+    chunks = [rng.integers(0, 256, size, dtype=np.uint8) for size in sizes]
+    try:
+        size = rundir.write_direct(tmp_path / "f", chunks, mmap.mmap(-1, 2 * rundir.DIRECT_BLOCK))
+    except OSError as error:
+        pytest.skip(f"this file system refuses O_DIRECT ({error})")
+    assert size == sum(sizes) and (tmp_path / "f").read_bytes() == b"".join(map(bytes, chunks))
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_shards_past_a_slow_page_cache_are_written_with_o_direct_or_as_before(
+        tmp_path, monkeypatch, refused):
+    """Once a shard was slow to write into the cache, the next ones go straight to the disk;
+    where the file system refuses O_DIRECT (tmpfs), through the cache and dropped, as before."""
+    monkeypatch.setattr(rundir, "SLOW_PAGE_CACHE_BYTES_PER_S", float("inf"))
+    monkeypatch.setattr(rundir, "CACHED_AT_LEAST", 0)
+    calls = []
+
+    def write_direct(path, chunks, staging):
+        calls.append(path.name)
+        if refused:
+            raise OSError(errno.EINVAL, "Invalid argument", str(path))
+        return direct(path, chunks, staging)
+    direct = rundir.write_direct
+    monkeypatch.setattr(rundir, "write_direct", write_direct)
+    monkeypatch.setattr(rundir, "O_DIRECT", rundir.O_DIRECT or os.O_SYNC)   # any platform
+    rng = np.random.default_rng(0)
+    arrays = [(f"layer{i}", rng.standard_normal(3000, dtype=np.float32)) for i in range(8)]
+    run, _ = _write(tmp_path / "run", arrays, monkeypatch, shard_bytes=16384)
+    shards = [shard["file"] for shard in run.manifest["shards"]]
+    assert calls == (shards[1:2] if refused else shards[1:]) and len(shards) > 2
+    assert all(shard.get("page_cache_dropped") for shard in run.manifest["shards"])
+    for record, (_, array) in zip(run.records, arrays):
+        assert np.array_equal(run.tensor(record), array)
 
 
 def test_a_small_capture_stays_in_the_page_cache_however_slow(tmp_path, monkeypatch):
