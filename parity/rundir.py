@@ -13,7 +13,6 @@ Bottleneck's is its last ReLU's): 19 % of the bytes of a ResNet50 capture at bat
 from __future__ import annotations
 
 import dataclasses
-import errno
 import functools
 import json
 import math
@@ -32,6 +31,7 @@ import numpy as np
 # zlib's CRC-32, bit for bit, by ISA-L's carry-less multiply: 23 vs 4 GB/s measured here
 from isal.isal_zlib import crc32
 
+from parity import direct_io
 from parity.config import StepConfig
 from parity.errors import ParityInputError, damage, told_as
 from parity.io import read_parity_json, through_links
@@ -59,14 +59,11 @@ SLOW_PAGE_CACHE_BYTES_PER_S = 1e9     # judged on shards of SHARD_BYTES / 4 or m
 CACHED_AT_LEAST = 2**29
 PAGE_CACHE_DROPPED = "page_cache_dropped"   # in a shard's manifest entry, and in resources
 CAN_DROP_CACHE = hasattr(os, "posix_fadvise")      # Linux
-# Once shards are dropped from the cache, they are written with O_DIRECT: from one reused
-# staging buffer straight to the disk, with no page-cache page to fault in and drop. `parity
-# run --batch-size 8 --image-size 224`, the two ways in turns (2026-12-03): hooked steps torch
-# 11.3-12.6 -> 8.8-9.4 s, MindSpore 12.9-15.2 -> 9.0-9.9 s, the run 62.4-66.9 -> 54.2-55.9 s;
-# with --no-fp64-reference 41.1-42.1 -> 36.2-38.2 s (README, "What brought the numbers here").
-O_DIRECT = getattr(os, "O_DIRECT", 0)
-DIRECT_STAGING_BYTES = 8 * 2**20
-DIRECT_BLOCK = 4096           # what O_DIRECT writes must be a multiple of (the logical block)
+# Once shards are dropped from the cache, they are written with O_DIRECT (parity/direct_io.py),
+# with no page-cache page to fault in and drop. `parity run --batch-size 8 --image-size 224`,
+# the two ways in turns (2026-12-03): hooked steps torch 11.3-12.6 -> 8.8-9.4 s, MindSpore
+# 12.9-15.2 -> 9.0-9.9 s, the run 62.4-66.9 -> 54.2-55.9 s; with --no-fp64-reference 41.1-42.1
+# -> 36.2-38.2 s (README, "What brought the numbers here").
 # The JSON type of each manifest field parity reads (when present): a damaged manifest is
 # refused when opened, not met as a TypeError deep in the compare.
 MANIFEST_TYPES = {"framework": str, "versions": dict, "seed": int, "config": dict,
@@ -207,8 +204,8 @@ class RunWriter:
         self.drops_cache = False    # set by the writer thread: SLOW_PAGE_CACHE_BYTES_PER_S
         self._slow_cache = False
         self._written_bytes = 0
-        self._direct = bool(O_DIRECT)     # until the file system refuses O_DIRECT (tmpfs)
-        self._staging: Optional[mmap.mmap] = None      # page-aligned, as O_DIRECT needs
+        self._direct = bool(direct_io.O_DIRECT)    # until the file system refuses it (tmpfs)
+        self._staging: Optional[mmap.mmap] = None
 
     def __enter__(self) -> "RunWriter":
         return self
@@ -335,9 +332,7 @@ class RunWriter:
         while self._in_flight:
             self._wait_oldest()
         self._spare_buffers.clear()
-        if self._staging is not None:
-            self._staging.close()
-            self._staging = None
+        self._staging = None
 
     def _wait_oldest(self) -> None:
         write, buffer = self._in_flight.popleft()
@@ -358,11 +353,11 @@ class RunWriter:
         before the rename."""
         if self.drops_cache and self._direct:
             if self._staging is None:
-                self._staging = mmap.mmap(-1, DIRECT_STAGING_BYTES)
+                self._staging = direct_io.staging_buffer()
             try:
                 size = write_direct(path, chunks, self._staging)
             except OSError as error:
-                if error.errno != errno.EINVAL:
+                if not direct_io.refused(error):
                     raise
                 self._direct = False        # and the shard is written as below
             else:
@@ -399,41 +394,13 @@ class RunWriter:
 
 
 def write_direct(path: Path, chunks: Sequence, staging: mmap.mmap) -> int:
-    """Write the buffers ``chunks`` to a new file ``path`` with O_DIRECT, through ``staging``
-    (page-aligned, a multiple of DIRECT_BLOCK long): each full staging buffer at once, the last
-    padded to a block and the file cut back to its size. Returns the size; OSError EINVAL where
-    the file system refuses O_DIRECT."""
-    view = memoryview(staging)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_DIRECT, 0o666)
-    try:
-        filled = size = 0
-        for chunk in chunks:
-            data = memoryview(chunk).cast("B")
-            done = 0
-            while done < len(data):
-                taken = min(len(data) - done, len(view) - filled)
-                view[filled:filled + taken] = data[done:done + taken]
-                filled, done = filled + taken, done + taken
-                if filled == len(view):
-                    size += _write_all(descriptor, view)
-                    filled = 0
-        if filled:
-            padded = -(-filled // DIRECT_BLOCK) * DIRECT_BLOCK
-            view[filled:padded] = bytes(padded - filled)
-            size += _write_all(descriptor, view[:padded]) - (padded - filled)
-        os.ftruncate(descriptor, size)
-    finally:
-        os.close(descriptor)
-        view.release()
+    """Write the buffers ``chunks`` to a new file ``path`` with O_DIRECT; returns its size.
+    OSError EINVAL where the file system refuses O_DIRECT."""
+    with direct_io.DirectFile(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                              staging=staging) as file:
+        size = file.write(0, chunks)
+        file.truncate(size)
     return size
-
-
-def _write_all(descriptor: int, view: memoryview) -> int:
-    """os.write until all of ``view`` is written (a write may take less than it is given)."""
-    done = 0
-    while done < len(view):
-        done += os.write(descriptor, view[done:])
-    return done
 
 
 SAFETENSORS_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64",

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from parity import rundir
+from parity import direct_io, rundir
 from parity.rundir import RunReader, RunWriter
 
 
@@ -182,12 +182,10 @@ def test_a_file_written_with_o_direct_holds_its_bytes_and_no_padding(tmp_path, s
     """Through a staging buffer of two blocks: chunks within one, across several, ending on a
     block or one byte past it."""
     import mmap
-    if not rundir.O_DIRECT:
-        pytest.skip("no O_DIRECT on this platform")
     rng = np.random.default_rng(0)
     chunks = [rng.integers(0, 256, size, dtype=np.uint8) for size in sizes]
     try:
-        size = rundir.write_direct(tmp_path / "f", chunks, mmap.mmap(-1, 2 * rundir.DIRECT_BLOCK))
+        size = rundir.write_direct(tmp_path / "f", chunks, mmap.mmap(-1, 2 * direct_io.BLOCK))
     except OSError as error:
         pytest.skip(f"this file system refuses O_DIRECT ({error})")
     assert size == sum(sizes) and (tmp_path / "f").read_bytes() == b"".join(map(bytes, chunks))
@@ -209,7 +207,7 @@ def test_shards_past_a_slow_page_cache_are_written_with_o_direct_or_as_before(
         return direct(path, chunks, staging)
     direct = rundir.write_direct
     monkeypatch.setattr(rundir, "write_direct", write_direct)
-    monkeypatch.setattr(rundir, "O_DIRECT", rundir.O_DIRECT or os.O_SYNC)   # any platform
+    monkeypatch.setattr(direct_io, "O_DIRECT", direct_io.O_DIRECT or os.O_SYNC)   # any platform
     rng = np.random.default_rng(0)
     arrays = [(f"layer{i}", rng.standard_normal(3000, dtype=np.float32)) for i in range(8)]
     run, _ = _write(tmp_path / "run", arrays, monkeypatch, shard_bytes=16384)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import os
 import weakref
 
 import pytest
@@ -44,6 +45,42 @@ def test_a_spilled_step_gives_the_same_gradients_bit_for_bit(tmp_path):
     for a, b in zip(kept, spilled):
         assert a.tobytes() == b.tobytes()
     assert not scratch.exists()
+
+
+@pytest.mark.parametrize("refused_at", ["", "open", "write"])
+def test_spilled_tensors_come_back_the_same_past_the_page_cache_or_through_it(
+        tmp_path, monkeypatch, refused_at):
+    """Written and read with O_DIRECT; where the file system refuses it (tmpfs), at open or at
+    the first write, through the page cache."""
+    from parity import direct_io
+    opened, written = [], []
+
+    class Refusing(direct_io.DirectFile):
+        def __init__(self, *args, **kwargs):
+            opened.append(1)
+            if refused_at == "open":
+                raise OSError(errno.EINVAL, "Invalid argument")
+            super().__init__(*args, **kwargs)
+
+        def write(self, offset, chunks):
+            written.append(offset)
+            if refused_at == "write":
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return super().write(offset, chunks)
+    monkeypatch.setattr(direct_io, "O_DIRECT", direct_io.O_DIRECT or os.O_SYNC)   # any platform
+    monkeypatch.setattr(direct_io, "DirectFile", Refusing)
+    monkeypatch.setattr(spill_module, "MIN_BYTES", 0)
+    model, x = _net(), torch.randn(2, 3, 64, 64, dtype=torch.float64)
+    kept = _gradients(model, x)
+    with SavedTensorSpill(tmp_path / "saved.scratch", budget=0) as spill:
+        spilled = _gradients(model, x)
+    assert spill.spilled_bytes > 2 * 32 * 64 * 64 * 8       # more than one tensor
+    assert len(opened) == 1
+    if refused_at:
+        assert len(written) == {"open": 0, "write": 1}[refused_at]
+    else:       # every tensor, each on a block boundary
+        assert len(written) > 1 and all(offset % direct_io.BLOCK == 0 for offset in written)
+    assert [a.tobytes() for a in kept] == [b.tobytes() for b in spilled]
 
 
 @pytest.mark.parametrize("budget, freed", [(0, True), (1 << 50, False)])
