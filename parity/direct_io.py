@@ -1,4 +1,4 @@
-"""Files written and read past the page cache (O_DIRECT), through a staging buffer of their own.
+"""Files written and read past the page cache (O_DIRECT), through a reused staging buffer.
 
 Where memory untouched for a few seconds is slow to fault in (this VM hands freed pages back
 to its host), each new page-cache page costs that fault: a capture's shards and the float64
@@ -76,7 +76,7 @@ class DirectFile:
         done = 0
         while done < len(target):
             size = min(len(target) - done, len(self._view))
-            self._read(self._view[:padded(size)], offset + done)
+            self._read(self._view[:padded(size)], offset + done, size)
             target[done:done + size] = self._view[:size]
             done += size
 
@@ -100,9 +100,11 @@ class DirectFile:
         while done < len(view):
             done += os.pwrite(self._descriptor, view[done:], offset + done)
 
-    def _read(self, view: memoryview, offset: int) -> None:
+    def _read(self, view: memoryview, offset: int, needed: int) -> None:
+        """Whole blocks into ``view`` from ``offset``, of which the first ``needed`` bytes must
+        be in the file (the rest may lie past its end, when it was cut back)."""
         done = 0
-        while done < len(view):
+        while done < needed:
             read = os.preadv(self._descriptor, [view[done:]], offset + done)
             if read == 0:
                 raise OSError(errno.EIO, "the file ended before the bytes written to it")

@@ -43,6 +43,15 @@ def test_what_is_written_at_block_boundaries_reads_back_the_same(tmp_path, small
     assert (tmp_path / "f").stat().st_size == end
 
 
+def test_the_bytes_of_a_file_cut_back_to_its_size_read_back(tmp_path):
+    """A shard is cut back after its last write: its last block is short in the file."""
+    with _open(tmp_path / "f") as file:
+        file.truncate(file.write(0, [b"0123456789"]))
+        back = bytearray(10)
+        file.read_into(0, memoryview(back))
+    assert back == b"0123456789" and (tmp_path / "f").stat().st_size == 10
+
+
 def test_a_read_past_what_was_written_says_the_file_ended(tmp_path):
     with _open(tmp_path / "f") as file:
         file.write(0, [b"x" * 10])

@@ -62,6 +62,7 @@ class SavedTensorSpill:
         self._end = 0           # of the file: each tensor starts on a direct_io.BLOCK boundary
         self._fd = -1
         self._direct: Optional[direct_io.DirectFile] = None
+        self._writes_direct = False     # until the file system refuses O_DIRECT
         self._hooks: Any = None
         # (data pointer, version, shape, dtype) -> the storage, weakly (it must die when autograd
         # frees it; a later tensor at the same address is another), and where it was spilled,
@@ -73,6 +74,7 @@ class SavedTensorSpill:
         self._fd = os.open(self.scratch, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             self._direct = direct_io.DirectFile(self.scratch, os.O_RDWR)
+            self._writes_direct = True
         except OSError as error:
             if not direct_io.refused(error):
                 raise
@@ -129,7 +131,7 @@ class SavedTensorSpill:
         view = memoryview(tensor.detach().view(-1).view(torch.uint8).numpy())
         offset = self._end
         try:
-            direct = self._direct is not None and self._write_direct(view, offset)
+            direct = self._writes_direct and self._write_direct(view, offset)
             done = 0
             while not direct and done < len(view):
                 done += os.pwrite(self._fd, view[done:], offset + done)
@@ -143,13 +145,13 @@ class SavedTensorSpill:
 
     def _write_direct(self, view: memoryview, offset: int) -> bool:
         """Whether ``view`` went to the file with O_DIRECT; where the file system refuses it,
-        this tensor and the next go through the page cache."""
+        this tensor and the next go through the page cache (those before are read back as
+        they were written)."""
         try:
             self._direct.write(offset, [view])
         except OSError as error:
             if not direct_io.refused(error):
                 raise
-            self._direct.close()
-            self._direct = None
+            self._writes_direct = False
             return False
         return True
