@@ -59,11 +59,6 @@ SLOW_PAGE_CACHE_BYTES_PER_S = 1e9     # judged on shards of SHARD_BYTES / 4 or m
 CACHED_AT_LEAST = 2**29
 PAGE_CACHE_DROPPED = "page_cache_dropped"   # in a shard's manifest entry, and in resources
 CAN_DROP_CACHE = hasattr(os, "posix_fadvise")      # Linux
-# Once shards are dropped from the cache, they are written with O_DIRECT (parity/direct_io.py),
-# with no page-cache page to fault in and drop. `parity run --batch-size 8 --image-size 224`,
-# the two ways in turns (2026-12-03): hooked steps torch 11.3-12.6 -> 8.8-9.4 s, MindSpore
-# 12.9-15.2 -> 9.0-9.9 s, the run 62.4-66.9 -> 54.2-55.9 s; with --no-fp64-reference 41.1-42.1
-# -> 36.2-38.2 s (README, "What brought the numbers here").
 # The JSON type of each manifest field parity reads (when present): a damaged manifest is
 # refused when opened, not met as a TypeError deep in the compare.
 MANIFEST_TYPES = {"framework": str, "versions": dict, "seed": int, "config": dict,
@@ -204,7 +199,7 @@ class RunWriter:
         self.drops_cache = False    # set by the writer thread: SLOW_PAGE_CACHE_BYTES_PER_S
         self._slow_cache = False
         self._written_bytes = 0
-        self._direct = bool(direct_io.O_DIRECT)    # until the file system refuses it (tmpfs)
+        self._writes_direct = bool(direct_io.O_DIRECT)   # until the file system refuses it
         self._staging: Optional[mmap.mmap] = None
 
     def __enter__(self) -> "RunWriter":
@@ -351,7 +346,11 @@ class RunWriter:
         where that is refused, synced and dropped. Not synced otherwise: a tensor torn by a
         crash fails its CRC when read, while the manifest, which holds the CRCs, is synced
         before the rename."""
-        if self.drops_cache and self._direct:
+        # Past a slow cache, O_DIRECT: no page-cache page to fault in and drop. `parity run
+        # --batch-size 8 --image-size 224`, the two ways in turns (2026-12-03): hooked steps
+        # torch 11.3-12.6 -> 8.8-9.4 s, MindSpore 12.9-15.2 -> 9.0-9.9 s, the run 62.4-66.9 ->
+        # 54.2-55.9 s (README, "What brought the numbers here").
+        if self.drops_cache and self._writes_direct:
             if self._staging is None:
                 self._staging = direct_io.staging_buffer()
             try:
@@ -359,7 +358,7 @@ class RunWriter:
             except OSError as error:
                 if not direct_io.refused(error):
                     raise
-                self._direct = False        # and the shard is written as below
+                self._writes_direct = False     # (tmpfs) and the shard is written as below
             else:
                 self._written_bytes += size
                 shard[PAGE_CACHE_DROPPED] = True
