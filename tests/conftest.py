@@ -76,6 +76,19 @@ def assert_one_line_error(process: subprocess.CompletedProcess, *needles: str) -
         assert needle in lines[0], (needle, lines[0])
 
 
+def skip_without_o_direct(folder: Path) -> None:
+    """Skip a test that needs O_DIRECT where ``folder``'s file system refuses it (tmpfs)."""
+    from parity.direct_io import DirectFile, refused
+    try:
+        DirectFile(folder / ".o_direct_probe", os.O_WRONLY | os.O_CREAT).close()
+    except OSError as error:
+        if not refused(error):
+            raise
+        pytest.skip(f"O_DIRECT is refused in {folder} ({error})")
+    finally:
+        (folder / ".o_direct_probe").unlink(missing_ok=True)
+
+
 def read_json(path: Path) -> Dict:
     return json.loads(Path(path).read_text())
 

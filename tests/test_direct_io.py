@@ -10,6 +10,7 @@ import pytest
 
 from parity import direct_io
 from parity.direct_io import BLOCK, DirectFile
+from tests.conftest import skip_without_o_direct
 
 
 @pytest.fixture
@@ -19,10 +20,8 @@ def small_staging(monkeypatch):
 
 
 def _open(path) -> DirectFile:
-    try:
-        return DirectFile(path, os.O_RDWR | os.O_CREAT)
-    except OSError as error:
-        pytest.skip(f"O_DIRECT is refused here ({error})")
+    skip_without_o_direct(path.parent)
+    return DirectFile(path, os.O_RDWR | os.O_CREAT)
 
 
 @pytest.mark.parametrize("sizes", [[1], [BLOCK], [2 * BLOCK + 1], [3000, 1, 9000, BLOCK]])

@@ -14,6 +14,7 @@ from safetensors.numpy import load_file
 
 from parity import direct_io, rundir
 from parity.rundir import RunReader, RunWriter
+from tests.conftest import skip_without_o_direct
 
 
 def _write(path, arrays, monkeypatch, shard_bytes=rundir.SHARD_BYTES):
@@ -182,12 +183,10 @@ def test_a_file_written_with_o_direct_holds_its_bytes_and_no_padding(tmp_path, s
     """Through a staging buffer of two blocks: chunks within one, across several, ending on a
     block or one byte past it."""
     import mmap
+    skip_without_o_direct(tmp_path)
     rng = np.random.default_rng(0)
     chunks = [rng.integers(0, 256, size, dtype=np.uint8) for size in sizes]
-    try:
-        size = rundir.write_direct(tmp_path / "f", chunks, mmap.mmap(-1, 2 * direct_io.BLOCK))
-    except OSError as error:
-        pytest.skip(f"this file system refuses O_DIRECT ({error})")
+    size = rundir.write_direct(tmp_path / "f", chunks, mmap.mmap(-1, 2 * direct_io.BLOCK))
     assert size == sum(sizes) and (tmp_path / "f").read_bytes() == b"".join(map(bytes, chunks))
 
 
@@ -196,6 +195,8 @@ def test_shards_past_a_slow_page_cache_are_written_with_o_direct_or_as_before(
         tmp_path, monkeypatch, refused):
     """Once a shard was slow to write into the cache, the next ones go straight to the disk;
     where the file system refuses O_DIRECT (tmpfs), through the cache and dropped, as before."""
+    if not refused:
+        skip_without_o_direct(tmp_path)
     monkeypatch.setattr(rundir, "SLOW_PAGE_CACHE_BYTES_PER_S", float("inf"))
     monkeypatch.setattr(rundir, "CACHED_AT_LEAST", 0)
     calls = []

@@ -16,7 +16,7 @@ from parity.capture import spill as spill_module
 from parity.capture.spill import MIN_BYTES, SavedTensorSpill
 from parity.errors import ParityInputError
 from parity.rundir import RunReader
-from tests.conftest import assert_one_line_error, parity_cli
+from tests.conftest import assert_one_line_error, parity_cli, skip_without_o_direct
 
 
 def _net() -> tnn.Module:
@@ -53,6 +53,8 @@ def test_spilled_tensors_come_back_the_same_past_the_page_cache_or_through_it(
     """Written and read with O_DIRECT; where the file system refuses it (tmpfs), at open or at
     a write, through the page cache from then on."""
     from parity import direct_io
+    if refused_at != "open":
+        skip_without_o_direct(tmp_path)
     opened, written = [], []
 
     class Refusing(direct_io.DirectFile):
