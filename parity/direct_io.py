@@ -6,9 +6,9 @@ step's spilled tensors went into the cache at 0.1-1 GB/s. With O_DIRECT the byte
 the disk and one staging buffer that stays in use, so stays fast. O_DIRECT wants the buffer,
 the file offset and the length aligned to the device's logical block: the staging buffer is an
 anonymous map (page-aligned), every transfer starts on a BLOCK boundary, and the last block a
-write fills is padded with zeros. A file system that refuses O_DIRECT (tmpfs, some overlay
-mounts) raises OSError EINVAL, at open or at the first transfer (``refused``): callers then go
-through the page cache.
+write fills is padded with zeros. A file system that refuses O_DIRECT (tmpfs on some kernels,
+though this machine's 6.18 takes it; some overlay mounts) raises OSError EINVAL, at open or at
+the first transfer (``refused``): callers then go through the page cache.
 """
 
 from __future__ import annotations

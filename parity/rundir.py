@@ -358,7 +358,7 @@ class RunWriter:
             except OSError as error:
                 if not direct_io.refused(error):
                     raise
-                self._writes_direct = False     # (tmpfs) and the shard is written as below
+                self._writes_direct = False     # and the shard is written as below
             else:
                 self._written_bytes += size
                 shard[PAGE_CACHE_DROPPED] = True

@@ -77,7 +77,7 @@ def assert_one_line_error(process: subprocess.CompletedProcess, *needles: str) -
 
 
 def skip_without_o_direct(folder: Path) -> None:
-    """Skip a test that needs O_DIRECT where ``folder``'s file system refuses it (tmpfs)."""
+    """Skip a test that needs O_DIRECT where ``folder``'s file system refuses it."""
     from parity.direct_io import DirectFile, refused
     try:
         DirectFile(folder / ".o_direct_probe", os.O_WRONLY | os.O_CREAT).close()

@@ -194,7 +194,7 @@ def test_a_file_written_with_o_direct_holds_its_bytes_and_no_padding(tmp_path, s
 def test_shards_past_a_slow_page_cache_are_written_with_o_direct_or_as_before(
         tmp_path, monkeypatch, refused):
     """Once a shard was slow to write into the cache, the next ones go straight to the disk;
-    where the file system refuses O_DIRECT (tmpfs), through the cache and dropped, as before."""
+    where the file system refuses O_DIRECT, through the cache and dropped, as before."""
     if not refused:
         skip_without_o_direct(tmp_path)
     monkeypatch.setattr(rundir, "SLOW_PAGE_CACHE_BYTES_PER_S", float("inf"))

@@ -50,8 +50,8 @@ def test_a_spilled_step_gives_the_same_gradients_bit_for_bit(tmp_path):
 @pytest.mark.parametrize("refused_at", ["", "open", "first write", "second write"])
 def test_spilled_tensors_come_back_the_same_past_the_page_cache_or_through_it(
         tmp_path, monkeypatch, refused_at):
-    """Written and read with O_DIRECT; where the file system refuses it (tmpfs), at open or at
-    a write, through the page cache from then on."""
+    """Written and read with O_DIRECT; where the file system refuses it, at open or at a write,
+    through the page cache from then on."""
     from parity import direct_io
     if refused_at != "open":
         skip_without_o_direct(tmp_path)
