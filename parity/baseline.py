@@ -21,6 +21,7 @@ from parity.result import CheckResult
 
 FORMAT = "parity-report/baseline"      # contains the marker, so parity may replace its own file
 FORMAT_VERSION = 1
+SAVE_COMMAND = "'parity baseline save RUN --out FILE'"     # how a baseline is made again
 DEFAULT_FACTOR = 4.0
 FLOOR = 1e-7           # relative error at float32 resolution (eps = 1.2e-7)
 
@@ -79,23 +80,22 @@ def load(path: Path) -> Dict[str, Any]:
     """The baseline's fields, checked; ``errors`` as floats."""
     try:
         data = read_parity_json(path, what="baseline", marker=FORMAT, version=FORMAT_VERSION,
-                                redo="save it again ('parity baseline save RUN --out FILE')")
+                                redo=f"save it again ({SAVE_COMMAND})")
     except FileNotFoundError:
         raise ParityInputError(f"baseline {path} does not exist; create it with "
-                               "'parity baseline save RUN --out FILE'") from None
+                               f"{SAVE_COMMAND}") from None
     table = data.get("errors")
     if not isinstance(table, dict):
         held = "no 'errors' field" if "errors" not in data else \
             f"its 'errors' is {json.dumps(table)[:40]}"
-        raise ParityInputError(f"baseline {path} has no readable table of errors ({held}, not "
-                               "a table of \"kind:record\": error); save it again ('parity "
-                               "baseline save RUN --out FILE')")
-    not_numbers = [f"{name} {json.dumps(value)[:40]}" for name, value in table.items()
-                   if isinstance(value, bool) or not isinstance(value, (int, float))]
-    if not_numbers:
-        raise ParityInputError(f"baseline {path} has no readable table of errors (not numbers: "
-                               f"{first_few(not_numbers)}); save it again ('parity baseline "
-                               "save RUN --out FILE')")
+        problem = f"{held}, not a table of \"kind:record\": error"
+    else:
+        not_numbers = [f"{name} {json.dumps(value)[:40]}" for name, value in table.items()
+                       if isinstance(value, bool) or not isinstance(value, (int, float))]
+        problem = f"not numbers: {first_few(not_numbers)}" if not_numbers else ""
+    if problem:
+        raise ParityInputError(f"baseline {path} has no readable table of errors ({problem}); "
+                               f"save it again ({SAVE_COMMAND})")
     return {**data, "errors": {name: float(value) for name, value in table.items()}}
 
 
