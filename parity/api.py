@@ -32,8 +32,8 @@ from parity.models_loader import (load_factory, refuse_evidently_missing,
                                   refuse_the_other_frameworks)
 from parity.processes import as_child_of_this_process, stop
 from parity.result import CheckResult
-from parity.rundir import (KEEP_REPLACED_ENV, is_run_dir, remove_abandoned_partials,
-                           remove_replaced, stored_bytes)
+from parity.rundir import (KEEP_REPLACED_ENV, MANIFEST, RunReader, is_run_dir,
+                           remove_abandoned_partials, remove_replaced, stored_bytes)
 
 RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
 # What a capture subprocess needs in its environment: quiet MindSpore logging.
@@ -360,7 +360,11 @@ def load_result(source: Path, policy: Optional[TolerancePolicy] = None) -> Check
                     "the captures here may be an earlier run's")
             result = replace(result, meta=replace(result.meta, notes=(note, *result.meta.notes)))
         return result
-    if is_run_dir(source):
+    if not source.exists():
+        raise ParityInputError(f"{source} does not exist: pass a run directory ('parity run "
+                               "--out') or a JSON report ('--json')")
+    if (source / MANIFEST).is_file():
+        RunReader.open(source)      # a damaged capture is told what is wrong with it
         whole = all(is_run_dir(source.parent / side) for side in ("torch", "mindspore"))
         raise ParityInputError(
             f"{source} is one capture, not a whole run: " +

@@ -166,6 +166,24 @@ def test_one_capture_given_for_a_whole_run_is_pointed_to_the_run(tiny_run, tmp_p
     assert not (tmp_path / "r.json").exists()
 
 
+def test_report_of_a_path_that_is_not_there_says_so(tmp_path):
+    """It read "neither a JSON report nor a run directory holding torch/ and mindspore/"."""
+    process = parity_cli("report", tmp_path / "no-such-run", "--json", tmp_path / "r.json")
+    assert_one_line_error(process, f"{tmp_path / 'no-such-run'} does not exist: pass a run "
+                                   "directory")
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_report_of_one_capture_with_a_damaged_manifest_names_the_damage(tiny_run, tmp_path):
+    """It read "neither a JSON report nor a run directory": a lone capture whose manifest is
+    damaged is told as such, as compare tells it."""
+    lone = shutil.copytree(tiny_run / "torch", tmp_path / "lone")
+    (lone / "manifest.json").write_text("{\"format\": ")
+    process = parity_cli("report", lone, "--json", tmp_path / "r.json")
+    assert_one_line_error(process, f"{lone / 'manifest.json'} is not readable JSON")
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_two_captures_of_the_same_framework(tiny_run):
     process = parity_cli("compare", tiny_run / "torch", tiny_run / "torch")
     assert_one_line_error(process, "both")
