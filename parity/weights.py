@@ -30,6 +30,7 @@ TIED_KEY = "parity.tied"        # and its tied keys, as JSON: {key: the earlier 
 # safetensors dtypes numpy lacks (by prefix): parity widens BF16 itself, and refuses the others
 NOT_NUMPY_SAFETENSORS_DTYPES = ("BF16", "F8_", "F6_", "F4")
 MAX_PROBLEMS_LISTED = 6         # named in a one-line error about weights; the rest are counted
+FIX_THE_TRANSFER = "Fix the weights or the port, or map names with --map FILE"
 
 
 class StateDict(Dict[str, np.ndarray]):
@@ -255,6 +256,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         problems.append(f"torch tensor {name} {shape} is used by no MindSpore parameter "
                         f"(extra key){why}")
     seen: Dict[str, str] = {}
+    misfits: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = []
     for ms_name, torch_name in alignment.mindspore_to_torch.items():
         if torch_name not in state_dict:
             problems.append(f"{ms_name} is mapped to {torch_name}, which the torch weights lack")
@@ -267,6 +269,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         if t_shape != m_shape:
             problems.append(f"{torch_name}: torch shape {t_shape} but MindSpore {ms_name} "
                             f"expects {m_shape}")
+            misfits.append((t_shape, m_shape))
         t_dtype = str(state_dict[torch_name].dtype)
         if t_dtype != m_dtype:
             problems.append(f"{torch_name}: torch dtype {t_dtype} but MindSpore {ms_name} "
@@ -274,9 +277,25 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     if problems:
         raise ParityInputError(f"weight transfer refused, {len(problems)} problem(s): "
                                f"{_not_the_same_model(alignment, mindspore_params, torch_params)}"
-                               f"{first_few(problems, MAX_PROBLEMS_LISTED, '; ')}. Fix the "
-                               "weights or the port, or map names with --map FILE")
+                               f"{first_few(problems, MAX_PROBLEMS_LISTED, '; ')}. "
+                               f"{class_count_hint(misfits) or FIX_THE_TRANSFER}")
     return dict(alignment.mindspore_to_torch)
+
+
+def class_count_hint(misfits: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]]) -> str:
+    """For (weights' shape, model's shape) pairs that do not fit: when each differs from the
+    model's in its first dimension only, K in the weights throughout, the weights are most likely
+    of a K-class model (a classifier trained for another dataset), and the model was built for
+    another count. Empty otherwise."""
+    if not misfits or any(not theirs or not ours or theirs[1:] != ours[1:]
+                          for theirs, ours in misfits):
+        return ""
+    counts = {theirs[0] for theirs, _ in misfits}
+    if len(counts) != 1 or len({ours[0] for _, ours in misfits}) != 1:
+        return ""
+    count = counts.pop()
+    return (f"Weights of a {count}-class model? Pass --num-classes {count} (a built-in model) "
+            f"or build yours with {count} classes")
 
 
 def _a_tie_the_file_lost(state_dict: Mapping[str, np.ndarray], name: str,

@@ -48,6 +48,39 @@ def test_ckpt_loads_with_no_parameter_left_unloaded(tmp_path):
     np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
 
 
+def test_weights_of_another_class_count_are_told_to_pass_it(tmp_path):
+    """A 10-class fine-tune given for the 1000-class default: the error said "torch shape
+    (10, 512) but MindSpore fc.weight expects (1000, 512)" and no way out; now it names the
+    option, for the transfer and for the torch capture of 'parity run'."""
+    _resnet18_weights(tmp_path / "w.pth", num_classes=10)
+    process = parity_cli("convert-weights", "--model", "resnet18",
+                         "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+    assert_one_line_error(process, "fc.weight: torch shape (10, 512) but MindSpore fc.weight "
+                                   "expects (1000, 512)",
+                          "Weights of a 10-class model? Pass --num-classes 10")
+    assert not (tmp_path / "w.ckpt").exists()
+    process = parity_cli("run", "--model", "resnet18", "--torch-weights", tmp_path / "w.pth",
+                         "--out", tmp_path / "run", "--json", tmp_path / "r.json")
+    assert_one_line_error(process, "fc.bias: file (10,) vs model (1000,). Weights of a 10-class "
+                                   "model? Pass --num-classes 10")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("misfits, told", [
+    ([((10, 512), (1000, 512)), ((10,), (1000,))], "Weights of a 10-class model?"),
+    ([((1000, 512), (10, 512))], "Weights of a 1000-class model?"),
+    ([], ""),
+    ([((10, 512), (1000, 256))], ""),                       # not the first dimension alone
+    ([((10, 512), (1000, 512)), ((12,), (1000,))], ""),     # two counts
+    ([((10, 512), (1000, 512)), ((10,), (20,))], ""),       # two counts in the model
+    ([((), (3,))], ""),                                     # a scalar
+])
+def test_a_class_count_is_read_only_from_first_dimensions_that_agree(misfits, told):
+    from parity.weights import class_count_hint
+    assert class_count_hint(misfits).startswith(told) and bool(told) == bool(
+        class_count_hint(misfits))
+
+
 def test_weights_holding_nan_or_inf_are_converted_as_they_are_and_told(tmp_path):
     import torch
     state = _resnet18_weights(tmp_path / "w.pth")

@@ -27,8 +27,8 @@ from parity.models_loader import build_loss
 from parity.resources import peak_resident_bytes
 from parity.records import RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunWriter, SafetensorsFile, same_bytes
-from parity.weights import (MAX_PROBLEMS_LISTED, StateDict, is_ignored, load_state_dict,
-                            save_state_dict_bytes, tied_keys)
+from parity.weights import (MAX_PROBLEMS_LISTED, StateDict, class_count_hint, is_ignored,
+                            load_state_dict, save_state_dict_bytes, tied_keys)
 
 BLOCK = 1 << 18     # elements per float64 block: temporaries stay small
 M_MMAP_THRESHOLD = -3       # glibc's mallopt parameter (malloc.h)
@@ -50,14 +50,17 @@ def _load_weights(model, path: Path) -> None:
     state_dict = {k: torch.from_numpy(v) for k, v in arrays.items()}
     missing = [k for k in expected if k not in state_dict]
     extra = [k for k in state_dict if k not in expected]
-    shapes = [f"{k}: file {tuple(v.shape)} vs model {tuple(expected[k].shape)}"
-              for k, v in state_dict.items() if k in expected and v.shape != expected[k].shape]
+    misfits = {k: (tuple(v.shape), tuple(expected[k].shape)) for k, v in state_dict.items()
+               if k in expected and v.shape != expected[k].shape}
+    shapes = [f"{k}: file {theirs} vs model {ours}" for k, (theirs, ours) in misfits.items()]
     if missing or extra or shapes:
         parts = [f"{what}: {first_few(names, MAX_PROBLEMS_LISTED, separator)}"
                  for what, names, separator in (("missing keys", missing, ", "),
                                                 ("unexpected keys", extra, ", "),
                                                 ("wrong shapes", shapes, "; ")) if names]
-        raise ParityInputError(f"{path} does not fit the torch model: {' | '.join(parts)}")
+        hint = class_count_hint(list(misfits.values())) if not (missing or extra) else ""
+        raise ParityInputError(f"{path} does not fit the torch model: {' | '.join(parts)}"
+                               f"{'. ' + hint if hint else ''}")
     model.load_state_dict(state_dict, strict=True)
 
 
