@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from parity.errors import ParityInputError, first_few
-from parity.io import read_parity_json, write_text
+from parity.io import BASELINE, BASELINE_FORMAT, read_parity_json, write_text
 from parity.records import Comparison
 from parity.result import CheckResult
 
-FORMAT = "parity-report/baseline"      # contains the marker, so parity may replace its own file
+FORMAT = BASELINE_FORMAT
 FORMAT_VERSION = 1
 SAVE_COMMAND = "'parity baseline save RUN --out FILE'"     # how a baseline is made again
 DEFAULT_FACTOR = 4.0
@@ -73,7 +73,7 @@ def save(result: CheckResult, out: Path) -> Path:
     data = {"format": FORMAT, "format_version": FORMAT_VERSION,
             "versions": result.meta.versions, "seed": result.meta.seed,
             "fingerprint": result.meta.fingerprint, "errors": _errors(result)}
-    return write_text(Path(out), json.dumps(data, indent=1, sort_keys=False))
+    return write_text(Path(out), json.dumps(data, indent=1, sort_keys=False), BASELINE)
 
 
 def load(path: Path) -> Dict[str, Any]:

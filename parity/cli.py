@@ -27,6 +27,8 @@ from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
                            ParityInputError, UserCodeFailed,
                            file_system_refusal, first_few, in_one_line,
                            interrupted_exit)
+from parity.io import (BASELINE, CSV_REPORT, HTML_REPORT, JSON_REPORT,  # noqa: E402
+                       refuse_unwritable, same_file)
 from parity.processes import end_with_parent  # noqa: E402
 
 REPORTS = Path("reports")
@@ -325,32 +327,31 @@ def _console(stderr: bool = False):
     return console
 
 
-REPORT_KINDS = ("json", "csv", "html")
+# Each report option, and the kind of file it writes (which replaces only one of its kind).
+REPORT_KINDS = {"json": JSON_REPORT, "csv": CSV_REPORT, "html": HTML_REPORT}
 
 
 def _refuse_unwritable_reports(args: argparse.Namespace, reads: Optional[Path] = None) -> None:
     """Each report path asked for, checked before the captures and the compare, not after: one
     that can be written, named once, and not the report this command ``reads``."""
-    from parity.io import refuse_unwritable, same_file
     asked: Dict[str, Path] = {}
     for kind in REPORT_KINDS:
         if getattr(args, kind) is None:
             continue
         path = Path(getattr(args, kind))
-        refuse_unwritable(path, replace_own=True)
+        if reads is not None:
+            _refuse_writing_over(f"--{kind}", path, reads)
+        refuse_unwritable(path, replace_own=REPORT_KINDS[kind])
         twice = next((other for other, earlier in asked.items() if same_file(path, earlier)), None)
         if twice is not None:
             raise ParityInputError(f"--{twice} and --{kind} both name {path}: give each report "
                                    "a file of its own")
-        if reads is not None:
-            _refuse_writing_over(f"--{kind}", path, reads)
         asked[kind] = path
 
 
 def _refuse_writing_over(option: str, path: Path, reads: Path, what: str = "") -> None:
     """Parity replaces its own files: an output over the report the command reads would lose
     it."""
-    from parity.io import same_file
     if same_file(path, reads):
         raise ParityInputError(f"{option} {path} is the report this command reads: write "
                                f"{what}to another file")
@@ -496,6 +497,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     from parity import api, baseline
     if args.baseline_command == "save":
         _refuse_writing_over("--out", Path(args.out), Path(args.run), "the baseline ")
+        refuse_unwritable(Path(args.out), replace_own=BASELINE)     # before the compare
         path = baseline.save(api.load_result(args.run), args.out)
         print(f"wrote {path}")
         return EXIT_PASS

@@ -5,18 +5,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Optional
 
 from parity.errors import ParityInputError, file_system_refusal, told_as
 
 # Every report parity writes carries this marker near its start; a file without it is the
 # user's own and is never overwritten.
 MARKER = "parity-report"
-
-
 CSV_HEADER = b"name,kind,shape,passed,"
+# The kinds of file parity writes and may replace, each only with one of its own kind: a JSON
+# report is not replaced by its HTML rendering, nor a baseline (a known-good run's errors,
+# often kept under version control) by a report.
+JSON_REPORT, CSV_REPORT, HTML_REPORT, BASELINE = "JSON report", "CSV report", "HTML report", \
+    "baseline"
+_JSON_FORMAT = re.compile(rb'^\s*\{\s*"format":\s*"([^"]*)"')
+BASELINE_FORMAT = f"{MARKER}/baseline"
+_JSON_KINDS = {MARKER.encode(): JSON_REPORT, BASELINE_FORMAT.encode(): BASELINE}
+_HTML_MARKER = f"<!-- {MARKER}: written by parity".encode()
 
 
 def read_parity_json(path: Path, *, what: str, marker: str, version: int,
@@ -46,19 +54,26 @@ def read_parity_json(path: Path, *, what: str, marker: str, version: int,
     return data
 
 
-def written_by_parity(path: Path) -> bool:
-    """Whether the regular file ``path`` carries parity's marker (a pipe's read would block)."""
+def written_by_parity(path: Path) -> Optional[str]:
+    """Which kind of file parity wrote the regular file ``path`` is, from its start; None for
+    any other file (a pipe's read would block)."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(4096)
     except OSError:
-        return False
-    return MARKER.encode() in head or head.startswith(CSV_HEADER)
+        return None
+    if head.startswith(CSV_HEADER):
+        return CSV_REPORT
+    if head.startswith(b"<!DOCTYPE html>") and _HTML_MARKER in head:
+        return HTML_REPORT
+    found = _JSON_FORMAT.match(head)
+    return _JSON_KINDS.get(found.group(1)) if found else None
 
 
-def refuse_unwritable(path: Path, *, replace_own: bool = False) -> None:
-    """Raise unless ``path`` may be written: a new file in an existing folder, or, with
-    ``replace_own``, a file parity wrote. Called before long work, as well as when writing."""
+def refuse_unwritable(path: Path, *, replace_own: Optional[str] = None) -> None:
+    """Raise unless ``path`` may be written: a new file in an existing folder, or a file parity
+    wrote of the kind ``replace_own`` names (JSON_REPORT, CSV_REPORT, HTML_REPORT, BASELINE).
+    Called before long work, as well as when writing."""
     if path.is_dir():
         raise ParityInputError(f"{path} is a folder: name the file to write (a path inside it, "
                                "say)")
@@ -67,9 +82,14 @@ def refuse_unwritable(path: Path, *, replace_own: bool = False) -> None:
             raise ParityInputError(f"{path} is not a regular file (a device, a pipe): parity "
                                    "writes each output whole into a file of its own; name a "
                                    "file, and read it from there")
-        if not (replace_own and written_by_parity(path)):
+        written_as = written_by_parity(path)
+        if written_as is None or replace_own is None:
             raise ParityInputError(f"{path} already exists; parity never overwrites a file it "
                                    "did not write: remove it or choose another path")
+        if written_as != replace_own:
+            raise ParityInputError(f"{path} is a parity {written_as}; writing the "
+                                   f"{replace_own} there would lose it: choose another path, "
+                                   "or remove it")
     if not path.parent.is_dir():
         raise ParityInputError(f"cannot write {path}: folder {path.parent} does not exist")
     _refuse_unwritable_folder(path.parent, path)
@@ -96,10 +116,10 @@ def same_file(a: Path, b: Path) -> bool:
 
 
 @contextmanager
-def atomic_output(path: Path, *, replace_own: bool = False) -> Iterator[Path]:
+def atomic_output(path: Path, *, replace_own: Optional[str] = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed over ``path``.
 
-    An existing file is replaced only when ``replace_own`` is set and parity wrote it.
+    An existing file is replaced only when parity wrote it as the kind ``replace_own`` names.
     """
     path = Path(path)
     refuse_unwritable(path, replace_own=replace_own)
@@ -128,8 +148,8 @@ def replaced_whole(path: Path) -> Iterator[Path]:
             tmp.unlink()
 
 
-def write_text(path: Path, text: str) -> Path:
-    """Write a parity report file (carrying MARKER) atomically."""
-    with atomic_output(path, replace_own=True) as tmp:
+def write_text(path: Path, text: str, kind: str) -> Path:
+    """Write a file parity owns (carrying MARKER), of ``kind`` (JSON_REPORT...), atomically."""
+    with atomic_output(path, replace_own=kind) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)

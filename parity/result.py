@@ -12,7 +12,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import pandas as pd
 
 from parity.errors import ParityInputError, damage
-from parity.io import MARKER, read_parity_json, write_text
+from parity.io import (CSV_REPORT, HTML_REPORT, JSON_REPORT, MARKER, read_parity_json,
+                       write_text)
 from parity.records import KINDS, Comparison, Diagnosis, Divergence, Meta
 
 RECORD_COLUMNS = ("name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine",
@@ -212,14 +213,15 @@ class CheckResult:
         }
 
     def to_json(self, path: Path) -> Path:
-        return write_text(Path(path), json.dumps(self.to_dict(), indent=1, default=str))
+        return write_text(Path(path), json.dumps(self.to_dict(), indent=1, default=str),
+                          JSON_REPORT)
 
     def to_csv(self, path: Path) -> Path:
-        return write_text(Path(path), self.records.to_csv(index=False))
+        return write_text(Path(path), self.records.to_csv(index=False), CSV_REPORT)
 
     def to_html(self, path: Path) -> Path:
         from parity.report.html import render_html
-        return write_text(Path(path), render_html(self))
+        return write_text(Path(path), render_html(self), HTML_REPORT)
 
     @classmethod
     def from_json(cls, path: Path) -> "CheckResult":

@@ -425,6 +425,51 @@ def test_report_path_holding_a_user_file(tiny_run, tmp_path):
     assert (tmp_path / "notes.json").read_text() == "my notes"
 
 
+@pytest.mark.parametrize("text", [
+    "# notes on our parity-report runs\n",                     # the marker, in the user's words
+    'name,kind,shape\n1,2,3\n',
+    '{"format": "parity-report/other"}',
+], ids=["mentions-the-marker", "a-csv", "json-of-another-format"])
+def test_a_user_file_that_looks_a_little_like_parity_s_is_kept(tiny_run, tmp_path, text):
+    """A file was parity's to replace when its first 4 KB held "parity-report" anywhere."""
+    (tmp_path / "notes.md").write_text(text)
+    process = parity_cli("report", tiny_run, "--json", tmp_path / "notes.md")
+    assert_one_line_error(process, "already exists; parity never overwrites")
+    assert (tmp_path / "notes.md").read_text() == text
+
+
+@pytest.mark.parametrize("kept, command, written", [
+    ("baseline", ["report", "{run}", "--json", "{path}"], "JSON report"),
+    ("JSON report", ["report", "{run}", "--html", "{path}"], "HTML report"),
+    ("JSON report", ["report", "{run}", "--csv", "{path}"], "CSV report"),
+    ("JSON report", ["baseline", "save", "{run}", "--out", "{path}"], "baseline"),
+], ids=["report-over-baseline", "html-over-json", "csv-over-json", "baseline-over-json"])
+def test_a_file_parity_wrote_is_replaced_only_by_one_of_its_kind(tiny_run, tmp_path, kept,
+                                                                 command, written):
+    """A baseline (the golden errors, kept under version control) was replaced by a report, and
+    a JSON report by its HTML rendering: all files parity "owned"."""
+    path = _written_by_parity(kept, tiny_run, tmp_path)
+    before = path.read_bytes()
+    process = parity_cli(*(part.format(run=tiny_run, path=path) for part in command))
+    assert_one_line_error(process, f"{path} is a parity {kept}; writing the {written} there "
+                                   "would lose it: choose another path")
+    assert path.read_bytes() == before
+
+
+def test_each_file_parity_wrote_is_replaced_by_a_new_one_of_its_kind(tiny_run, tmp_path):
+    from parity.io import written_by_parity
+    files = {"JSON report": tmp_path / "r.json", "CSV report": tmp_path / "r.csv",
+             "HTML report": tmp_path / "r.html", "baseline": tmp_path / "golden.json"}
+    for _ in range(2):
+        process = parity_cli("report", tiny_run, "--json", files["JSON report"], "--csv",
+                             files["CSV report"], "--html", files["HTML report"], "--quiet")
+        assert process.returncode == 0, process.stderr
+        process = parity_cli("baseline", "save", tiny_run, "--out", files["baseline"])
+        assert process.returncode == 0, process.stderr
+    assert {kind: written_by_parity(path) for kind, path in files.items()} == {
+        kind: kind for kind in files}
+
+
 def test_a_report_through_a_symbolic_link_replaces_what_it_names(tiny_run, tmp_path):
     """The link was replaced by a file of its own: the user's link gone, its target stale."""
     (tmp_path / "reports").mkdir()
