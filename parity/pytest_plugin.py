@@ -49,16 +49,21 @@ def parity_check(request, tmp_path) -> Callable[..., Any]:
         report_dir.mkdir(parents=True, exist_ok=True)
         result = check(torch_model, ms_model, **kwargs)
         drift = None
-        if baseline is not None:
+        unsaved = baseline is not None and not update and not Path(baseline).exists()
+        if baseline is not None and not unsaved:
             if update:
                 baselines.save(result, Path(baseline))
             else:
                 drift = baselines.check(result, Path(baseline))
+        html = report_dir / f"{stem}.html"
         result = dataclasses.replace(result, drift=drift,
-                                     extra={**result.extra,
-                                            "report": str(report_dir / f"{stem}.html")})
-        result.to_html(report_dir / f"{stem}.html")
+                                     extra={**result.extra, "report": str(html)})
+        result.to_html(html)
         result.to_json(report_dir / f"{stem}.json")
+        if unsaved:
+            pytest.fail(f"parity baseline {baseline} does not exist: save it from a run known "
+                        f"to be good with 'pytest --parity-update-baseline' (this run's report: "
+                        f"{html})", pytrace=False)
         return result
 
     return run

@@ -64,6 +64,11 @@ def test_against_baseline(parity_check):
     parity_check(torch_tiny(), ms_tiny(), batch_size=2, image_size=16,
                  baseline={str(baseline)!r}).assert_passed()
 """)
+    unsaved = user_suite.runpytest_subprocess("test_baseline.py")
+    unsaved.assert_outcomes(failed=1)       # it said "create it with 'parity baseline save ..."
+    unsaved.stdout.fnmatch_lines([f"*parity baseline {baseline} does not exist: save it from a "
+                                  "run known to be good with 'pytest --parity-update-baseline'*"])
+    assert not baseline.exists()
     first = user_suite.runpytest_subprocess("test_baseline.py", "--parity-update-baseline")
     first.assert_outcomes(passed=1)
     assert json.loads(baseline.read_text())["errors"]
