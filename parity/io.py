@@ -19,10 +19,13 @@ CSV_HEADER = b"name,kind,shape,passed,"
 # The kinds of file parity writes and may replace, each only with one of its own kind: a JSON
 # report is not replaced by its HTML rendering, nor a baseline (a known-good run's errors,
 # often kept under version control) by a report.
-JSON_REPORT, CSV_REPORT, HTML_REPORT, BASELINE = "JSON report", "CSV report", "HTML report", \
-    "baseline"
+JSON_REPORT = "JSON report"
+CSV_REPORT = "CSV report"
+HTML_REPORT = "HTML report"
+BASELINE = "baseline"
+BASELINE_FORMAT = f"{MARKER}/baseline"      # a baseline's "format"; a JSON report's is MARKER
+# How each starts: a JSON file with its "format" first, an HTML page with a comment.
 _JSON_FORMAT = re.compile(rb'^\s*\{\s*"format":\s*"([^"]*)"')
-BASELINE_FORMAT = f"{MARKER}/baseline"
 _JSON_KINDS = {MARKER.encode(): JSON_REPORT, BASELINE_FORMAT.encode(): BASELINE}
 _HTML_MARKER = f"<!-- {MARKER}: written by parity".encode()
 
@@ -55,8 +58,8 @@ def read_parity_json(path: Path, *, what: str, marker: str, version: int,
 
 
 def written_by_parity(path: Path) -> Optional[str]:
-    """Which kind of file parity wrote the regular file ``path`` is, from its start; None for
-    any other file (a pipe's read would block)."""
+    """The kind of parity file (JSON_REPORT, CSV_REPORT, HTML_REPORT, BASELINE) the regular
+    file ``path`` is, told by its start; None for any other file (a pipe's read would block)."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(4096)

@@ -275,10 +275,11 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
             problems.append(f"{torch_name}: torch dtype {t_dtype} but MindSpore {ms_name} "
                             f"expects {m_dtype}")
     if problems:
+        hint = class_count_hint(misfits) if len(misfits) == len(problems) else ""
         raise ParityInputError(f"weight transfer refused, {len(problems)} problem(s): "
                                f"{_not_the_same_model(alignment, mindspore_params, torch_params)}"
                                f"{first_few(problems, MAX_PROBLEMS_LISTED, '; ')}. "
-                               f"{class_count_hint(misfits) or FIX_THE_TRANSFER}")
+                               f"{hint or FIX_THE_TRANSFER}")
     return dict(alignment.mindspore_to_torch)
 
 

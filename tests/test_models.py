@@ -107,6 +107,20 @@ def test_transfer_refuses_missing_key():
         plan_transfer(state_dict, specs)
 
 
+def test_transfer_names_a_class_count_only_when_every_problem_is_one():
+    state_dict, specs = _specs()
+    state_dict["fc.weight"] = np.zeros((100, 512), np.float32)      # the port has 10 classes
+    state_dict["fc.bias"] = np.zeros((100,), np.float32)
+    with pytest.raises(ParityInputError, match=r"Weights of a 100-class model\? Pass "
+                                               r"--num-classes 100") as told:
+        plan_transfer(state_dict, specs)
+    assert "Fix the weights" not in str(told.value)
+    del state_dict["layer2.1.conv1.weight"]         # a missing key too: not only the classes
+    with pytest.raises(ParityInputError, match="Fix the weights or the port") as told:
+        plan_transfer(state_dict, specs)
+    assert "class" not in str(told.value)
+
+
 def test_transfer_refuses_extra_key():
     state_dict, specs = _specs()
     state_dict["head.extra.weight"] = np.zeros((3, 3), np.float32)
