@@ -169,8 +169,8 @@ def build_parser() -> ArgumentParser:
     _add_model_options(run)
     _add_step_options(run)
     run.add_argument("--torch-weights", type=Path, metavar="FILE",
-                     help="start from these weights (.pth/.pt/.safetensors state dict, or a "
-                          "training checkpoint holding one)")
+                     help="start from these weights (.pth/.pt/.bin/.safetensors state dict, "
+                          "or a training checkpoint holding one, a Lightning .ckpt too)")
     run.add_argument("--out", type=Path, metavar="DIR",
                      help="run directory (default reports/runs/MODEL)")
     _add_report_options(run)
@@ -191,7 +191,7 @@ def build_parser() -> ArgumentParser:
                          help="(mindspore) the torch capture to take weights, batch and step "
                               "settings from")
     capture.add_argument("--weights", type=Path, metavar="FILE",
-                         help="torch state dict (.pth/.pt/.safetensors) to start from")
+                         help="torch state dict (.pth/.pt/.bin/.safetensors) to start from")
     _add_model_options(capture)
     _add_step_options(capture)
 
@@ -223,8 +223,8 @@ def build_parser() -> ArgumentParser:
     convert.add_argument("--num-classes", type=_number("num_classes"),
                          help="the port's class count (default: its own)")
     convert.add_argument("--torch-weights", type=Path, required=True, metavar="FILE",
-                         help="torch state dict (.pth/.pt, read without running pickled code, "
-                              "or .safetensors)")
+                         help="torch state dict (.pth/.pt/.bin, read without running pickled "
+                              "code, or .safetensors)")
     convert.add_argument("--out", type=Path, required=True, metavar="FILE.ckpt",
                          help="checkpoint to write (.ckpt or .safetensors); an existing file "
                               "is never overwritten")

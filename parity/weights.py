@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -29,6 +30,7 @@ ORDER_KEY = "parity.order"      # safetensors metadata: the state dict's key ord
 TIED_KEY = "parity.tied"        # and its tied keys, as JSON: {key: the earlier key it is}
 # safetensors dtypes numpy lacks (by prefix): parity widens BF16 itself, and refuses the others
 NOT_NUMPY_SAFETENSORS_DTYPES = ("BF16", "F8_", "F6_", "F4")
+TORCH_SUFFIXES = (".pth", ".pt", ".bin")     # torch.save's files, read with weights_only=True
 MAX_PROBLEMS_LISTED = 6         # named in a one-line error about weights; the rest are counted
 FIX_THE_TRANSFER = "Fix the weights or the port, or map names with --map FILE"
 
@@ -69,7 +71,8 @@ def is_ignored(name: str) -> bool:
 
 
 def load_state_dict(path: Path) -> StateDict:
-    """A torch state dict as numpy arrays, from .safetensors, .pth or .pt."""
+    """A torch state dict as numpy arrays, from .safetensors or a torch.save file: .pth, .pt,
+    .bin (Hugging Face's pytorch_model.bin) or a PyTorch Lightning .ckpt."""
     path = Path(path)
     if not path.is_file():
         raise ParityInputError(f"weights file {path} " + ("is not a file: pass the file your "
@@ -80,11 +83,15 @@ def load_state_dict(path: Path) -> StateDict:
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
         state_dict = _load_safetensors(path)
-    elif suffix in (".pth", ".pt"):
-        state_dict = _load_torch_file(path)
+    elif suffix in TORCH_SUFFIXES or (suffix == ".ckpt" and zipfile.is_zipfile(path)):
+        state_dict = _load_torch_file(path)         # a .ckpt that is a zip: PyTorch Lightning's
+    elif suffix == ".ckpt":
+        raise ParityInputError(f"{path} is not a torch file (a MindSpore checkpoint?): the "
+                               "weights parity starts from are torch's, the state dict the "
+                               "port's weights come from (.pth, .pt, .bin or .safetensors)")
     else:
         raise ParityInputError(f"{path}: unknown weights format {suffix!r}; "
-                               "use .safetensors, .pth or .pt")
+                               "use .safetensors, .pth, .pt or .bin")
     if not state_dict:
         raise ParityInputError(f"{path} holds no tensors; pass the file your training saved")
     # saved from a model wrapped in DataParallel / DistributedDataParallel

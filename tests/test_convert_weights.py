@@ -48,6 +48,32 @@ def test_ckpt_loads_with_no_parameter_left_unloaded(tmp_path):
     np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
 
 
+@pytest.mark.parametrize("name, wrap", [
+    ("pytorch_model.bin", lambda state: state),                             # Hugging Face's
+    ("epoch=3-step=10.ckpt", lambda state: {"state_dict": state, "epoch": 3,  # Lightning's
+                                            "global_step": 10}),
+])
+def test_torch_save_files_under_other_names_are_read(tmp_path, name, wrap):
+    """Both were refused as "unknown weights format"."""
+    from parity.weights import load_state_dict
+    state = _resnet18_weights(tmp_path / "w.pth")
+    torch.save(wrap(state), tmp_path / name)
+    loaded = load_state_dict(tmp_path / name)
+    assert list(loaded) == list(state)
+    for key, tensor in state.items():
+        np.testing.assert_array_equal(loaded[key], tensor.numpy())
+
+
+def test_a_mindspore_checkpoint_given_as_torch_weights_is_told_as_such(tmp_path):
+    """It read "unknown weights format '.ckpt'"."""
+    ms.save_checkpoint(port.resnet18(num_classes=10), str(tmp_path / "port.ckpt"))
+    process = parity_cli("run", "--model", "resnet18", "--torch-weights",
+                         tmp_path / "port.ckpt", "--out", tmp_path / "run")
+    assert_one_line_error(process, f"{tmp_path / 'port.ckpt'} is not a torch file (a MindSpore "
+                                   "checkpoint?)")
+    assert not (tmp_path / "run").exists()
+
+
 def test_weights_of_another_class_count_are_told_to_pass_it(tmp_path):
     """A 10-class fine-tune given for the 1000-class default: the error said "torch shape
     (10, 512) but MindSpore fc.weight expects (1000, 512)" and no way out; now it names the
