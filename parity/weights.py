@@ -35,6 +35,14 @@ MAX_PROBLEMS_LISTED = 6         # named in a one-line error about weights; the r
 FIX_THE_TRANSFER = "Fix the weights or the port, or map names with --map FILE"
 
 
+class TransferRefused(ParityInputError):
+    """plan_transfer's refusal, with how many problems it found."""
+
+    def __init__(self, problems: int, message: str) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
 class StateDict(Dict[str, np.ndarray]):
     """A torch state dict as numpy arrays, in its order. ``tied`` maps each key whose tensor is
     an earlier key's to that key: torch ties parameters (a language model's output layer to its
@@ -95,11 +103,24 @@ def load_state_dict(path: Path) -> StateDict:
     if not state_dict:
         raise ParityInputError(f"{path} holds no tensors; pass the file your training saved")
     # saved from a model wrapped in DataParallel / DistributedDataParallel
-    if all(key.startswith("module.") for key in state_dict):
-        return StateDict({key.removeprefix("module."): value for key, value in state_dict.items()},
-                         {alias.removeprefix("module."): key.removeprefix("module.")
-                          for alias, key in state_dict.tied.items()})
+    if outer_prefix(state_dict) == "module.":
+        return without_prefix(state_dict, "module.")
     return state_dict
+
+
+def outer_prefix(state_dict: Mapping[str, Any]) -> str:
+    """The first component every key shares, with its dot ("module.", or "model." in a PyTorch
+    Lightning checkpoint: the module's attribute holding the model); '' if they share none."""
+    firsts = {key.split(".", 1)[0] for key in state_dict}
+    if len(firsts) != 1 or not all("." in key for key in state_dict):
+        return ""
+    return f"{firsts.pop()}."
+
+
+def without_prefix(state_dict: Mapping[str, np.ndarray], prefix: str) -> StateDict:
+    return StateDict({key.removeprefix(prefix): value for key, value in state_dict.items()},
+                     {alias.removeprefix(prefix): key.removeprefix(prefix)
+                      for alias, key in getattr(state_dict, "tied", {}).items()})
 
 
 def save_state_dict_bytes(state_dict: Mapping[str, np.ndarray]) -> bytes:
@@ -283,10 +304,11 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                             f"expects {m_dtype}")
     if problems:
         hint = class_count_hint(misfits) if len(misfits) == len(problems) else ""
-        raise ParityInputError(f"weight transfer refused, {len(problems)} problem(s): "
-                               f"{_not_the_same_model(alignment, mindspore_params, torch_params)}"
-                               f"{first_few(problems, MAX_PROBLEMS_LISTED, '; ')}. "
-                               f"{hint or FIX_THE_TRANSFER}")
+        raise TransferRefused(len(problems), f"weight transfer refused, {len(problems)} "
+                              f"problem(s): "
+                              f"{_not_the_same_model(alignment, mindspore_params, torch_params)}"
+                              f"{first_few(problems, MAX_PROBLEMS_LISTED, '; ')}. "
+                              f"{hint or FIX_THE_TRANSFER}")
     return dict(alignment.mindspore_to_torch)
 
 
@@ -358,13 +380,34 @@ def mindspore_ties(net) -> Dict[str, str]:
 
 def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
                         overrides: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Copy a torch state dict into a MindSpore network; returns the mapping it used."""
+    """Copy a torch state dict into a MindSpore network; returns the mapping it used. Keys that
+    all carry an outer prefix (a Lightning checkpoint's "model.") are tried without it when they
+    do not fit as they are."""
     import mindspore as ms
-    plan = plan_transfer(state_dict, mindspore_param_specs(net), overrides, mindspore_ties(net))
+    state_dict, plan = _names_that_fit(state_dict, mindspore_param_specs(net), overrides,
+                                       mindspore_ties(net))
     params = dict(net.parameters_and_names())
     for ms_name, torch_name in plan.items():
         params[ms_name].set_data(ms.Tensor(np.ascontiguousarray(state_dict[torch_name])))
     return plan
+
+
+def _names_that_fit(state_dict: Mapping[str, np.ndarray], specs: Sequence,
+                    overrides: Optional[Mapping[str, str]], ties: Mapping[str, str]
+                    ) -> Tuple[Mapping[str, np.ndarray], Dict[str, str]]:
+    """The state dict, without its keys' outer prefix if only that way they fit, and its
+    transfer plan; if neither fits, the refusal naming fewer problems."""
+    try:
+        return state_dict, plan_transfer(state_dict, specs, overrides, ties)
+    except TransferRefused as as_they_are:
+        prefix = outer_prefix(state_dict)
+        if not prefix:
+            raise
+        inner = without_prefix(state_dict, prefix)
+        try:
+            return inner, plan_transfer(inner, specs, overrides, ties)
+        except TransferRefused as without:
+            raise min(as_they_are, without, key=lambda refusal: refusal.problems) from None
 
 
 def not_finite(state_dict: Mapping[str, np.ndarray]) -> List[str]:

@@ -64,6 +64,56 @@ def test_torch_save_files_under_other_names_are_read(tmp_path, name, wrap):
         np.testing.assert_array_equal(loaded[key], tensor.numpy())
 
 
+def _lightning_checkpoint(path, state):
+    """What PyTorch Lightning saves of a LightningModule holding the network as ``self.model``."""
+    torch.save({"state_dict": {f"model.{key}": tensor for key, tensor in state.items()},
+                "epoch": 3, "global_step": 10}, path)
+
+
+def test_a_lightning_checkpoint_s_model_prefix_is_dropped_where_only_then_it_fits(tmp_path):
+    """Its keys ("model.conv1.weight") were all missing and unexpected, on both sides."""
+    from parity.capture.torch_capture import _load_weights
+    state = _resnet18_weights(tmp_path / "w.pth")
+    _lightning_checkpoint(tmp_path / "last.ckpt", state)
+    model = torchvision.models.resnet18(num_classes=10)
+    _load_weights(model, tmp_path / "last.ckpt")
+    assert torch.equal(model.layer2[1].conv2.weight, state["layer2.1.conv2.weight"])
+    process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
+                         "--torch-weights", tmp_path / "last.ckpt", "--out", tmp_path / "w.ckpt")
+    assert process.returncode == 0, process.stderr
+    net = port.resnet18(num_classes=10)
+    not_loaded, _ = ms.load_param_into_net(net, ms.load_checkpoint(str(tmp_path / "w.ckpt")))
+    assert not_loaded == []
+    np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
+
+
+def test_a_model_whose_own_names_share_a_prefix_keeps_them(tmp_path):
+    from parity.capture.torch_capture import _load_weights
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = torchvision.models.resnet18(num_classes=10)
+
+    torch.manual_seed(2)
+    saved = Wrapper()
+    torch.save(saved.state_dict(), tmp_path / "w.pth")
+    model = Wrapper()
+    _load_weights(model, tmp_path / "w.pth")
+    assert torch.equal(model.model.fc.weight, saved.model.fc.weight)
+
+
+def test_a_lightning_checkpoint_of_another_class_count_is_told_so(tmp_path):
+    """Without its prefix the checkpoint fits but for the classes: that refusal, the shorter,
+    is the one told, not 'model.fc.weight is used by no MindSpore parameter'."""
+    _lightning_checkpoint(tmp_path / "last.ckpt", _resnet18_weights(tmp_path / "w.pth"))
+    process = parity_cli("convert-weights", "--model", "resnet18", "--torch-weights",
+                         tmp_path / "last.ckpt", "--out", tmp_path / "w.ckpt")
+    assert_one_line_error(process, "2 problem(s): fc.weight: torch shape (10, 512)",
+                          "Weights of a 10-class model? Pass --num-classes 10")
+    assert not (tmp_path / "w.ckpt").exists()
+
+
 def test_a_mindspore_checkpoint_given_as_torch_weights_is_told_as_such(tmp_path):
     """It read "unknown weights format '.ckpt'"."""
     ms.save_checkpoint(port.resnet18(num_classes=10), str(tmp_path / "port.ckpt"))

@@ -28,7 +28,8 @@ from parity.resources import peak_resident_bytes
 from parity.records import RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunWriter, SafetensorsFile, same_bytes
 from parity.weights import (MAX_PROBLEMS_LISTED, StateDict, class_count_hint, is_ignored,
-                            load_state_dict, save_state_dict_bytes, tied_keys)
+                            load_state_dict, outer_prefix, save_state_dict_bytes, tied_keys,
+                            without_prefix)
 
 BLOCK = 1 << 18     # elements per float64 block: temporaries stay small
 M_MMAP_THRESHOLD = -3       # glibc's mallopt parameter (malloc.h)
@@ -39,6 +40,9 @@ def _load_weights(model, path: Path) -> None:
     import torch
     arrays = load_state_dict(path)
     expected = model.state_dict()
+    inner = without_prefix(arrays, outer_prefix(arrays))    # a Lightning checkpoint's "model."
+    if not set(arrays) & set(expected) and set(inner) <= set(expected):
+        arrays = inner
     for alias, key in tied_keys(expected).items():     # a file may hold a tied tensor once
         if alias not in arrays and key in arrays:
             arrays[alias] = arrays[key]
