@@ -305,7 +305,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     if problems:
         hint = class_count_hint(misfits) if len(misfits) == len(problems) else ""
         raise TransferRefused(len(problems), f"weight transfer refused, {len(problems)} "
-                              f"problem(s): "
+                              "problem(s): "
                               f"{_not_the_same_model(alignment, mindspore_params, torch_params)}"
                               f"{first_few(problems, MAX_PROBLEMS_LISTED, '; ')}. "
                               f"{hint or FIX_THE_TRANSFER}")
