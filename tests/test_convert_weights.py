@@ -35,14 +35,21 @@ def _resnet18_weights(path, num_classes=10):
     return state
 
 
-def test_ckpt_loads_with_no_parameter_left_unloaded(tmp_path):
-    state = _resnet18_weights(tmp_path / "w.pth")
+def _converted_resnet18(weights, out):
+    """The 10-class ResNet18 port loaded from the checkpoint convert-weights wrote of
+    ``weights``, every parameter of it loaded."""
     process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
-                         "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+                         "--torch-weights", weights, "--out", out)
     assert process.returncode == 0, process.stderr
     net = port.resnet18(num_classes=10)
-    not_loaded, _ = ms.load_param_into_net(net, ms.load_checkpoint(str(tmp_path / "w.ckpt")))
+    not_loaded, _ = ms.load_param_into_net(net, ms.load_checkpoint(str(out)))
     assert not_loaded == []
+    return net
+
+
+def test_ckpt_loads_with_no_parameter_left_unloaded(tmp_path):
+    state = _resnet18_weights(tmp_path / "w.pth")
+    net = _converted_resnet18(tmp_path / "w.pth", tmp_path / "w.ckpt")
     np.testing.assert_array_equal(net.layer3[1].bn2.moving_variance.asnumpy(),
                                   state["layer3.1.bn2.running_var"].numpy())
     np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
@@ -78,12 +85,7 @@ def test_a_lightning_checkpoint_s_model_prefix_is_dropped_where_only_then_it_fit
     model = torchvision.models.resnet18(num_classes=10)
     _load_weights(model, tmp_path / "last.ckpt")
     assert torch.equal(model.layer2[1].conv2.weight, state["layer2.1.conv2.weight"])
-    process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
-                         "--torch-weights", tmp_path / "last.ckpt", "--out", tmp_path / "w.ckpt")
-    assert process.returncode == 0, process.stderr
-    net = port.resnet18(num_classes=10)
-    not_loaded, _ = ms.load_param_into_net(net, ms.load_checkpoint(str(tmp_path / "w.ckpt")))
-    assert not_loaded == []
+    net = _converted_resnet18(tmp_path / "last.ckpt", tmp_path / "w.ckpt")
     np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
 
 
