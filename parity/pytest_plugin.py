@@ -61,9 +61,11 @@ def parity_check(request, tmp_path) -> Callable[..., Any]:
         result.to_html(html)
         result.to_json(report_dir / f"{stem}.json")
         if unsaved:
-            pytest.fail(f"parity baseline {baseline} does not exist: save it from a run known "
-                        f"to be good with 'pytest --parity-update-baseline' (this run's report: "
-                        f"{html})", pytrace=False)
+            told = (f"parity baseline {baseline} does not exist: save it from a run known to be "
+                    "good with 'pytest --parity-update-baseline'")
+            pytest.fail(f"{told} (this run's report: {html})" if result.passed else
+                        f"{told}; nor is this run good:\n{result.failure_message()}",
+                        pytrace=False)
         return result
 
     return run

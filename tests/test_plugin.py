@@ -89,3 +89,23 @@ def test_against_baseline(parity_check):
     unseeded = user_suite.runpytest_subprocess("test_baseline.py")
     unseeded.assert_outcomes(failed=1)
     unseeded.stdout.fnmatch_lines(["*saved from other initial weights or another batch*"])
+
+
+def test_a_broken_port_whose_baseline_is_not_saved_yet_is_told_both(user_suite, tmp_path):
+    """The missing baseline was told, and the divergence, which assert_passed would have named,
+    was not."""
+    user_suite.makepyfile(test_unsaved=f"""
+import mindspore
+import torch
+from tests.tiny import torch_tiny, ms_tiny_same_padding
+
+def test_against_baseline(parity_check):
+    torch.manual_seed(0)
+    parity_check(torch_tiny(), ms_tiny_same_padding(), batch_size=2, image_size=16,
+                 baseline={str(tmp_path / "golden.json")!r}).assert_passed()
+""")
+    result = user_suite.runpytest_subprocess("test_unsaved.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*golden.json does not exist: save it from a run known to be "
+                                 "good with 'pytest --parity-update-baseline'; nor is this run "
+                                 "good:*", "*parity: first divergence at 3 · forward*"])
