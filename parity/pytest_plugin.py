@@ -48,24 +48,26 @@ def parity_check(request, tmp_path) -> Callable[..., Any]:
         stem = _slug(request.node.name) + (f"-{calls['count']}" if calls["count"] > 1 else "")
         report_dir.mkdir(parents=True, exist_ok=True)
         result = check(torch_model, ms_model, **kwargs)
-        drift = None
-        unsaved = baseline is not None and not update and not Path(baseline).exists()
-        if baseline is not None and not unsaved:
-            if update:
+        html = report_dir / f"{stem}.html"
+        drift, not_saved = None, ""
+        if baseline is not None and update:
+            if result.passed:
                 baselines.save(result, Path(baseline))
             else:
-                drift = baselines.check(result, Path(baseline))
-        html = report_dir / f"{stem}.html"
+                not_saved = (f"parity baseline {baseline} not saved: a baseline comes from a run "
+                             "known to be good, and this one is not")
+        elif baseline is not None and not Path(baseline).exists():
+            not_saved = (f"parity baseline {baseline} does not exist: save it from a run known "
+                         "to be good with 'pytest --parity-update-baseline'")
+        elif baseline is not None:
+            drift = baselines.check(result, Path(baseline))
         result = dataclasses.replace(result, drift=drift,
                                      extra={**result.extra, "report": str(html)})
         result.to_html(html)
         result.to_json(report_dir / f"{stem}.json")
-        if unsaved:
-            told = (f"parity baseline {baseline} does not exist: save it from a run known to be "
-                    "good with 'pytest --parity-update-baseline'")
-            pytest.fail(f"{told} (this run's report: {html})" if result.passed else
-                        f"{told}; nor is this run good:\n{result.failure_message()}",
-                        pytrace=False)
+        if not_saved:
+            pytest.fail(f"{not_saved} (this run's report: {html})" if result.passed else
+                        f"{not_saved}; this run:\n{result.failure_message()}", pytrace=False)
         return result
 
     return run

@@ -107,5 +107,16 @@ def test_against_baseline(parity_check):
     result = user_suite.runpytest_subprocess("test_unsaved.py")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*golden.json does not exist: save it from a run known to be "
-                                 "good with 'pytest --parity-update-baseline'; nor is this run "
-                                 "good:*", "*parity: first divergence at 3 · forward*"])
+                                 "good with 'pytest --parity-update-baseline'; this run:*",
+                                 "*parity: first divergence at 3 · forward*"])
+    # nor is it saved from this run: it said "ParityInputError: refusing to save a baseline
+    # from a run that fails parity", with a traceback into the plugin, and wrote no report
+    result = user_suite.runpytest_subprocess("test_unsaved.py", "--parity-update-baseline",
+                                             f"--parity-report-dir={tmp_path / 'reports'}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*golden.json not saved: a baseline comes from a run known to "
+                                 "be good, and this one is not; this run:*",
+                                 "*parity: first divergence at 3 · forward*"])
+    assert "Traceback" not in result.stdout.str() and "ParityInputError" not in result.stdout.str()
+    assert not (tmp_path / "golden.json").exists()
+    assert (tmp_path / "reports" / "test_against_baseline.html").exists()
