@@ -841,3 +841,27 @@ def test_map_entries_naming_a_record_neither_run_has_get_a_note(tiny_run):
     assert [note for note in result.meta.notes if note.startswith("--map")] == [
         '--map entries naming a record neither run has ("mindspore.name" = "torch.name"): '
         '0#1 = 0, 3 = conv3, nothing = 8']     # 0 runs once: no second call to pin
+
+
+def test_records_torch_itself_computes_mostly_as_rounding_are_named(tiny_run, tmp_path):
+    """ResNet18 at 8² normalises layer4 over 2 values per channel: torch's own float32
+    gradients there are rounding (over 100 % of their size against float64, a cosine of -1
+    against MindSpore) and the run passed saying nothing of it."""
+    from parity.compare.engine import compare_runs
+    assert not any("mostly float32 rounding" in note for note in compare_runs(
+        tiny_run / "torch", tiny_run / "mindspore").meta.notes)
+    process = parity_cli("run", "--model", "resnet18", "--image-size", "8", "--out",
+                         tmp_path / "run", "--json", tmp_path / "report.json", "--quiet")
+    assert process.returncode == 0, process.stdout + process.stderr
+    report = read_json(tmp_path / "report.json")
+    noisy = [r for r in report["records"] if (r["fp32_noise"] or 0) >= 0.5]
+    told = [note for note in report["meta"]["notes"] if "mostly float32 rounding" in note]
+    assert noisy and len(told) == 1
+    worst = max(noisy, key=lambda r: r["fp32_noise"])
+    kinds = {kind: sum(r["kind"] == kind for r in noisy) for kind in ("grad", "update")}
+    assert told[0].startswith(f"{len(noisy)} records ({kinds['grad']} grad, "
+                              f"{kinds['update']} update, ")
+    assert (f"its own float32 error is 50 % of their size or more (worst {worst['name']} · "
+            f"{worst['kind']}, {100 * worst['fp32_noise']:.0f} %), so their verdicts cannot tell "
+            "a bug from noise") in told[0]
+    assert told[0].endswith("a larger --batch-size or --image-size checks them")
