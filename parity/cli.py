@@ -32,6 +32,9 @@ from parity.io import (BASELINE, CSV_REPORT, HTML_REPORT, JSON_REPORT,  # noqa: 
 from parity.processes import end_with_parent  # noqa: E402
 
 REPORTS = Path("reports")
+# What --torch-weights (--weights) reads: weights.load_state_dict.
+TORCH_WEIGHTS = ("a torch state dict (.pth/.pt/.bin, read without running pickled code, or "
+                 ".safetensors), or a training checkpoint holding one (a Lightning .ckpt too)")
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -169,8 +172,7 @@ def build_parser() -> ArgumentParser:
     _add_model_options(run)
     _add_step_options(run)
     run.add_argument("--torch-weights", type=Path, metavar="FILE",
-                     help="start from these weights (.pth/.pt/.bin/.safetensors state dict, "
-                          "or a training checkpoint holding one, a Lightning .ckpt too)")
+                     help=f"start from these weights: {TORCH_WEIGHTS}")
     run.add_argument("--out", type=Path, metavar="DIR",
                      help="run directory (default reports/runs/MODEL)")
     _add_report_options(run)
@@ -191,7 +193,7 @@ def build_parser() -> ArgumentParser:
                          help="(mindspore) the torch capture to take weights, batch and step "
                               "settings from")
     capture.add_argument("--weights", type=Path, metavar="FILE",
-                         help="torch state dict (.pth/.pt/.bin/.safetensors) to start from")
+                         help=f"start from these weights: {TORCH_WEIGHTS}")
     _add_model_options(capture)
     _add_step_options(capture)
 
@@ -223,8 +225,7 @@ def build_parser() -> ArgumentParser:
     convert.add_argument("--num-classes", type=_number("num_classes"),
                          help="the port's class count (default: its own)")
     convert.add_argument("--torch-weights", type=Path, required=True, metavar="FILE",
-                         help="torch state dict (.pth/.pt/.bin, read without running pickled "
-                              "code, or .safetensors)")
+                         help=f"the weights to convert: {TORCH_WEIGHTS}")
     convert.add_argument("--out", type=Path, required=True, metavar="FILE.ckpt",
                          help="checkpoint to write (.ckpt or .safetensors); an existing file "
                               "is never overwritten")
@@ -335,13 +336,13 @@ def _refuse_unwritable_reports(args: argparse.Namespace, reads: Optional[Path] =
     """Each report path asked for, checked before the captures and the compare, not after: one
     that can be written, named once, and not the report this command ``reads``."""
     asked: Dict[str, Path] = {}
-    for kind in REPORT_KINDS:
+    for kind, file_kind in REPORT_KINDS.items():
         if getattr(args, kind) is None:
             continue
         path = Path(getattr(args, kind))
         if reads is not None:
             _refuse_writing_over(f"--{kind}", path, reads)
-        refuse_unwritable(path, replace_own=REPORT_KINDS[kind])
+        refuse_unwritable(path, replace_own=file_kind)
         twice = next((other for other, earlier in asked.items() if same_file(path, earlier)), None)
         if twice is not None:
             raise ParityInputError(f"--{twice} and --{kind} both name {path}: give each report "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -404,8 +405,8 @@ def _step_checks(plan: List[_Planned], config: Mapping[str, Any],
 def _noise_note(noisy: List[Comparison]) -> str:
     """Records torch itself computes mostly as rounding: checked, but blind to bugs that size."""
     worst = max(noisy, key=lambda c: c.fp32_noise)
-    kinds = ", ".join(f"{sum(c.kind == kind for c in noisy)} {kind}" for kind in KIND_RANK
-                      if any(c.kind == kind for c in noisy))
+    counts = Counter(c.kind for c in noisy)
+    kinds = ", ".join(f"{counts[kind]} {kind}" for kind in KIND_RANK if counts[kind])
     return (f"{len(noisy)} records ({kinds}) are mostly float32 rounding in torch itself: its "
             f"own float32 error is {100 * MOSTLY_NOISE:.0f} % of their size or more (worst "
             f"{worst.name} · {worst.kind}, {100 * worst.fp32_noise:.0f} %), so their verdicts "
