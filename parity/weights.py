@@ -102,15 +102,14 @@ def load_state_dict(path: Path) -> StateDict:
                                "use .safetensors, .pth, .pt or .bin")
     if not state_dict:
         raise ParityInputError(f"{path} holds no tensors; pass the file your training saved")
-    # saved from a model wrapped in DataParallel / DistributedDataParallel
-    if outer_prefix(state_dict) == "module.":
-        return without_prefix(state_dict, "module.")
     return state_dict
 
 
 def outer_prefix(state_dict: Mapping[str, Any]) -> str:
-    """The first component every key shares, with its dot ("module.", or "model." in a PyTorch
-    Lightning checkpoint: the module's attribute holding the model); '' if they share none."""
+    """The first component every key shares, with its dot: "module." (saved from a model wrapped
+    in DataParallel), "model." (a PyTorch Lightning checkpoint: the attribute holding the model);
+    '' if they share none. Whether to drop it is for the model's names to decide: a model of its
+    own may hold its network as ``self.module``."""
     firsts = {key.split(".", 1)[0] for key in state_dict}
     if len(firsts) != 1 or not all("." in key for key in state_dict):
         return ""

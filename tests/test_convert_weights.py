@@ -71,38 +71,59 @@ def test_torch_save_files_under_other_names_are_read(tmp_path, name, wrap):
         np.testing.assert_array_equal(loaded[key], tensor.numpy())
 
 
+def _prefixed(prefix, state):
+    return {f"{prefix}{key}": tensor for key, tensor in state.items()}
+
+
 def _lightning_checkpoint(path, state):
     """What PyTorch Lightning saves of a LightningModule holding the network as ``self.model``."""
-    torch.save({"state_dict": {f"model.{key}": tensor for key, tensor in state.items()},
-                "epoch": 3, "global_step": 10}, path)
+    torch.save({"state_dict": _prefixed("model.", state), "epoch": 3, "global_step": 10}, path)
 
 
-def test_a_lightning_checkpoint_s_model_prefix_is_dropped_where_only_then_it_fits(tmp_path):
-    """Its keys ("model.conv1.weight") were all missing and unexpected, on both sides."""
+@pytest.mark.parametrize("name, saved", [
+    ("last.ckpt", lambda state: {"state_dict": _prefixed("model.", state), "epoch": 3}),
+    ("dp.pth", lambda state: _prefixed("module.", state)),                      # DataParallel
+    ("dp-checkpoint.pth", lambda state: {"model": _prefixed("module.", state), "epoch": 3}),
+])
+def test_an_outer_prefix_is_dropped_where_only_then_the_names_fit(tmp_path, name, saved):
+    """A Lightning checkpoint's keys ("model.conv1.weight") were all missing and unexpected, on
+    both sides; DataParallel's "module." was dropped whether or not the model had it."""
     from parity.capture.torch_capture import _load_weights
     state = _resnet18_weights(tmp_path / "w.pth")
-    _lightning_checkpoint(tmp_path / "last.ckpt", state)
+    torch.save(saved(state), tmp_path / name)
     model = torchvision.models.resnet18(num_classes=10)
-    _load_weights(model, tmp_path / "last.ckpt")
+    _load_weights(model, tmp_path / name)
     assert torch.equal(model.layer2[1].conv2.weight, state["layer2.1.conv2.weight"])
-    net = _converted_resnet18(tmp_path / "last.ckpt", tmp_path / "w.ckpt")
+    net = _converted_resnet18(tmp_path / name, tmp_path / "w.ckpt")
     np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
 
 
-def test_a_model_whose_own_names_share_a_prefix_keeps_them(tmp_path):
+def test_a_data_parallel_file_with_a_key_too_many_is_told_by_the_names_without_module(tmp_path):
+    """Its names fit but for one: that one is named, not all of them twice."""
+    from parity.capture.torch_capture import _load_weights
+    state = _resnet18_weights(tmp_path / "w.pth")
+    state["aux.weight"] = torch.zeros(3)
+    torch.save(_prefixed("module.", state), tmp_path / "dp.pth")
+    with pytest.raises(ParityInputError, match=r"does not fit the torch model: unexpected keys: "
+                                               r"aux.weight$"):
+        _load_weights(torchvision.models.resnet18(num_classes=10), tmp_path / "dp.pth")
+
+
+@pytest.mark.parametrize("attribute", ["model", "module"])
+def test_a_model_whose_own_names_share_a_prefix_keeps_them(tmp_path, attribute):
     from parity.capture.torch_capture import _load_weights
 
     class Wrapper(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.model = torchvision.models.resnet18(num_classes=10)
+            setattr(self, attribute, torchvision.models.resnet18(num_classes=10))
 
     torch.manual_seed(2)
     saved = Wrapper()
     torch.save(saved.state_dict(), tmp_path / "w.pth")
     model = Wrapper()
     _load_weights(model, tmp_path / "w.pth")
-    assert torch.equal(model.model.fc.weight, saved.model.fc.weight)
+    assert torch.equal(getattr(model, attribute).fc.weight, getattr(saved, attribute).fc.weight)
 
 
 def test_a_lightning_checkpoint_of_another_class_count_is_told_so(tmp_path):
@@ -281,8 +302,6 @@ def test_a_truncated_torch_file_is_named_with_the_first_sentence_of_torchs_error
 @pytest.mark.parametrize("saved", [
     lambda state: {"state_dict": state, "epoch": 3, "best_acc1": 0.7},    # torchvision's recipe
     lambda state: {"model": state, "optimizer": {"state": {}}, "epoch": 3},
-    lambda state: {f"module.{name}": tensor for name, tensor in state.items()},  # DataParallel
-    lambda state: {"model": {f"module.{name}": tensor for name, tensor in state.items()}},
 ])
 def test_a_training_checkpoint_gives_its_model_state_dict(tmp_path, saved):
     from parity.weights import load_state_dict

@@ -187,6 +187,17 @@ def test_tied_weights_are_one_parameter_on_both_sides(tmp_path):
     assert grads == {"embed.weight", "mix.weight", "mix.bias"}   # head.weight is embed.weight
 
 
+def test_a_pair_whose_names_all_start_with_module_keeps_them():
+    """Every name under "module." was taken for DataParallel's prefix and dropped when the
+    weights were read back, so the run failed "unexpected RuntimeError: Error(s) in loading
+    state_dict"."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_holding_tiny(), tiny.ms_holding_tiny(), image_size=16)
+    assert result.passed, result.first_divergence
+    assert "module.0.weight" in {comparison.name for comparison in result.comparisons}
+
+
 @pytest.mark.parametrize("torch_model, ms_model, told", [
     ("torch_tied", "ms_untied", "MindSpore parameter head.weight (50, 8) receives no torch "
      "tensor (missing key): torch ties head.weight to embed.weight (one parameter); tie the "

@@ -801,3 +801,31 @@ class _RefusesSavedTensorHooks(tnn.Module):
 
 def torch_tiny_refusing_saved_tensor_hooks() -> tnn.Module:
     return _torch_tiny(_RefusesSavedTensorHooks())
+
+
+# The tiny net held as `self.module`: every parameter name starts with "module.", as in the
+# state dict of a model wrapped in DataParallel.
+class _TorchHolding(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.module = torch_tiny()
+
+    def forward(self, x):
+        return self.module(x)
+
+
+class _MsHolding(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.module = ms_tiny()
+
+    def construct(self, x):
+        return self.module(x)
+
+
+def torch_holding_tiny() -> tnn.Module:
+    return _TorchHolding()
+
+
+def ms_holding_tiny() -> msnn.Cell:
+    return _MsHolding()

@@ -40,8 +40,8 @@ def _load_weights(model, path: Path) -> None:
     import torch
     arrays = load_state_dict(path)
     expected = model.state_dict()
-    inner = without_prefix(arrays, outer_prefix(arrays))    # a Lightning checkpoint's "model."
-    if not set(arrays) & set(expected) and set(inner) <= set(expected):
+    inner = without_prefix(arrays, outer_prefix(arrays))    # DataParallel's "module.", ...
+    if not set(arrays) & set(expected) and set(inner) & set(expected):
         arrays = inner
     for alias, key in tied_keys(expected).items():     # a file may hold a tied tensor once
         if alias not in arrays and key in arrays:
