@@ -354,13 +354,11 @@ def _not_the_same_model(alignment, mindspore_params: Sequence, torch_params: Seq
 
 
 def mindspore_param_specs(net) -> List[Tuple[str, Tuple[int, ...], str]]:
-    """(name, shape, numpy dtype) of every parameter of a MindSpore cell, buffers included."""
-    import mindspore as ms
-    specs = []
-    for name, param in net.parameters_and_names():
-        dtype = str(ms.dtype_to_nptype(param.dtype)().dtype) if param.dtype is not None else "?"
-        specs.append((name, tuple(param.shape), dtype))
-    return specs
+    """(name, shape, numpy dtype) of every parameter of a MindSpore cell, buffers included.
+    The dtype's name is MindSpore's lowercased ("Float32" -> "float32"): its converter to numpy,
+    ``dtype_to_nptype``, is deprecated since 2.7 and logs a warning at each call."""
+    return [(name, tuple(param.shape), str(param.dtype).lower() if param.dtype is not None else "?")
+            for name, param in net.parameters_and_names()]
 
 
 def mindspore_ties(net) -> Dict[str, str]:

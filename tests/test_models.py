@@ -48,6 +48,23 @@ def test_eval_forward_matches_torchvision(depth):
     assert len(mapping) == len(mindspore_param_specs(net))
 
 
+def test_parameter_dtypes_are_named_as_numpy_names_them_without_a_deprecated_call(monkeypatch):
+    """They came from ms.dtype_to_nptype, which logs "deprecated from version 2.7" at each call
+    (unless GLOG_v silences it): a line per parameter on the console of every parity.check."""
+    def deprecated(_dtype):
+        raise AssertionError("ms.dtype_to_nptype is deprecated since MindSpore 2.7")
+
+    monkeypatch.setattr(ms, "dtype_to_nptype", deprecated)
+    cell = ms.nn.Cell()
+    for dtype in (ms.float32, ms.float16, ms.float64, ms.int32, ms.int64, ms.uint8, ms.bool_):
+        name = f"p_{dtype}".lower()
+        setattr(cell, name, ms.Parameter(ms.Tensor(np.zeros(2), dtype), name=name))
+    specs = mindspore_param_specs(cell)
+    assert {dtype for _, _, dtype in specs} == \
+        {"float32", "float16", "float64", "int32", "int64", "uint8", "bool"}
+    assert all(np.dtype(dtype).name == dtype for _, _, dtype in specs)
+
+
 def test_mobilenet_v2_port_matches_torchvision_by_name_and_in_eval():
     from models.mobilenet_mindspore import mobilenet_v2
     ms.set_context(mode=ms.PYNATIVE_MODE)
