@@ -649,6 +649,16 @@ def test_a_model_with_nothing_to_train_is_refused(tmp_path, torch_model):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_torch_model_built_in_another_precision_is_told_to_be_float32(tmp_path):
+    """It failed on the float32 batch, "expected scalar type Float but found Double", with a
+    hint that the model may take other inputs (--input)."""
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny_float64", "--ms-model",
+                         "tests.tiny:ms_tiny", "--image-size", "16", "--out", tmp_path / "run")
+    assert_one_line_error(process, "the torch model's parameters are not all float32 (8 float64; "
+                                   "the first: 0.weight)", "(model.float())")
+    assert not (tmp_path / "run").exists()
+
+
 def test_unknown_option():
     assert_one_line_error(parity_cli("run", "--batchsize", "2"),
                           "unrecognized arguments: --batchsize 2 (see 'parity run --help')")

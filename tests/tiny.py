@@ -36,6 +36,11 @@ def torch_tiny_frozen() -> tnn.Module:
     return _torch_tiny().requires_grad_(False)
 
 
+def torch_tiny_float64() -> tnn.Module:
+    """Built in float64 (model.double()) for a float32 port."""
+    return _torch_tiny().double()
+
+
 def torch_tiny_dropout() -> tnn.Module:
     """Dropout (p = 0.2) before the classifier."""
     return _torch_tiny(tnn.Dropout(0.2))

@@ -228,6 +228,22 @@ def _noise_recorder(writer: RunWriter) -> Callable[..., None]:
     return record
 
 
+def _refuse_other_precisions(model) -> None:
+    """The reference is torch's float32 step (parity reruns it in float64 itself); a model
+    built in float64 or float16 failed on the float32 batch, told that it may need other
+    inputs."""
+    import torch
+    others = [(name, str(p.dtype).removeprefix("torch.")) for name, p in model.named_parameters()
+              if p.is_floating_point() and p.dtype != torch.float32]
+    if others:
+        held = ", ".join(f"{count} {dtype}" for dtype, count in
+                         Counter(dtype for _, dtype in others).items())
+        raise ParityInputError(f"the torch model's parameters are not all float32 ({held}; the "
+                               f"first: {others[0][0]}): parity's reference is torch's float32 "
+                               "step, which it reruns in float64 itself; build the model in "
+                               "float32 (model.float())")
+
+
 def _synthetic_batch_errors(config: StepConfig, *, probe: bool = False) -> ContextManager[None]:
     """A model failing on the synthetic image batch most often takes other inputs or labels,
     or needs a larger batch (BatchNorm in training wants more than one value per channel).
@@ -389,6 +405,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         raise ParityInputError("the torch model has no trainable parameter: parity checks a "
                                "training step (forward, gradients, update), which needs at least "
                                "one (frozen ones are compared as buffers)")
+    _refuse_other_precisions(model)
     num_classes = config.num_classes
     synthetic = batch is None and batch_file is None
     if batch is None:
