@@ -252,6 +252,25 @@ def test_a_damaged_batch_file_is_named_not_a_crash(tmp_path, damage):
         load_batch(path)
 
 
+@pytest.mark.parametrize("name, content, told", [
+    ("batch.npy", None, "batch.npy holds one array (float32 (2, 3, 8, 8)), not the arrays of an "
+                        ".npz: write the inputs and labels with numpy.savez"),
+    ("batch.npz", b"x,y\n0.5,1\n", "batch.npz is not a readable .npz file (neither .npz nor "
+                                    ".npy); write it with numpy.savez"),
+])
+def test_a_batch_file_that_is_no_npz_is_told_how_to_write_one(tmp_path, name, content, told):
+    """An .npy failed "unexpected TypeError: 'numpy.ndarray' object does not support the
+    context manager protocol"; a text file was called one holding pickled data."""
+    path = tmp_path / name
+    if content is None:
+        np.save(path, np.ones((2, 3, 8, 8), np.float32))
+    else:
+        path.write_bytes(content)
+    process = parity_cli("run", *TINY_PAIR, "--input", path, "--out", tmp_path / "run")
+    assert_one_line_error(process, told)
+    assert not (tmp_path / "run").exists()
+
+
 def test_batch_of_booleans(tmp_path):
     np.savez(tmp_path / "batch.npz", x=np.zeros((2, 3, 8, 8), bool), y=np.array([1, 2]))
     process = parity_cli("run", *TINY_PAIR, "--input", tmp_path / "batch.npz", "--out",

@@ -82,7 +82,12 @@ def load_batch(path: Path) -> Batch:
     """A user batch from an .npz with ``x`` (float N×C×H×W, or integer token ids N×L), further
     inputs ``x1``, ``x2``... (an attention mask, say) and ``y`` (integer labels)."""
     try:
-        with np.load(path, allow_pickle=False) as data:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):      # an .npy: one array, no labels
+            raise ParityInputError(f"{path} holds one array ({loaded.dtype} {loaded.shape}), "
+                                   "not the arrays of an .npz: write the inputs and labels "
+                                   "with numpy.savez(path, x=..., y=...)")
+        with loaded as data:
             missing = [key for key in ("x", "y") if key not in data.files]
             if missing:
                 raise ParityInputError(f"{path} lacks array(s) {', '.join(missing)}; an --input "
@@ -91,7 +96,9 @@ def load_batch(path: Path) -> Batch:
             keys = _input_keys(path, list(data.files))
             inputs, y = [data[key] for key in keys], data["y"]
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
-        raise ParityInputError(f"{path} is not a readable .npz file ({error}); write it with "
+        # numpy takes a file that is neither a zip nor an .npy for a pickle
+        what = "neither .npz nor .npy" if "pickled data" in str(error) else str(error)
+        raise ParityInputError(f"{path} is not a readable .npz file ({what}); write it with "
                                "numpy.savez(path, x=..., y=...)") from None
     if inputs[0].ndim < 2 or y.ndim < 1 or any(x.ndim < 1 or len(x) != len(y) for x in inputs):
         shapes = ", ".join(f"{key} {x.shape}" for key, x in zip(keys, inputs))
