@@ -84,6 +84,7 @@ def _lightning_checkpoint(path, state):
     ("last.ckpt", lambda state: {"state_dict": _prefixed("model.", state), "epoch": 3}),
     ("dp.pth", lambda state: _prefixed("module.", state)),                      # DataParallel
     ("dp-checkpoint.pth", lambda state: {"model": _prefixed("module.", state), "epoch": 3}),
+    ("compiled.pth", lambda state: _prefixed("_orig_mod.", state)),    # from torch.compile'd
 ])
 def test_an_outer_prefix_is_dropped_where_only_then_the_names_fit(tmp_path, name, saved):
     """A Lightning checkpoint's keys ("model.conv1.weight") were all missing and unexpected, on

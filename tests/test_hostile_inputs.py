@@ -678,6 +678,28 @@ def test_a_torch_model_built_in_another_precision_is_told_to_be_float32(tmp_path
     assert not (tmp_path / "run").exists()
 
 
+def test_a_torch_compiled_model_is_told_to_be_passed_before_torch_compile(tmp_path):
+    """A ResNet18 so compiled stepped in float32 for 90 s, compiling, then failed "unexpected"
+    in float64 with an AssertionError from dynamo."""
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny_compiled", "--ms-model",
+                         "tests.tiny:ms_tiny", "--image-size", "16", "--out", tmp_path / "run")
+    assert_one_line_error(process, "the torch model is torch.compile'd: parity hooks each layer",
+                          "return the module before torch.compile")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_torch_compiled_part_of_a_model_is_named():
+    import torch
+
+    from parity.capture.torch_capture import _refuse_compiled
+    from tests.tiny import torch_tiny
+    model = torch.nn.Sequential(torch_tiny(), torch.nn.ReLU())
+    _refuse_compiled(model)
+    model[0] = torch.compile(model[0])
+    with pytest.raises(ParityInputError, match="the torch model's 0 is torch.compile'd"):
+        _refuse_compiled(model)
+
+
 def test_unknown_option():
     assert_one_line_error(parity_cli("run", "--batchsize", "2"),
                           "unrecognized arguments: --batchsize 2 (see 'parity run --help')")

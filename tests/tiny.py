@@ -41,6 +41,12 @@ def torch_tiny_float64() -> tnn.Module:
     return _torch_tiny().double()
 
 
+def torch_tiny_compiled() -> tnn.Module:
+    """torch.compile'd (it compiles at the first call, not here)."""
+    import torch
+    return torch.compile(_torch_tiny())
+
+
 def torch_tiny_dropout() -> tnn.Module:
     """Dropout (p = 0.2) before the classifier."""
     return _torch_tiny(tnn.Dropout(0.2))

@@ -228,6 +228,19 @@ def _noise_recorder(writer: RunWriter) -> Callable[..., None]:
     return record
 
 
+def _refuse_compiled(model) -> None:
+    """A torch.compile'd module runs its layers as compiled code: their hooks are traced into
+    it or not at all, and its names gain "_orig_mod.". A ResNet18 so compiled stepped in
+    float32 for 90 s, compiling, then failed in float64 with an AssertionError from dynamo."""
+    compiled = next((name for name, module in model.named_modules()
+                     if type(module).__name__ == "OptimizedModule"), None)
+    if compiled is not None:
+        where = "the torch model" if not compiled else f"the torch model's {compiled}"
+        raise ParityInputError(f"{where} is torch.compile'd: parity hooks each layer, which "
+                               "compiled code hides; return the module before torch.compile "
+                               "(parity checks its eager step, layer by layer)")
+
+
 def _refuse_other_precisions(model) -> None:
     """The reference is torch's float32 step (parity reruns it in float64 itself); a model
     built in float64 or float16 failed on the float32 batch, told that it may need other
@@ -399,6 +412,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     torch.use_deterministic_algorithms(True)
     if model is None:
         model = build_torch_model(factory, num_classes=config.num_classes)
+    _refuse_compiled(model)
     if weights is not None:
         _load_weights(model, weights)
     if not any(param.requires_grad for param in model.parameters()):
