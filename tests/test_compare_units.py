@@ -243,6 +243,54 @@ def test_a_divergence_where_float32_is_ill_conditioned_is_named_so():
     assert well_conditioned.cause == "batchnorm2d computes something different"
 
 
+@pytest.mark.parametrize("logits_noise, ms_loss, cause", [
+    (0.10, 3.55, "float32 ill-conditioned before here"),
+    (1e-6, 3.55, "loss function differs"),       # exact logits: the difference is the loss's
+    (0.01, 3.00, "loss function differs"),       # 16 % apart: beyond 8 times the logits' 1 %
+])
+def test_a_loss_computed_from_ill_conditioned_logits_is_named_so(logits_noise, ms_loss, cause):
+    """ResNet18 at batch 2, 16², its logits 10 % from float64 in torch's own float32 and its
+    loss 0.8 % apart, was said to have "the logits match but the loss differs" (likely)."""
+    from parity.compare.diagnosis import diagnose
+
+    def record(name, kind, shape, order, op=""):
+        return RecordInfo(name=name, kind=kind, shape=shape, dtype="float32", order=order,
+                          shard="", key="", op=op, attrs={})
+
+    fc, loss = record("fc", "forward", (2, 10), 0, "dense"), record("loss", "loss", (1,), 1)
+    logits = np.random.default_rng(0).standard_normal((2, 10)).astype(np.float32)
+    torch_loss = np.float32([3.577])
+    run = _Run({fc.name: logits, loss.name: torch_loss}, [fc, loss])
+    ms_run = _Run({fc.name: logits, loss.name: np.float32([ms_loss])}, [fc, loss])
+    logits_compared = _first(logits, logits, fc, noise=Float64Noise(logits_noise, 1.0))
+    first = _first(torch_loss, np.float32([ms_loss]), loss, noise=Float64Noise(2.6e-3, 3.577))
+    found = diagnose(first, loss, loss, [logits_compared, first], run, ms_run, {})
+    assert found.cause == cause
+    if cause.startswith("float32"):
+        assert "(fc · forward: 10 %); MindSpore's differs from torch's by 0.75 %" in found.detail
+
+
+def test_a_small_drift_past_batch_norm_over_few_values_says_so():
+    from parity.compare.diagnosis import diagnose
+    rng = np.random.default_rng(0)
+    torch_value = rng.standard_normal((2, 8, 1, 1)).astype(np.float32)
+    ms_value = torch_value * np.float32(1.001)
+    bn = RecordInfo(name="layer3.1.bn1", kind="forward", shape=(2, 8, 1, 1), dtype="float32",
+                    order=0, shard="", key="", op="batchnorm2d", attrs={"training": True})
+    run = _Run({bn.name: torch_value}, [bn])
+    first = _first(torch_value, ms_value, bn, noise=Float64Noise(1.4e-4, 1.0))
+    found = diagnose(first, bn, bn, [first], run, run, {})
+    assert found.cause == "small numerical drift"
+    assert "layer3.1.bn1 normalises 2 values per channel" in found.detail
+    wide = RecordInfo(name="layer1.0.bn1", kind="forward", shape=(2, 8, 4, 4), dtype="float32",
+                      order=0, shard="", key="", op="batchnorm2d", attrs={"training": True})
+    torch_wide, ms_wide = (np.tile(value, (1, 1, 4, 4)) for value in (torch_value, ms_value))
+    widely = _first(torch_wide, ms_wide, wide, noise=Float64Noise(1.4e-4, 1.0))
+    found = diagnose(widely, wide, wide, [widely], _Run({wide.name: torch_wide}, [wide]),
+                     _Run({wide.name: ms_wide}, [wide]), {})
+    assert found.cause == "small numerical drift" and "values per channel" not in found.detail
+
+
 @pytest.mark.parametrize("spatial, fp64_reference, cause", [
     (1, False, "float32 may be ill-conditioned here (no float64 reference)"),  # 2 per channel
     (4, False, "batchnorm2d computes something different"),                    # 32
