@@ -125,6 +125,14 @@ class Comparison(TensorStats):
     flip_allowance: float = 0.0
     # relative error allowed for a BatchNorm weight/bias gradient whose sum cancels (engine)
     sum_allowance: float = 0.0
+    # relative error allowed for a loss that is the cross entropy of each side's own logits: the
+    # two logits' losses apart (compare/loss.py)
+    logits_allowance: float = 0.0
+
+    @property
+    def allowance(self) -> float:
+        """All that is added to torch's relative float32 error before the noise factor."""
+        return self.flip_allowance + self.sum_allowance + self.logits_allowance
 
 
 @dataclass(frozen=True)

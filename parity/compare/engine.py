@@ -18,7 +18,7 @@ import numpy as np
 
 from parity import kinks
 from parity.align import align_forward
-from parity.compare import optimizer, structure, sums
+from parity.compare import loss, optimizer, structure, sums
 from parity.compare.diagnosis import diagnose, step_settings_differ
 from parity.compare.measure import (AnyJob, Helper, Job, Runs, StepCheck, helper_for,
                                     run_all)
@@ -387,6 +387,28 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
     return judged, read
 
 
+def _allow_for_the_logits(plan: List[_Planned], comparisons: List[Comparison],
+                          torch_run: RunReader, ms_run: RunReader) -> List[Comparison]:
+    """A failing loss that is, on each side, the cross entropy of that side's own logits judged
+    again with the two logits' losses apart allowed (compare/loss.py): the logits are judged at
+    their own record. ResNet18 at batch 2, 16² failed the correct port at its loss alone: its
+    logits 13 % apart, within torch's own float32 error of 10 %, its loss 0.8 % apart, against
+    torch's float32 error there of 0.07 %, by chance that small."""
+    index = next((i for i, c in enumerate(comparisons) if c.kind == "loss"), None)
+    if index is None or comparisons[index].passed or plan[index].noise is None \
+            or not plan[index].noise.exact_rms:
+        return comparisons
+    found = loss.losses_of_own_logits(torch_run, ms_run)
+    if found is None:
+        return comparisons
+    planned, comparison = plan[index], comparisons[index]
+    allowance = found.gap / planned.noise.exact_rms
+    judged = list(comparisons)
+    judged[index] = with_allowance(comparison, planned.noise, planned.tolerance,
+                                   comparison.allowance + allowance, logits_allowance=allowance)
+    return judged
+
+
 def _step_checks(plan: List[_Planned], config: Mapping[str, Any],
                  weights: Optional[SafetensorsFile]) -> Dict[int, StepCheck]:
     """Per update record (by plan index), the check of MindSpore's update against torch's SGD
@@ -524,6 +546,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
         comparisons = _allow_for_flips(plan, comparisons, sites)
     comparisons, read_for_sums = _judge_cancelling_sums(plan, comparisons, torch_run, ms_run,
                                                         initial)
+    comparisons = _allow_for_the_logits(plan, comparisons, torch_run, ms_run)
     for index in steps:
         error = results[("step", index)].error
         if error > 1:

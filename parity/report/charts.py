@@ -44,9 +44,9 @@ def error_chart(comparisons: Sequence[Comparison], title: str, xlabel: str) -> s
                   label="MindSpore vs torch float32")
         axis.plot(x, _positive([c.fp32_noise for c in comparisons]), color="#1f77b4", lw=1.2,
                   label="torch float32 error vs float64")
-        allowed = any(c.flip_allowance or c.sum_allowance for c in comparisons)
-        axis.plot(x, _positive([c.noise_factor * (c.fp32_noise + c.flip_allowance
-                                                  + c.sum_allowance) for c in comparisons]),
+        allowed = any(c.allowance for c in comparisons)
+        axis.plot(x, _positive([c.noise_factor * (c.fp32_noise + c.allowance)
+                                for c in comparisons]),
                   color="#1f77b4", lw=0.8, ls="--",
                   label="tolerance (noise_factor × (torch's + allowances))" if allowed
                   else "tolerance (noise_factor × torch's)")
