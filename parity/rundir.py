@@ -636,6 +636,10 @@ class RunReader:
         """Two hook-free steps from the same state differed: the step draws random numbers."""
         return self.observer_effect.get("deterministic") is False
 
+    def record(self, name: str, kind: str) -> Optional[RecordInfo]:
+        """The first record of this name and kind, if the run has one."""
+        return next((r for r in self.records if r.name == name and r.kind == kind), None)
+
     def _check_shard_size(self, shard: Dict[str, Any]) -> None:
         file = self.path / shard["file"]
         try:

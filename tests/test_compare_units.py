@@ -207,6 +207,9 @@ class _Run:
         self.manifest = {"config": config or {}}
         self.path = path
 
+    def record(self, name, kind):
+        return next((r for r in self.records if r.name == name and r.kind == kind), None)
+
     def tensor(self, record):
         """By (name, kind) where a name has several kinds (a layer's output and its gradient)."""
         key = (record.name, record.kind)

@@ -1,7 +1,8 @@
 """Tiny pairs in both frameworks, fast enough for the plugin, API and end-to-end tests: a conv
 net (and its ported variants), one with layers whose MindSpore defaults differ, token-id
 classifiers (one with an attention mask, one with tied weights), a segmenter and a small U-Net,
-small MLPs, a net with an auxiliary head and a Transformer encoder layer."""
+small MLPs, a net with an auxiliary head, a Transformer encoder layer, and nets a user might
+hand over as they are: built in float64, torch.compile'd, held as ``self.module``."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def _factor(ratio: float) -> str:
 
 def _label_count(torch_run: RunReader) -> int:
     """How many labels a mean loss divides by: one per sample, or per pixel or token."""
-    labels = _record(torch_run, "target", "input")
+    labels = torch_run.record("target", "input")
     return int(np.prod(labels.shape)) if labels is not None else 0
 
 
@@ -193,7 +193,7 @@ def _loss_targets(torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis
     of it, on each other class (each target row sums to 1).
     """
     t_out, m_out = loss.output_gradient(torch_run), loss.output_gradient(ms_run)
-    labels = _record(torch_run, "target", "input")
+    labels = torch_run.record("target", "input")
     if t_out is None or m_out is None or labels is None or len(t_out.shape) != 2 \
             or tuple(t_out.shape) != tuple(m_out.shape):
         return None
@@ -387,7 +387,7 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
         module = first.name.rpartition(".")[0]
         terms = "its output gradient times x̂" if first.name.endswith("weight") else \
             "its output gradient"
-        forward = _record(torch_run, module, "forward")
+        forward = torch_run.record(module, "forward")
         layer = "BatchNorm" if forward is not None and forward.op.startswith("batchnorm") \
             else "layer"
         return Diagnosis(cause=f"{layer} backward differs",
@@ -426,7 +426,7 @@ def _padding_row_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
     zero: torch's nn.Embedding(padding_idx=k) gives row k no gradient, MindSpore's gives it
     one, with padding_idx or without (nn.Embedding, 2.8.0, measured: the row summed the output
     gradients of the padding positions)."""
-    embedding = _record(torch_run, t.name.rpartition(".")[0], "forward")
+    embedding = torch_run.record(t.name.rpartition(".")[0], "forward")
     if t.attrs.get("activation") or not t.name.endswith(".weight") or embedding is None \
             or embedding.op != "embedding" or embedding.attrs.get("padding_idx") is None:
         return None
@@ -476,17 +476,12 @@ def _next_modules_backward(t: RecordInfo, torch_run: RunReader,
                             f"is what consumes {t.name}'s output.", confidence="likely")
 
 
-def _record(run: RunReader, name: str, kind: str) -> Optional[RecordInfo]:
-    return next((r for r in run.records if r.name == name and r.kind == kind), None)
-
-
 def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                   ms_run: RunReader, config: Dict) -> Diagnosis:
     param = first.name.removesuffix(".momentum_buffer")
-    t_update, m_update = _record(torch_run, param, "update"), _record(ms_run, m.name.removesuffix(
-        ".momentum_buffer"), "update")
-    t_weight = _record(torch_run, param, "weight")
-    m_grad = _record(ms_run, m.name.removesuffix(".momentum_buffer"), "grad")
+    ms_param = m.name.removesuffix(".momentum_buffer")
+    t_update, m_update = torch_run.record(param, "update"), ms_run.record(ms_param, "update")
+    t_weight, m_grad = torch_run.record(param, "weight"), ms_run.record(ms_param, "grad")
     lr, wd = float(config.get("lr", 0)), float(config.get("weight_decay", 0))
     if t_update is not None and m_update is not None and t_weight is not None:
         du, mu = torch_run.tensor(t_update), ms_run.tensor(m_update)
@@ -522,7 +517,7 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
 def _buffer_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                   ms_run: RunReader) -> Diagnosis:
     module = first.name.rpartition(".")[0]
-    t_bn = _record(torch_run, module, "forward")
+    t_bn = torch_run.record(module, "forward")
     ms_bn = next((r for r in ms_run.records if r.kind == "forward" and r.op.startswith(
         "batchnorm") and r.name.split("#")[0] == first.mindspore_name.rpartition(".")[0]), None)
     if t_bn is not None and ms_bn is not None:

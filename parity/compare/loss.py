@@ -25,10 +25,6 @@ class LogitsGap:
     gap: float          # |CE(MindSpore's logits) - CE(torch's logits)|, in float64
 
 
-def record(run: RunReader, name: str, kind: str) -> Optional[RecordInfo]:
-    return next((r for r in run.records if r.name == name and r.kind == kind), None)
-
-
 def output_gradient(run: RunReader) -> Optional[RecordInfo]:
     """The gradient w.r.t. the model's output: the first module-output gradient of backward."""
     return next((r for r in run.records if r.kind == "grad" and r.attrs.get("activation")), None)
@@ -52,11 +48,11 @@ def losses_of_own_logits(torch_run: RunReader, ms_run: RunReader) -> Optional[Lo
             ms_run.manifest.get("config", {}).get("ms_loss") is not None:
         return None
     runs = (torch_run, ms_run)
-    labels, outputs = record(torch_run, "target", "input"), [output_gradient(r) for r in runs]
+    labels, outputs = torch_run.record("target", "input"), [output_gradient(r) for r in runs]
     if labels is None or None in outputs:
         return None
-    logits = [record(run, grad.name, "forward") for run, grad in zip(runs, outputs)]
-    losses = [record(run, "loss", "loss") for run in runs]
+    logits = [run.record(grad.name, "forward") for run, grad in zip(runs, outputs)]
+    losses = [run.record("loss", "loss") for run in runs]
     if None in logits or None in losses or len(logits[0].shape) != 2 \
             or logits[0].shape != logits[1].shape:
         return None
