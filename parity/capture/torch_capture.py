@@ -413,13 +413,13 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     if model is None:
         model = build_torch_model(factory, num_classes=config.num_classes)
     _refuse_compiled(model)
+    _refuse_other_precisions(model)
     if weights is not None:
         _load_weights(model, weights)
     if not any(param.requires_grad for param in model.parameters()):
         raise ParityInputError("the torch model has no trainable parameter: parity checks a "
                                "training step (forward, gradients, update), which needs at least "
                                "one (frozen ones are compared as buffers)")
-    _refuse_other_precisions(model)
     num_classes = config.num_classes
     synthetic = batch is None and batch_file is None
     if batch is None:
