@@ -11,6 +11,7 @@ import pytest
 
 from parity.bench import rerun_seconds
 from parity.capture.common import PhaseClock, several_outputs, weight_update
+from parity.capture.hooks import output_names
 from parity.capture.torch_capture import float64_noise
 
 
@@ -262,3 +263,13 @@ def test_the_platform_is_named_without_starting_a_process(monkeypatch):
 def test_a_model_s_several_outputs_are_named(outputs, said):
     """A dict of outputs was "a dict of 1 outputs": its keys say what the loss must take."""
     assert several_outputs(outputs) == said
+
+
+@pytest.mark.parametrize("outputs, names", [
+    ("t", ["attn"]), (("t",), ["attn"]),
+    (("t", None), ["attn"]),           # torch's MultiheadAttention with need_weights=False
+    (("t", "w"), ["attn.out0", "attn.out1"]), ((None, "t"), ["attn.out0", "attn.out1"])])
+def test_an_output_is_named_alike_whatever_trailing_nones_a_framework_returns(outputs, names):
+    """torch's attention returned (output, None) and MindSpore's (output,): the first was
+    named attn.out0, the second attn, and the two stayed unmatched."""
+    assert [name for name, _ in output_names("attn", outputs)] == names

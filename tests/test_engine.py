@@ -313,6 +313,22 @@ def test_an_embeddings_padding_row_gets_no_gradient_on_either_side(ms_model, pas
         assert "row 0 does" in result.diagnosis.detail
 
 
+def test_a_transformer_encoder_layer_is_matched_output_for_output():
+    """Each framework's own encoder layer: every forward record has its counterpart (the
+    attention's output was unmatched while torch's (output, None) was named as two outputs)."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_encoder_layer(), tiny.ms_encoder_layer(),
+                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
+                                  rng.integers(0, 5, 4)))
+    assert result.passed, result.diagnosis
+    assert not result.unmatched
+    assert "encoder.self_attn" in {c.name for c in result.comparisons if c.kind == "forward"}
+
+
 def _assert_named_at_forward(result, first: str, cause: str, named: str) -> None:
     """A correct port (cause None) passes; a bugged one first diverges at the forward output of
     ``first``, and the settings recorded there name ``cause`` for certain."""

@@ -321,6 +321,40 @@ def ms_tokens_scaled() -> msnn.Cell:
     return ms_tokens(_ScaledEmbedding())
 
 
+# Each framework's own Transformer encoder layer over token ids: torch's attention returns
+# (output, None) without its weights, MindSpore's (output,).
+class _TorchEncoderLayer(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = tnn.Embedding(VOCABULARY, WIDTH)
+        self.encoder = tnn.TransformerEncoderLayer(WIDTH, 2, 2 * WIDTH, dropout=0.0,
+                                                   batch_first=True)
+        self.head = tnn.Linear(WIDTH, 5)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embed(tokens)).mean(dim=1))
+
+
+class _MsEncoderLayer(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.encoder = msnn.TransformerEncoderLayer(WIDTH, 2, 2 * WIDTH, dropout=0.0,
+                                                    batch_first=True)
+        self.head = msnn.Dense(WIDTH, 5)
+
+    def construct(self, tokens):
+        return self.head(self.encoder(self.embed(tokens)).mean(axis=1))
+
+
+def torch_encoder_layer() -> tnn.Module:
+    return _TorchEncoderLayer()
+
+
+def ms_encoder_layer() -> msnn.Cell:
+    return _MsEncoderLayer()
+
+
 # Token ids padded with id 0, torch's padding_idx: that row of the table gets no gradient.
 def torch_padded_tokens() -> tnn.Module:
     return tnn.Sequential(tnn.Embedding(VOCABULARY, WIDTH, padding_idx=0), tnn.Flatten(),

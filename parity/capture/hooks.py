@@ -73,8 +73,13 @@ ACTIVATION = {"activation": True}
 
 
 def output_names(name: str, outputs: Any) -> List[Tuple[str, Any]]:
-    """(record name, value) per output: ``name`` alone, or ``name.out0``... for tuples."""
-    values = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    """(record name, value) per output: ``name`` alone, or ``name.out0``... for tuples.
+
+    Trailing Nones do not count: torch's attention without weights returns (output, None),
+    MindSpore's (output,), and both are the one output ``name``."""
+    values = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    while len(values) > 1 and values[-1] is None:
+        values.pop()
     if len(values) == 1:
         return [(name, values[0])]
     return [(f"{name}.out{index}", value) for index, value in enumerate(values)]
