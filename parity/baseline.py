@@ -28,7 +28,8 @@ FLOOR = 1e-7           # relative error at float32 resolution (eps = 1.2e-7)
 
 def record_error(comparison: Comparison) -> float:
     """The error a baseline tracks: with torch's float64 rerun, ms_error + fp32_noise, a bound
-    on MindSpore's RMS distance from the float64 result (triangle inequality) that is never
+    on MindSpore's RMS distance from the float64 result (triangle inequality: fp32_noise is at
+    least torch's distance from it, more where a rerounded step moved it further) that is never
     ~0 by luck (MindSpore often reproduces torch's float32 bit for bit in small layers, and
     then any rounding change would look like drift); without it, max_rel."""
     bound = comparison.ms_error + comparison.fp32_noise

@@ -214,7 +214,7 @@ def parity_run(batch: int, size: int, scratch: Path, *options: str) -> Dict[str,
 def rerun_seconds(phases: Dict[str, Dict[str, float]]) -> float:
     """What the checks that rerun the step cost: what the ratio would be without them."""
     return sum(seconds for each in phases.values() for phase, seconds in each.items()
-               if phase in ("observer rerun", "float64 step"))
+               if phase in ("observer rerun", "rerounded step", "float64 step"))
 
 
 def _print_per_capture(by_framework: Dict[str, Dict[str, float]], each: str,

@@ -32,6 +32,9 @@ class RecordInfo:
     # torch only, from the float64 rerun of the step: rms(t32 - t64) and rms(t64)
     fp32_noise_rms: Optional[float] = None
     exact_rms: Optional[float] = None
+    # torch only, from the float32 step rerun from inputs and weights one rounding off:
+    # rms(t32' - t32), a second draw of torch's float32 error
+    fp32_spread_rms: Optional[float] = None
     # torch only, a ReLU's forward record: the units (flat indices) active in float32 but not
     # in float64 or back (parity/kinks.py)
     fp32_flipped: Optional[Tuple[int, ...]] = None
@@ -41,6 +44,7 @@ class RecordInfo:
                 "dtype": self.dtype, "order": self.order, "shard": self.shard, "key": self.key,
                 "op": self.op, "attrs": self.attrs, "crc32": self.crc32,
                 "fp32_noise_rms": self.fp32_noise_rms, "exact_rms": self.exact_rms,
+                "fp32_spread_rms": self.fp32_spread_rms,
                 "fp32_flipped": None if self.fp32_flipped is None else list(self.fp32_flipped)}
 
     @classmethod
@@ -57,6 +61,7 @@ class RecordInfo:
                    crc32=int(data["crc32"]),
                    fp32_noise_rms=_optional_float(data.get("fp32_noise_rms")),
                    exact_rms=_optional_float(data.get("exact_rms")),
+                   fp32_spread_rms=_optional_float(data.get("fp32_spread_rms")),
                    fp32_flipped=None if data.get("fp32_flipped") is None else
                    tuple(int(i) for i in data["fp32_flipped"]))
 

@@ -12,7 +12,7 @@ import pytest
 from parity.bench import rerun_seconds
 from parity.capture.common import PhaseClock, several_outputs, weight_update
 from parity.capture.hooks import output_names
-from parity.capture.torch_capture import float64_noise
+from parity.capture.torch_capture import float64_noise, one_rounding_off
 
 
 def test_float64_noise_skips_non_finite_elements():
@@ -55,8 +55,9 @@ def test_phase_clock_adds_up_a_phase_entered_twice_with_the_peak_at_its_last_end
     # a phase entered twice: the peak as it ended last
     assert usage["peak_rss_mb_after"] == {"step": 600.0, "rerun": 500.0}
     assert usage["peak_rss_mb"] == 600.0
-    assert rerun_seconds({"torch": {"observer rerun": 2.0, "hooked step": 4.0},
-                          "mindspore": {"observer rerun": 1.0, "float64 step": 0.5}}) == 3.5
+    assert rerun_seconds({"torch": {"observer rerun": 2.0, "hooked step": 4.0,
+                                    "rerounded step": 0.25},
+                          "mindspore": {"observer rerun": 1.0, "float64 step": 0.5}}) == 3.75
 
 
 @pytest.mark.parametrize("settings", [dict(nesterov=True), dict(dampening=0.5)])
@@ -273,3 +274,16 @@ def test_an_output_is_named_alike_whatever_trailing_nones_a_framework_returns(ou
     """torch's attention returned (output, None) and MindSpore's (output,): the first was
     named attn.out0, the second attn, and the two stayed unmatched."""
     assert [name for name, _ in output_names("attn", outputs)] == names
+
+
+def test_a_rerounded_value_is_its_float_neighbour_and_integers_stay():
+    """The rerounded step's draw: every float moved by exactly one step of its own spacing,
+    up or down, both ways taken; token ids untouched."""
+    rng = np.random.default_rng(0)
+    values = np.array([0.0, 1.0, -3.5, 1e-30, 6e4, 0.1] * 50, np.float32)
+    moved = one_rounding_off(values, rng)
+    assert moved.dtype == np.float32
+    down, up = np.nextafter(values, -np.inf) == moved, np.nextafter(values, np.inf) == moved
+    assert down.any() and up.any() and (down | up).all()
+    ids = np.arange(6)
+    assert one_rounding_off(ids, rng) is ids

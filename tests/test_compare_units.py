@@ -9,6 +9,7 @@ import pytest
 
 from parity.align import align_forward, align_parameters, align_sequences, normalise
 from parity.capture.torch_capture import float64_noise
+from parity.compare.engine import _float64_noise
 from parity.compare.metrics import Float64Noise, Tolerance, compare_tensors, cosine_similarity
 from parity.compare.tolerance import DEFAULTS, TolerancePolicy
 from parity.errors import ParityInputError
@@ -58,6 +59,16 @@ def test_elements_within_tolerance_are_counted_block_by_block(dtype):
     stats = compare_tensors(a, b, FIXED)
     assert stats.frac_within * a.size == np.count_nonzero(needed <= FIXED.rtol) == a.size - 48
     assert stats.needed_rtol == pytest.approx(needed.max(), rel=1e-5)
+
+
+@pytest.mark.parametrize("spread, used", [(None, 1e-6), (3e-7, 1e-6), (5e-5, 5e-5)])
+def test_torchs_float32_error_is_the_larger_of_its_two_draws(spread, used):
+    """A record judged against the float64 rerun's draw alone, unless the rerounded rerun moved
+    it further (a run captured before that rerun has none)."""
+    record = RecordInfo(name="layer4.1.bn1", kind="forward", shape=(2, 512, 1, 1),
+                        dtype="float32", order=0, shard="s", key="k", fp32_noise_rms=1e-6,
+                        exact_rms=2.0, fp32_spread_rms=spread)
+    assert _float64_noise(record) == Float64Noise(fp32_noise_rms=used, exact_rms=2.0)
 
 
 def test_nan_fails_unless_allowed():

@@ -81,10 +81,10 @@ def test_the_writer_keeps_its_own_copy(tmp_path, monkeypatch):
 def test_annotations_reach_the_manifest(tmp_path):
     with RunWriter(tmp_path / "run", "torch") as writer:
         record = writer.add("conv1", "forward", np.ones(3, np.float32))
-        writer.annotate(record, fp32_noise_rms=1e-7, exact_rms=1.0)
+        writer.annotate(record, fp32_noise_rms=1e-7, exact_rms=1.0, fp32_spread_rms=3e-7)
         writer.finish({})
     (saved,) = RunReader.open(tmp_path / "run").records
-    assert (saved.fp32_noise_rms, saved.exact_rms) == (1e-7, 1.0)
+    assert (saved.fp32_noise_rms, saved.exact_rms, saved.fp32_spread_rms) == (1e-7, 1.0, 3e-7)
 
 
 def test_a_checksum_collision_is_not_taken_for_equal_bytes(tmp_path, monkeypatch):

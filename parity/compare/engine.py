@@ -207,9 +207,12 @@ class _Planned(NamedTuple):
 
 
 def _float64_noise(record: RecordInfo) -> Optional[Float64Noise]:
+    """Torch's float32 error: the larger of its two draws, its distance from the float64
+    rerun and from the rerounded rerun (a run captured without the second has the first)."""
     if record.fp32_noise_rms is None or record.exact_rms is None:
         return None
-    return Float64Noise(record.fp32_noise_rms, record.exact_rms)
+    return Float64Noise(max(record.fp32_noise_rms, record.fp32_spread_rms or 0.0),
+                        record.exact_rms)
 
 
 def _comparison(pair: Pair, order: int, stats: TensorStats,

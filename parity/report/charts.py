@@ -43,7 +43,7 @@ def error_chart(comparisons: Sequence[Comparison], title: str, xlabel: str) -> s
         axis.plot(x, _positive([c.ms_error for c in comparisons]), color="#d62728", lw=1.2,
                   label="MindSpore vs torch float32")
         axis.plot(x, _positive([c.fp32_noise for c in comparisons]), color="#1f77b4", lw=1.2,
-                  label="torch float32 error vs float64")
+                  label="torch float32 error (vs float64 or rerounded)")
         allowed = any(c.allowance for c in comparisons)
         axis.plot(x, _positive([c.noise_factor * (c.fp32_noise + c.allowance)
                                 for c in comparisons]),

@@ -32,8 +32,9 @@ def kinds_table(result: CheckResult) -> Table:
     calibrated = bool(frame.noise_ratio.notna().any())
     # a passing run's gradients show max_rel of several: worth saying why that is no alarm
     caption = ("noise ratio: rms(MindSpore − torch) over torch's own float32 error (from its "
-               "float64 rerun); it decides the verdict. max_rel is one element's error over "
-               "max(|value|, tensor rms): float32 noise alone reaches several in gradients.") \
+               "float64 and rerounded reruns); it decides the verdict. max_rel is one element's "
+               "error over max(|value|, tensor rms): float32 noise alone reaches several in "
+               "gradients.") \
         if calibrated else None
     table = Table(title="per kind", title_justify="left", expand=False, caption=caption,
                   caption_justify="left")
