@@ -289,7 +289,7 @@ def main() -> None:
                 print(f"    overhead ratio      {f['inner'] / bare_inner:7.2f}   without start-up "
                       f"(target <= 1.5); {f['wall'] / bare_wall:.2f} with; "
                       f"{(f['inner'] - rerun_seconds(f['phases'])) / bare_inner:.2f} without "
-                      "the reruns (observer, float64); "
+                      "the reruns (observer, rerounded, float64); "
                       f"{f['inner'] / (bare['torch_step'] + synchronous):.2f} against the "
                       "synchronous MindSpore step")
                 rss = max(f["tree_rss"], f["torch_rss"], f["mindspore_rss"], f["compare_rss"])
