@@ -32,8 +32,8 @@ class RecordInfo:
     # torch only, from the float64 rerun of the step: rms(t32 - t64) and rms(t64)
     fp32_noise_rms: Optional[float] = None
     exact_rms: Optional[float] = None
-    # torch only, from the float32 step rerun from inputs and weights one rounding off:
-    # rms(t32' - t32), a second draw of torch's float32 error
+    # torch only, from the float32 step rerun from trainable weights one rounding off (the
+    # farther of two such steps): rms(t32' - t32), a second draw of torch's float32 error
     fp32_spread_rms: Optional[float] = None
     # torch only, a ReLU's forward record: the units (flat indices) active in float32 but not
     # in float64 or back (parity/kinks.py)

@@ -317,7 +317,7 @@ def test_a_lucky_float64_draw_past_batch_norm_over_two_values_fails_no_correct_p
     """ResNet18 at batch 2, 32², from torchvision's initial weights (seed 14): layer4
     normalises 2 values per channel. Torch's float32 error at layer4.1.bn1 happened to be
     2.8e-5 of its size, MindSpore's 9.3e-4, and the correct port failed there at 31x
-    torch's error. Two steps from inputs and weights one rounding off moved torch's own result
+    torch's error. Two steps from trainable weights one rounding off moved torch's own result
     further than its float64 rerun did, and the port passes against that."""
     import torch
     import torchvision

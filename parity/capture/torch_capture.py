@@ -267,16 +267,21 @@ def _rerounded_step(model, initial: Mapping[str, np.ndarray], batch: Batch,
     ResNet18 at batch 2, 32², from torchvision's initial weights (seed 14), torch's float32
     error at layer4.1.bn1 was 2.8e-5 of its size, MindSpore's 9.3e-4, and eight forwards from
     inputs and weights one rounding off were 1.5e-5 to 1.5e-3 off float64. These draws make
-    such a lucky first one show; where a record is well-conditioned they move it no further
-    than float32's own error and change nothing. Inputs and buffers stay as they are: a mask's
-    zeros and ones, compared exactly, are no rounding of anything.
+    such a lucky first one show; where a record is well-conditioned they move it about as far
+    as the float64 draw and change little. Inputs and buffers stay as they are: a mask's zeros
+    and ones, compared exactly, are no rounding of anything. A tied weight is one tensor,
+    moved once.
     """
-    trainable = {name for name, param in model.named_parameters() if param.requires_grad}
+    import torch
+
+    trainable = [param for param in model.parameters() if param.requires_grad]
     for draw in range(REROUNDED_DRAWS):
         rng = np.random.default_rng((config.seed, draw))
-        moved = {name: one_rounding_off(value, rng) if name in trainable else value
-                 for name, value in initial.items()}
-        _restore(model, moved)
+        _restore(model, initial)
+        with torch.no_grad():
+            for param in trainable:
+                param.copy_(torch.from_numpy(one_rounding_off(param.detach().numpy(), rng)))
+        moved = {name: value.numpy().copy() for name, value in model.state_dict().items()}
         _train_step(model, moved, batch, config, _spread_recorder(writer))
 
 
@@ -445,7 +450,8 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
                   weights: Optional[Path] = None, batch_file: Optional[Path] = None,
                   batch: Optional[Batch] = None, fp64_reference: bool = True,
                   own_process: bool = False) -> Path:
-    """The torch step in float32, plus (by default) the same step in float64.
+    """The torch step in float32, plus (by default) the same step in float64 and twice more in
+    float32 from trainable weights one rounding off (_rerounded_step).
 
     The float64 rerun measures how far float32 itself is from the exact result, record by
     record (rms(t32 - t64), kept in the manifest): the comparison then judges MindSpore's

@@ -208,7 +208,7 @@ class _Planned(NamedTuple):
 
 def _float64_noise(record: RecordInfo) -> Optional[Float64Noise]:
     """Torch's float32 error: the larger of its two draws, its distance from the float64
-    rerun and from the rerounded rerun (a run captured without the second has the first)."""
+    rerun and from the rerounded reruns (a run captured before those has the first)."""
     if record.fp32_noise_rms is None or record.exact_rms is None:
         return None
     return Float64Noise(max(record.fp32_noise_rms, record.fp32_spread_rms or 0.0),
