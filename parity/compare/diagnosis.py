@@ -325,10 +325,19 @@ def _fewest_values_per_channel(torch_run: RunReader,
                                up_to: Optional[RecordInfo]) -> Optional[Tuple[int, str]]:
     """(values, name) of the training BatchNorm that normalises the fewest values per channel;
     only those that ran before ``up_to`` if given."""
-    counts = [(int(np.prod(r.shape)) // r.shape[1], r.name) for r in torch_run.records
-              if r.kind == "forward" and r.op.startswith("batchnorm") and len(r.shape) > 1
-              and r.attrs.get("training") and (up_to is None or r.order <= up_to.order)]
+    counts = [(values, r.name) for r in torch_run.records
+              if (values := _values_per_channel(r)) is not None
+              and (up_to is None or r.order <= up_to.order)]
     return min(counts, default=None)
+
+
+def _values_per_channel(record: RecordInfo) -> Optional[int]:
+    """How many values a training BatchNorm's forward record normalises per channel (batch ×
+    height × width); None for any other record."""
+    if record.kind == "forward" and record.op.startswith("batchnorm") and \
+            len(record.shape) > 1 and record.attrs.get("training"):
+        return int(np.prod(record.shape)) // record.shape[1]
+    return None
 
 
 def step_settings_differ(torch_run: RunReader, ms_run: RunReader) -> List[str]:
@@ -468,12 +477,20 @@ def _next_modules_backward(t: RecordInfo, torch_run: RunReader,
                          detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
                                 f"w.r.t. {after.name}'s (a SELU) matches: {kernels.SELU_GRADIENT}",
                          confidence="certain")
-    return Diagnosis(cause=f"{after.name}'s backward differs",
-                     detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
-                            f"w.r.t. {after.name}'s, the module run after it, matches: "
-                            f"{after.name}'s backward (a custom bprop, a stop_gradient, an "
-                            "operation whose gradient differs) turns one into the other, if it "
-                            f"is what consumes {t.name}'s output.", confidence="likely")
+    detail = (f"the gradient w.r.t. {t.name}'s output differs while the one w.r.t. "
+              f"{after.name}'s, the module run after it, matches: {after.name}'s backward (a "
+              "custom bprop, a stop_gradient, an operation whose gradient differs) turns one into "
+              f"the other, if it is what consumes {t.name}'s output.")
+    few = _values_per_channel(after)
+    if few is not None and few <= FEW_VALUES_PER_CHANNEL:
+        return Diagnosis(cause=f"{after.name}'s backward differs",
+                         detail=f"{detail} {after.name} normalises {few} values per channel "
+                                "(batch × height × width): the terms of its backward nearly "
+                                "cancel there (with 2 values, exactly but for eps), and two "
+                                "correct float32 computations of what is left can be far apart. "
+                                "A larger batch or image checks it again.", confidence="guess")
+    return Diagnosis(cause=f"{after.name}'s backward differs", detail=detail,
+                     confidence="likely")
 
 
 def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
