@@ -477,20 +477,20 @@ def _next_modules_backward(t: RecordInfo, torch_run: RunReader,
                          detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
                                 f"w.r.t. {after.name}'s (a SELU) matches: {kernels.SELU_GRADIENT}",
                          confidence="certain")
-    detail = (f"the gradient w.r.t. {t.name}'s output differs while the one w.r.t. "
-              f"{after.name}'s, the module run after it, matches: {after.name}'s backward (a "
-              "custom bprop, a stop_gradient, an operation whose gradient differs) turns one into "
-              f"the other, if it is what consumes {t.name}'s output.")
     few = _values_per_channel(after)
-    if few is not None and few <= FEW_VALUES_PER_CHANNEL:
-        return Diagnosis(cause=f"{after.name}'s backward differs",
-                         detail=f"{detail} {after.name} normalises {few} values per channel "
-                                "(batch × height × width): the terms of its backward nearly "
-                                "cancel there (with 2 values, exactly but for eps), and two "
-                                "correct float32 computations of what is left can be far apart. "
-                                "A larger batch or image checks it again.", confidence="guess")
-    return Diagnosis(cause=f"{after.name}'s backward differs", detail=detail,
-                     confidence="likely")
+    cancels = few is not None and few <= FEW_VALUES_PER_CHANNEL
+    return Diagnosis(cause=f"{after.name}'s backward differs",
+                     detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
+                            f"w.r.t. {after.name}'s, the module run after it, matches: "
+                            f"{after.name}'s backward (a custom bprop, a stop_gradient, an "
+                            "operation whose gradient differs) turns one into the other, if it "
+                            f"is what consumes {t.name}'s output."
+                            + (f" {after.name} normalises {few} values per channel (batch × "
+                               "height × width): the terms of its backward nearly cancel there "
+                               "(with 2 values, exactly but for eps), and two correct float32 "
+                               "computations of what is left can be far apart. A larger batch "
+                               "or image checks it again." if cancels else ""),
+                     confidence="guess" if cancels else "likely")
 
 
 def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
