@@ -318,7 +318,11 @@ def _few_values_per_channel(first: Comparison, t: Optional[RecordInfo],
     fewest = _fewest_values_per_channel(torch_run, t if first.kind == "forward" else None)
     if fewest is None or fewest[0] > FEW_VALUES_PER_CHANNEL:
         return ""
-    return f" {fewest[1]} normalises {fewest[0]} values per channel (batch × height × width)."
+    return _normalises(fewest[1], fewest[0])
+
+
+def _normalises(batch_norm: str, values: int) -> str:
+    return f" {batch_norm} normalises {values} values per channel (batch × height × width)."
 
 
 def _fewest_values_per_channel(torch_run: RunReader,
@@ -485,11 +489,11 @@ def _next_modules_backward(t: RecordInfo, torch_run: RunReader,
                             f"{after.name}'s backward (a custom bprop, a stop_gradient, an "
                             "operation whose gradient differs) turns one into the other, if it "
                             f"is what consumes {t.name}'s output."
-                            + (f" {after.name} normalises {few} values per channel (batch × "
-                               "height × width): the terms of its backward nearly cancel there "
-                               "(with 2 values, exactly but for eps), and two correct float32 "
-                               "computations of what is left can be far apart. A larger batch "
-                               "or image checks it again." if cancels else ""),
+                            + (f"{_normalises(after.name, few)} The terms of its backward "
+                               "nearly cancel there (with 2 values, exactly but for eps), and "
+                               "two correct float32 computations of what is left can be far "
+                               "apart. A larger batch or image checks it again." if cancels
+                               else ""),
                      confidence="guess" if cancels else "likely")
 
 
