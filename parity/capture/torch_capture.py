@@ -183,16 +183,22 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
 
 def float64_noise(t32: np.ndarray, t64: np.ndarray) -> Tuple[float, float]:
     """rms(t32 - t64) and rms(t64) in float64 blocks; an element not finite in both counts as
-    zero, as in the comparison."""
-    t32, t64 = t32.reshape(-1), t64.reshape(-1).astype(np.float64, copy=False)
+    zero, as in the comparison. ``t64`` may be float32 too (a rerounded step's tensor): it is
+    widened a block at a time, not copied whole."""
+    t32, t64 = t32.reshape(-1), t64.reshape(-1)
     difference = np.empty(min(t32.size, BLOCK))
+    widened = None if t64.dtype == np.float64 else np.empty(difference.size)
     noise2 = exact2 = 0.0
     for start in range(0, t32.size, BLOCK):
         exact = t64[start:start + BLOCK]
+        if widened is not None:
+            widened[:exact.size] = exact
+            exact = widened[:exact.size]
         block = np.subtract(t32[start:start + BLOCK], exact, out=difference[:exact.size])
         noise2 += float(np.dot(block, block))
         exact2 += float(np.dot(exact, exact))
     if not (math.isfinite(noise2) and math.isfinite(exact2)):     # rare: mask and redo
+        t64 = t64.astype(np.float64, copy=False)
         keep = np.isfinite(t32) & np.isfinite(t64)
         difference = t32[keep] - t64[keep]
         noise2, exact2 = float(np.dot(difference, difference)), float(np.dot(t64[keep], t64[keep]))
