@@ -93,6 +93,14 @@ def read_json(path: Path) -> Dict:
     return json.loads(Path(path).read_text())
 
 
+def rewrite_json(path: Path, change) -> Path:
+    """A JSON file parity wrote (a manifest, a report) rewritten with ``change`` applied to it."""
+    data = read_json(path)
+    change(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
 @pytest.fixture(scope="session")
 def resnet50_run(tmp_path_factory) -> Path:
     """`parity run` of the built-in ResNet50 pair at batch 2, 64² (the default size)."""

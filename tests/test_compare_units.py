@@ -324,7 +324,8 @@ def test_a_backward_that_differs_at_batch_norm_over_few_values_says_so(spatial, 
     """ResNet18 at batch 2, 32² (torchvision's initial weights, seed 24) failed the correct port
     at the gradient w.r.t. layer4.1.conv2's output, cosine 0.13 between the sides, while the one
     w.r.t. layer4.1.bn2's matched: over 2 values per channel BN's backward cancels to nearly
-    nothing. Told as that BN's backward, "likely", with nothing about the few values."""
+    nothing. It was told as that BN's backward, "likely", with nothing about the few values;
+    now a guess that names them, and over 32 values per channel still "likely"."""
     from parity.compare.diagnosis import _next_modules_backward
     shape = (2, 8, spatial, spatial)
     conv, bn = (RecordInfo(name=name, kind="forward", shape=shape, dtype="float32", order=order,

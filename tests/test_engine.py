@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from parity.rundir import RunReader
-from tests.conftest import TINY, assert_one_line_error, parity_cli, read_json
+from tests.conftest import TINY, assert_one_line_error, parity_cli, read_json, rewrite_json
 
 RECORD_KEYS = {"name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine"}
 KINDS = {"input", "forward", "loss", "grad", "update", "weight", "buffer", "optimizer_state"}
@@ -321,8 +321,6 @@ def test_a_lucky_float64_draw_past_batch_norm_over_two_values_fails_no_correct_p
     error; on an AMD EPYC without AVX-512 torch's error was 6.7e-4. So that lucky draw is put
     in the run's manifest: the two steps from trainable weights one rounding off still pass the
     port, and without them it fails there."""
-    import json
-
     import torch
     import torchvision
 
@@ -336,12 +334,9 @@ def test_a_lucky_float64_draw_past_batch_norm_over_two_values_fails_no_correct_p
     assert result.passed, result.failure_message(count=3)
 
     def with_bn1(**fields) -> parity.CheckResult:
-        manifest_path = run / "torch" / "manifest.json"
-        manifest = json.loads(manifest_path.read_text())
-        bn1 = next(r for r in manifest["records"]
-                   if (r["name"], r["kind"]) == ("layer4.1.bn1", "forward"))
-        bn1.update(fields)
-        manifest_path.write_text(json.dumps(manifest))
+        rewrite_json(run / "torch" / "manifest.json", lambda manifest: next(
+            r for r in manifest["records"]
+            if (r["name"], r["kind"]) == ("layer4.1.bn1", "forward")).update(fields))
         return compare_runs(run / "torch", run / "mindspore")
 
     exact_rms = RunReader.open(run / "torch").record("layer4.1.bn1", "forward").exact_rms

@@ -21,7 +21,7 @@ import pytest
 
 from parity.errors import ParityInputError, UserCodeFailed
 from tests.conftest import (REPO, TINY, TINY_PAIR, assert_one_line_error, parity_cli,
-                            read_json, signals_at_their_defaults)
+                            read_json, rewrite_json, signals_at_their_defaults)
 
 
 def _copy(run: Path, tmp_path: Path) -> Path:
@@ -32,14 +32,6 @@ def _copy(run: Path, tmp_path: Path) -> Path:
 
 def _shard(run: Path) -> Path:
     return sorted(run.glob("tensors-*.safetensors"))[0]
-
-
-def _damaged(path: Path, damage) -> Path:
-    """A JSON file parity wrote (a manifest, a report) rewritten with ``damage`` applied."""
-    data = read_json(path)
-    damage(data)
-    path.write_text(json.dumps(data))
-    return path
 
 
 def _first_record(of_dtype: str, **fields):
@@ -83,7 +75,7 @@ def test_garbage_manifest(tiny_run, tmp_path):
 
 def test_a_manifest_record_missing_a_field_names_it(tiny_run, tmp_path):
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
-    _damaged(ms_run / "manifest.json", lambda manifest: manifest["records"][0].pop("kind"))
+    rewrite_json(ms_run / "manifest.json", lambda manifest: manifest["records"][0].pop("kind"))
     process = parity_cli("compare", tiny_run / "torch", ms_run)
     assert_one_line_error(process, "manifest.json is corrupt (no 'kind' field); capture again")
 
@@ -96,13 +88,13 @@ def test_missing_manifest_means_incomplete(tiny_run, tmp_path):
 
 def test_manifest_from_another_format_version(tiny_run, tmp_path):
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
-    _damaged(ms_run / "manifest.json", lambda manifest: manifest.update(format_version=99))
+    rewrite_json(ms_run / "manifest.json", lambda manifest: manifest.update(format_version=99))
     assert_one_line_error(parity_cli("compare", tiny_run / "torch", ms_run), "format 99")
 
 
 def test_a_manifest_record_of_an_unknown_dtype_is_named(tiny_run, tmp_path):
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
-    _damaged(ms_run / "manifest.json", _first_record("int64", dtype="datetime64[s]"))
+    rewrite_json(ms_run / "manifest.json", _first_record("int64", dtype="datetime64[s]"))
     process = parity_cli("compare", tiny_run / "torch", ms_run)
     assert_one_line_error(process, "manifest.json is corrupt", "datetime64[s]")
 
@@ -122,7 +114,7 @@ def test_a_damaged_manifest_record_is_refused_not_read(tiny_run, tmp_path, of_dt
                                                         message):
     from parity.compare.engine import compare_runs
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
-    _damaged(ms_run / "manifest.json", _first_record(of_dtype, **fields))
+    rewrite_json(ms_run / "manifest.json", _first_record(of_dtype, **fields))
     with pytest.raises(ParityInputError, match=re.escape(message)):
         compare_runs(tiny_run / "torch", ms_run)
 
@@ -139,7 +131,7 @@ def test_a_damaged_manifest_record_is_refused_not_read(tiny_run, tmp_path, of_dt
 def test_a_damaged_manifest_field_is_refused_when_opened(tiny_run, tmp_path, damage, message):
     from parity.rundir import RunReader
     ms_run = _copy(tiny_run / "mindspore", tmp_path)
-    _damaged(ms_run / "manifest.json", damage)
+    rewrite_json(ms_run / "manifest.json", damage)
     with pytest.raises(ParityInputError, match=re.escape(message)):
         RunReader.open(ms_run)
 
@@ -521,7 +513,7 @@ def test_a_capture_through_a_symbolic_link_replaces_what_it_names(tmp_path):
 
 
 def _damaged_report(tiny_run: Path, tmp_path: Path, damage) -> Path:
-    return _damaged(Path(shutil.copy(tiny_run.parent / "report.json", tmp_path)), damage)
+    return rewrite_json(Path(shutil.copy(tiny_run.parent / "report.json", tmp_path)), damage)
 
 
 def test_a_damaged_json_report_is_named_not_rendered(tiny_run, tmp_path):
@@ -918,7 +910,7 @@ def test_a_report_of_a_run_that_did_not_finish_says_so(tiny_run, tmp_path, finis
     """A run killed during its torch capture leaves its index beside an earlier run's
     captures, which report as a whole pair."""
     run = _copy(tiny_run, tmp_path)
-    _damaged(run / "parity-run.json", lambda index: index.update(finished=finished))
+    rewrite_json(run / "parity-run.json", lambda index: index.update(finished=finished))
     process = parity_cli("report", run, "--json", tmp_path / "report.json", "--quiet")
     assert process.returncode == 0, process.stderr
     notes = read_json(tmp_path / "report.json")["meta"]["notes"]
