@@ -976,6 +976,34 @@ def test_a_capture_killed_mid_step_leaves_no_partial_directory(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+# Ctrl-C landing while parity.cli loads, turned into an ImportError as numpy's import does
+CTRL_C_IN_AN_IMPORT = """
+import builtins, os, runpy, signal, sys, time
+real_import = builtins.__import__
+def importing(name, *args, **kwargs):
+    if name == "parity.cli":
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise ImportError("do not import numpy from its source directory")
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = importing
+sys.argv = ["parity", "--version"]
+runpy.run_module("parity", run_name="__main__")
+"""
+
+
+def test_ctrl_c_that_an_import_turns_into_another_error_still_exits_130():
+    """A fresh-clone CI run's Ctrl-C 0.1 s into `parity compare` landed in numpy's import,
+    which made it an ImportError: a traceback and exit code 1."""
+    process = subprocess.run([sys.executable, "-c", CTRL_C_IN_AN_IMPORT], cwd=REPO,
+                             capture_output=True, text=True, timeout=120,
+                             preexec_fn=signals_at_their_defaults)
+    assert (process.returncode, process.stderr.strip().splitlines()) == \
+        (130, ["parity: interrupted; no partial output was left behind"]), process.stderr
+
+
 def test_ctrl_c_while_compare_loads_exits_130_wherever_it_lands(tiny_run, tmp_path):
     """Interrupted while importing, it exited by the signal (-2) after saying "interrupted"
     (a Ctrl-C inside dataclasses' exec() sets CPython's unhandled-interrupt flag), or 2 with
