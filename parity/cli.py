@@ -29,6 +29,7 @@ from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
                            interrupted_exit)
 from parity.io import (BASELINE, CSV_REPORT, HTML_REPORT, JSON_REPORT,  # noqa: E402
                        refuse_unwritable, same_file)
+from parity.launch import interrupted_while_loading  # noqa: E402
 from parity.processes import end_with_parent  # noqa: E402
 
 REPORTS = Path("reports")
@@ -605,8 +606,9 @@ class _Interrupts:
     @classmethod
     def install(cls) -> None:
         for number in cls.SIGNALS:
-            default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
-            if signal.getsignal(number) is default:         # not when ignored (nohup)
+            defaults = ((signal.default_int_handler, interrupted_while_loading)
+                        if number == signal.SIGINT else (signal.SIG_DFL,))
+            if signal.getsignal(number) in defaults:        # not when ignored (nohup)
                 signal.signal(number, cls._handle)
         sys.unraisablehook = cls._unraisable
 

@@ -976,7 +976,8 @@ def test_a_capture_killed_mid_step_leaves_no_partial_directory(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-# Ctrl-C landing while parity.cli loads, turned into an ImportError as numpy's import does
+# Ctrl-C landing while parity.cli loads, turned into an ImportError as numpy's import does;
+# {start} is how the command starts
 CTRL_C_IN_AN_IMPORT = """
 import builtins, os, runpy, signal, sys, time
 real_import = builtins.__import__
@@ -990,18 +991,41 @@ def importing(name, *args, **kwargs):
     return real_import(name, *args, **kwargs)
 builtins.__import__ = importing
 sys.argv = ["parity", "--version"]
-runpy.run_module("parity", run_name="__main__")
+{start}
 """
+# The `parity` script pip generated from pyproject.toml's [project.scripts], and python -m parity
+STARTS = {"console script": f"runpy.run_path({str(Path(sys.executable).parent / 'parity')!r}, "
+                            "run_name='__main__')",
+          "python -m parity": "runpy.run_module('parity', run_name='__main__')"}
 
 
-def test_ctrl_c_that_an_import_turns_into_another_error_still_exits_130():
+@pytest.mark.parametrize("start", STARTS.values(), ids=STARTS.keys())
+def test_ctrl_c_that_an_import_turns_into_another_error_still_exits_130(start):
     """A fresh-clone CI run's Ctrl-C 0.1 s into `parity compare` landed in numpy's import,
     which made it an ImportError: a traceback and exit code 1."""
-    process = subprocess.run([sys.executable, "-c", CTRL_C_IN_AN_IMPORT], cwd=REPO,
-                             capture_output=True, text=True, timeout=120,
+    process = subprocess.run([sys.executable, "-c", CTRL_C_IN_AN_IMPORT.format(start=start)],
+                             cwd=REPO, capture_output=True, text=True, timeout=120,
                              preexec_fn=signals_at_their_defaults)
     assert (process.returncode, process.stderr.strip().splitlines()) == \
         (130, ["parity: interrupted; no partial output was left behind"]), process.stderr
+
+
+def test_the_command_takes_over_ctrl_c_from_the_loading_handler():
+    """The handler that ends at once while parity loads is replaced by the command's own, which
+    cleans up (a capture's partial directory) — with no moment between the two unhandled."""
+    from parity.cli import _Interrupts
+    from parity.launch import interrupted_while_loading
+
+    before = {number: signal.getsignal(number) for number in _Interrupts.SIGNALS}
+    hook = sys.unraisablehook
+    signal.signal(signal.SIGINT, interrupted_while_loading)
+    try:
+        _Interrupts.install()
+        assert signal.getsignal(signal.SIGINT) == _Interrupts._handle
+    finally:            # this process's handlers as they were
+        for number, handler in before.items():
+            signal.signal(number, handler)
+        sys.unraisablehook = hook
 
 
 def test_ctrl_c_while_compare_loads_exits_130_wherever_it_lands(tiny_run, tmp_path):
