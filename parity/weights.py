@@ -31,6 +31,9 @@ TIED_KEY = "parity.tied"        # and its tied keys, as JSON: {key: the earlier 
 # safetensors dtypes numpy lacks (by prefix): parity widens BF16 itself, and refuses the others
 NOT_NUMPY_SAFETENSORS_DTYPES = ("BF16", "F8_", "F6_", "F4")
 TORCH_SUFFIXES = (".pth", ".pt", ".bin")     # torch.save's files, read with weights_only=True
+# How a torch.save file from before torch 1.6's zip format (or _use_new_zipfile_serialization=
+# False) starts: pickle protocol 2, then torch's magic number 0x1950a86a20f9469cfc6c
+LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950a86a20f9469cfc6c).to_bytes(10, "little")
 MAX_PROBLEMS_LISTED = 6         # named in a one-line error about weights; the rest are counted
 FIX_THE_TRANSFER = "Fix the weights or the port, or map names with --map FILE"
 
@@ -91,8 +94,8 @@ def load_state_dict(path: Path) -> StateDict:
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
         state_dict = _load_safetensors(path)
-    elif suffix in TORCH_SUFFIXES or (suffix == ".ckpt" and zipfile.is_zipfile(path)):
-        state_dict = _load_torch_file(path)         # a .ckpt that is a zip: PyTorch Lightning's
+    elif suffix in TORCH_SUFFIXES or (suffix == ".ckpt" and _is_torch_save(path)):
+        state_dict = _load_torch_file(path)         # a .ckpt torch saved: PyTorch Lightning's
     elif suffix == ".ckpt":
         raise ParityInputError(f"{path} is not a torch file (a MindSpore checkpoint?): the "
                                "weights parity starts from are torch's, the state dict the "
@@ -103,6 +106,13 @@ def load_state_dict(path: Path) -> StateDict:
     if not state_dict:
         raise ParityInputError(f"{path} holds no tensors; pass the file your training saved")
     return state_dict
+
+
+def _is_torch_save(path: Path) -> bool:
+    """Whether torch.save wrote ``path``: a zip (torch 1.6 on), or its legacy pickle."""
+    with open(path, "rb") as handle:
+        legacy = handle.read(len(LEGACY_TORCH_MAGIC)) == LEGACY_TORCH_MAGIC
+    return legacy or zipfile.is_zipfile(path)
 
 
 def outer_prefix(state_dict: Mapping[str, Any]) -> str:

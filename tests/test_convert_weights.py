@@ -55,16 +55,18 @@ def test_ckpt_loads_with_no_parameter_left_unloaded(tmp_path):
     np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
 
 
+@pytest.mark.parametrize("zipped", [True, False], ids=["zip", "legacy"])
 @pytest.mark.parametrize("name, wrap", [
     ("pytorch_model.bin", lambda state: state),                             # Hugging Face's
     ("epoch=3-step=10.ckpt", lambda state: {"state_dict": state, "epoch": 3,  # Lightning's
                                             "global_step": 10}),
 ])
-def test_torch_save_files_under_other_names_are_read(tmp_path, name, wrap):
-    """Both were refused as "unknown weights format"."""
+def test_torch_save_files_under_other_names_are_read(tmp_path, name, wrap, zipped):
+    """Both were refused as "unknown weights format"; a .ckpt in torch.save's format from
+    before torch 1.6 (not a zip) was told it was not a torch file."""
     from parity.weights import load_state_dict
     state = _resnet18_weights(tmp_path / "w.pth")
-    torch.save(wrap(state), tmp_path / name)
+    torch.save(wrap(state), tmp_path / name, _use_new_zipfile_serialization=zipped)
     loaded = load_state_dict(tmp_path / name)
     assert list(loaded) == list(state)
     for key, tensor in state.items():
@@ -246,11 +248,13 @@ def test_wrong_shape_exits_2_naming_it(tmp_path):
     assert_one_line_error(process, "fc.weight: torch shape (7, 512)")
 
 
-def test_pickled_object_is_refused_never_executed(tmp_path):
+@pytest.mark.parametrize("name, zipped", [("evil.pth", True), ("evil.ckpt", False)])
+def test_pickled_object_is_refused_never_executed(tmp_path, name, zipped):
     marker = tmp_path / "pwned"
-    torch.save({"conv1.weight": _Exploit(str(marker))}, tmp_path / "evil.pth")
+    torch.save({"conv1.weight": _Exploit(str(marker))}, tmp_path / name,
+               _use_new_zipfile_serialization=zipped)
     process = parity_cli("convert-weights", "--model", "resnet18",
-                         "--torch-weights", tmp_path / "evil.pth", "--out", tmp_path / "w.ckpt")
+                         "--torch-weights", tmp_path / name, "--out", tmp_path / "w.ckpt")
     assert_one_line_error(process, "refused without executing")
     assert not marker.exists()
 
