@@ -191,7 +191,8 @@ def run(config: StepConfig, out: Path, options: CaptureOptions, *,
     torch_dir, ms_dir = out / "torch", out / "mindspore"
     report("torch capture", "start")
     try:
-        capture_in_subprocess("torch", config, torch_dir, options, debug=debug)
+        capture_in_subprocess("torch", config, torch_dir, options, map_file=map_file,
+                              debug=debug)      # which checks the map's PyTorch names
     except BaseException:           # Ctrl-C too: a directory holding only our marker goes
         if created and [path.name for path in out.iterdir()] == [RUN_INDEX]:
             shutil.rmtree(out, ignore_errors=True)
@@ -267,10 +268,12 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,
                                "with inputs= the batch is yours: leave them out")
     import mindspore  # noqa: F401  (before torch; see DESIGN.md)
 
-    from parity.capture.mindspore_capture import capture_mindspore
-    from parity.capture.torch_capture import capture_torch
+    from parity.capture.mindspore_capture import capture_mindspore, refuse_map_names_not_in_port
+    from parity.capture.torch_capture import capture_torch, refuse_map_names_not_in_model
 
     _refuse_wrong_models(torch_model, ms_model)
+    refuse_map_names_not_in_model(torch_model, name_map or {})
+    refuse_map_names_not_in_port(ms_model, name_map or {})
     synthetic = inputs is None
     own = dict(batch_size=2 if synthetic and batch_size is None else batch_size,
                image_size=224 if synthetic and image_size is None else image_size, seed=seed,

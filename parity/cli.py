@@ -449,7 +449,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         from parity.capture.torch_capture import capture_torch
         out = capture_torch(config, args.out, factory=torch_factory, weights=args.weights,
                             batch_file=args.input, fp64_reference=not args.no_fp64_reference,
-                            own_process=True)
+                            own_process=True, overrides=api.load_name_map(args.map))
     else:
         from parity.capture.mindspore_capture import capture_mindspore
         out = capture_mindspore(config, args.out, factory=ms_factory, reference=args.reference,

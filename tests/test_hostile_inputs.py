@@ -1254,6 +1254,32 @@ def test_a_map_naming_no_cell_or_parameter_of_the_port_is_refused(tiny_run, tmp_
     assert not (tmp_path / "ms").exists()
 
 
+def test_a_map_naming_no_module_of_the_torch_model_is_refused_before_its_capture(tmp_path):
+    """Its PyTorch names were checked by nothing: a misspelt one pinned nothing, and a
+    misspelt MindSpore name was found only after the whole torch capture."""
+    (tmp_path / "map.toml").write_text('"1.moving_mean" = "1.running_mean"\n"0#1" = "0"\n'
+                                       '"8.weight" = "8.wieght"\n')
+    process = parity_cli("run", *TINY, "--map", tmp_path / "map.toml", "--out", tmp_path / "r")
+    assert_one_line_error(process, "torch capture: --map: 8.wieght is no module, parameter or "
+                                   "buffer of the torch model")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("name_map, message", [
+    ({"1.moving_mean": "1.running_mean", "0#1": "0", "8.weight": "8.wieght"},
+     "--map: 8.wieght is no module, parameter or buffer of the torch model"),
+    ({"1.moving_mean": "1.running_mean", "0#1": "0", "8.wieght": "8.weight"},
+     "--map: 8.wieght is no cell or parameter of the MindSpore model"),
+])
+def test_check_refuses_a_map_naming_nothing_before_it_captures(tmp_path, name_map, message):
+    import parity
+    from tests import tiny
+    with pytest.raises(ParityInputError, match=re.escape(message)):
+        parity.check(tiny.torch_tiny(), tiny.ms_tiny(), image_size=16, name_map=name_map,
+                     out=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("models, message", [
     (("ms_tiny", "torch_tiny"), "check() got the MindSpore model first"),
     (("torch_tiny", "torch_tiny"), "check()'s ms_model is a Sequential, not a mindspore.nn.Cell"),

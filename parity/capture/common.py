@@ -7,13 +7,13 @@ import os
 import platform
 import time
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterable, Iterator, Optional, Set
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from parity.errors import (SMALLER_BATCH, ParityInputError, UserCodeFailed, in_one_line,
-                           memory_ran_out)
+from parity.errors import (SMALLER_BATCH, ParityInputError, UserCodeFailed, first_few,
+                           in_one_line, memory_ran_out)
 from parity.resources import peak_resident_mb
 from parity.rundir import crc32
 
@@ -37,6 +37,18 @@ def failure_explained(framework: str, failed: str, advice: str,
                                    f"{memory_advice}") from error
         raise UserCodeFailed(f"the {framework} model failed {failed}: {what}. {advice}") \
             from error
+
+
+def refuse_map_names_not_in(names: Iterable[str], known: Set[str], what: str) -> None:
+    """--map names (a MindSpore name = a PyTorch name a line) that are no ``what`` of the model
+    they name pin nothing: a typo, or the two sides written the wrong way round. A name may
+    end in "#k", the k-th call of a module called more than once."""
+    unknown = [name for name in names if name.partition("#")[0] not in known]
+    if unknown:
+        are = "is" if len(unknown) == 1 else "are"
+        raise ParityInputError(f"--map: {first_few(unknown)} {are} no {what}; each line maps a "
+                               "MindSpore name to a PyTorch one (\"mindspore.name\" = "
+                               "\"torch.name\")")
 
 
 def several_outputs(outputs: Any) -> str:

@@ -14,11 +14,12 @@ import numpy as np
 
 from parity.capture.batch import Batch, batch_for, input_name
 from parity.capture.common import (PhaseClock, failure_explained, manifest_meta,
-                                   numpy_on_one_thread, refuse_several_outputs, weight_update)
+                                   numpy_on_one_thread, refuse_map_names_not_in,
+                                   refuse_several_outputs, weight_update)
 from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
-from parity.errors import ParityInputError, first_few
+from parity.errors import ParityInputError
 from parity.io import same_file
 from parity.models_loader import build_loss
 from parity.rundir import INITIAL_WEIGHTS, RunReader, RunWriter, SafetensorsFile, same_bytes
@@ -148,17 +149,10 @@ def _optimizer(net, config: StepConfig):
                        use_nesterov=config.nesterov, loss_scale=config.ms_loss_scale)
 
 
-def _refuse_map_names_not_in(net, overrides: Mapping[str, str]) -> None:
-    """A --map entry whose MindSpore name is no cell or parameter of the port pins nothing
-    (a typo, or the two sides written the wrong way round)."""
+def refuse_map_names_not_in_port(net, overrides: Mapping[str, str]) -> None:
     known = {name for name, _ in net.cells_and_names()} | \
         {name for name, _ in net.parameters_and_names()}
-    unknown = [name for name in overrides if name.partition("#")[0] not in known]
-    if unknown:
-        are = "is" if len(unknown) == 1 else "are"
-        raise ParityInputError(f"--map: {first_few(unknown)} {are} no cell or parameter of the "
-                               "MindSpore model; each line maps a MindSpore name to a PyTorch "
-                               "one (\"mindspore.name\" = \"torch.name\")")
+    refuse_map_names_not_in(overrides, known, "cell or parameter of the MindSpore model")
 
 
 def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model=None,
@@ -200,7 +194,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
     net = model if model is not None else \
         build_mindspore_model(factory, num_classes=config.num_classes)
     _name_parameters_by_path(net)
-    _refuse_map_names_not_in(net, overrides or {})
+    refuse_map_names_not_in_port(net, overrides or {})
     param_map = load_into_mindspore(net, load_state_dict(weights), overrides)
     initial = _InitialState(net, weights, param_map)
 

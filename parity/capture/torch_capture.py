@@ -16,8 +16,8 @@ import numpy as np
 from parity import kinks
 from parity.capture.batch import Batch, batch_for
 from parity.capture.common import (PhaseClock, failure_explained, fingerprint, manifest_meta,
-                                   numpy_on_one_thread, refuse_several_outputs, several_outputs,
-                                   weight_update)
+                                   numpy_on_one_thread, refuse_map_names_not_in,
+                                   refuse_several_outputs, several_outputs, weight_update)
 from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.capture.spill import SavedTensorSpill
@@ -34,6 +34,14 @@ from parity.weights import (MAX_PROBLEMS_LISTED, StateDict, class_count_hint, is
 BLOCK = 1 << 18     # elements per float64 block: temporaries stay small
 M_MMAP_THRESHOLD = -3       # glibc's mallopt parameter (malloc.h)
 SPILL_FILE = "float64-saved-tensors.scratch"    # in the partial run directory, while it steps
+
+
+def refuse_map_names_not_in_model(model, overrides: Mapping[str, str]) -> None:
+    """Checked before the step, so that a misspelt torch name costs no capture."""
+    known = {name for name, _ in model.named_modules(remove_duplicate=False)} | \
+        set(model.state_dict())           # parameters and buffers, a tied one by each name
+    refuse_map_names_not_in(overrides.values(), known,
+                            "module, parameter or buffer of the torch model")
 
 
 def _load_weights(model, path: Path) -> None:
@@ -455,7 +463,8 @@ def _write_starting_point(writer: RunWriter, initial: StateDict, batch: Batch) -
 def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=None,
                   weights: Optional[Path] = None, batch_file: Optional[Path] = None,
                   batch: Optional[Batch] = None, fp64_reference: bool = True,
-                  own_process: bool = False) -> Path:
+                  own_process: bool = False, overrides: Optional[Mapping[str, str]] = None
+                  ) -> Path:
     """The torch step in float32, plus (by default) the same step in float64 and twice more in
     float32 from trainable weights one rounding off (_rerounded_step).
 
@@ -464,7 +473,8 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     difference from torch against torch's own float32 error instead of a constant (the
     approach of torch dynamo's accuracy checker). ``own_process``: the capture is the process
     (``parity capture``), so it may tune glibc's malloc for the float64 step; in a caller's
-    process (``parity.check``) malloc is left alone.
+    process (``parity.check``) malloc is left alone. ``overrides``: the --map table, whose
+    PyTorch names are checked here (the MindSpore capture uses it).
     """
     import torch
     from parity.models_loader import build_torch_model, load_factory
@@ -478,6 +488,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         model = build_torch_model(factory, num_classes=config.num_classes)
     _refuse_compiled(model)
     _refuse_other_precisions(model)
+    refuse_map_names_not_in_model(model, overrides or {})
     if weights is not None:
         _load_weights(model, weights)
     if not any(param.requires_grad for param in model.parameters()):
