@@ -139,6 +139,18 @@ class Comparison(TensorStats):
         """All that is added to torch's relative float32 error before the noise factor."""
         return self.flip_allowance + self.sum_allowance + self.logits_allowance
 
+    @property
+    def fails_above(self) -> float:
+        """The smallest error this run can see here: the ``ms_error`` (MindSpore's relative
+        RMS difference from torch) above which the record fails, noise_factor × torch's own
+        float32 error and allowances. Where torch's float32 error is large (gradients past
+        BatchNorm over few values, ReLU units flipped) a bug smaller than this passes. NaN
+        without the float64 reference, whose fixed tolerances judge element by element."""
+        if self.ms_error > 0 and self.noise_ratio > 0:     # the verdict's own denominator
+            return self.noise_factor * self.ms_error / self.noise_ratio
+        # MindSpore equal to torch: that denominator, but for its floor and atol terms
+        return self.noise_factor * (self.fp32_noise + self.allowance)
+
 
 @dataclass(frozen=True)
 class Divergence:

@@ -17,7 +17,8 @@ from parity.io import (CSV_REPORT, HTML_REPORT, JSON_REPORT, MARKER, read_parity
 from parity.records import KINDS, Comparison, Diagnosis, Divergence, Meta
 
 RECORD_COLUMNS = ("name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine",
-                  "noise_ratio", "fp32_noise", "ms_error", "noise_factor", "flip_allowance",
+                  "noise_ratio", "fp32_noise", "ms_error", "noise_factor", "fails_above",
+                  "flip_allowance",
                   "sum_allowance", "logits_allowance", "mean_abs", "rms", "ref_rms",
                   "frac_within", "needed_rtol", "rtol", "atol", "min_cosine", "nan_torch",
                   "nan_mindspore", "inf_torch", "inf_mindspore", "worst_index", "worst_torch",
@@ -95,6 +96,12 @@ def _arguments(annotation: str) -> List[str]:
     return arguments + [inner[start:].strip()]
 
 
+def _median(values: pd.Series) -> float:
+    """The median of the values that are not NaN; NaN if none is (without numpy's warning)."""
+    present = values.dropna()
+    return float(present.median()) if len(present) else float("nan")
+
+
 def _from_json_number(value: Any) -> Any:
     if value is None:
         return float("nan")
@@ -143,6 +150,8 @@ class CheckResult:
         return pd.DataFrame(rows, columns=list(RECORD_COLUMNS))
 
     def summary_by_kind(self) -> pd.DataFrame:
+        """Per kind: records, failures, the worst figures, and the smallest error the run can
+        see (``fails_above``) at the median record and at the most sensitive one."""
         frame = self.records
         rows = []
         for kind in KINDS:
@@ -151,9 +160,12 @@ class CheckResult:
                 rows.append({"kind": kind, "records": len(part),
                              "failed": int((~part.passed.astype(bool)).sum()),
                              "worst_max_rel": float(part.max_rel.max()),
-                             "min_cosine": float(part.cosine.min())})
+                             "min_cosine": float(part.cosine.min()),
+                             "median_fails_above": _median(part.fails_above),
+                             "min_fails_above": float(part.fails_above.min())})
         return pd.DataFrame(rows, columns=["kind", "records", "failed", "worst_max_rel",
-                                           "min_cosine"])
+                                           "min_cosine", "median_fails_above",
+                                           "min_fails_above"])
 
     def worst(self, count: int = 10) -> pd.DataFrame:
         """The records furthest beyond (or closest to) their tolerance."""
@@ -194,7 +206,9 @@ class CheckResult:
 
     def to_dict(self) -> Dict[str, Any]:
         records = [{k: _finite_or_none(v) if not isinstance(v, tuple) else list(v)
-                    for k, v in sorted(dataclasses.asdict(c).items(), key=_column_order)}
+                    for k, v in sorted({**dataclasses.asdict(c),
+                                        "fails_above": c.fails_above}.items(),
+                                       key=_column_order)}
                    for c in self.comparisons]
         return {
             "format": MARKER, "format_version": JSON_FORMAT_VERSION,
@@ -202,7 +216,8 @@ class CheckResult:
             "first_divergence": None if self.first_divergence is None else
             {k: _finite_or_none(v) for k, v in dataclasses.asdict(self.first_divergence).items()},
             "diagnosis": None if self.diagnosis is None else dataclasses.asdict(self.diagnosis),
-            "summary": self.summary_by_kind().to_dict(orient="records"),
+            "summary": [{k: _finite_or_none(v) for k, v in row.items()}
+                        for row in self.summary_by_kind().to_dict(orient="records")],
             "unmatched": {k: list(v) for k, v in self.unmatched.items()},
             "records": records,
             "details": {k: dataclasses.asdict(v) for k, v in self.details.items()},

@@ -80,6 +80,8 @@ def test_console_summary_says_which_column_decides(tiny_run):
     fixed = compare_runs(tiny_run / "torch", tiny_run / "mindspore", use_fp64_reference=False)
     assert "noise ratio:" in printed(calibrated)
     assert "noise ratio:" not in printed(fixed)
+    # what the run can see, from the float64 reference alone
+    assert "fails above" in printed(calibrated) and "fails above" not in printed(fixed)
 
 
 def test_the_baseline_factor_help_states_the_default_check_uses():

@@ -526,3 +526,31 @@ def test_an_input_sketch_shows_a_difference_at_about_its_size():
     assert shown(np.roll(x, 1)) > 0.1
     assert shown((x.astype(np.float64) * (1 + 1e-7)).astype(np.float32)) < 1e-5
     assert input_sketch(np.arange(4)) is None
+
+
+@pytest.mark.parametrize("kind, allowance", [("forward", 0.0), ("grad", 0.0), ("grad", 0.02)])
+def test_fails_above_is_where_the_verdict_turns(kind, allowance):
+    """What a run can see: a record whose MindSpore error is just below ``fails_above``
+    passes, just above it fails; MindSpore equal to torch is told the same figure."""
+    from parity.compare.metrics import with_allowance
+
+    rng = np.random.default_rng(3)
+    torch_value = rng.standard_normal(4096).astype(np.float32)
+    direction = rng.standard_normal(4096)
+    direction /= np.sqrt(np.mean(direction ** 2))           # rms 1
+    record = RecordInfo(name="layer1.0.conv1", kind=kind, shape=(4096,), dtype="float32",
+                        order=0, shard="", key="")
+    noise = Float64Noise(fp32_noise_rms=3e-3, exact_rms=1.0)
+
+    def judged(ms_error: float):
+        ms_value = (torch_value + ms_error * direction).astype(np.float32)
+        comparison = _first(torch_value, ms_value, record, noise=noise)
+        if allowance:
+            comparison = with_allowance(comparison, noise, DEFAULTS[kind], allowance,
+                                        flip_allowance=allowance)
+        return comparison
+
+    limit = judged(1e-3).fails_above
+    assert limit == pytest.approx(DEFAULTS[kind].noise_factor * (3e-3 + allowance), rel=1e-3)
+    assert judged(0.0).fails_above == pytest.approx(limit, rel=1e-3)
+    assert judged(0.98 * limit).passed and not judged(1.02 * limit).passed

@@ -31,6 +31,8 @@ def test_failing_report_names_the_first_divergence(failing_report):
     assert "pad_mode=&#39;same&#39; with stride &gt; 1" in html
     assert html.count("<svg") >= 3           # two depth charts and per-record histograms
     assert '<dt>batch</dt><dd class="mono">input 2×3×64×64 float32 · target 2 int64</dd>' in html
+    # what the run can see, on each kind's card but the inputs' (compared exactly)
+    assert len(re.findall(r'class="muted sees">fails above \d', html)) == 7
 
 
 def test_report_is_self_contained_and_small(failing_report):

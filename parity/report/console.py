@@ -32,21 +32,29 @@ def kinds_table(result: CheckResult) -> Table:
     calibrated = bool(frame.noise_ratio.notna().any())
     # a passing run's gradients show max_rel of several: worth saying why that is no alarm
     caption = ("noise ratio: rms(MindSpore − torch) over torch's own float32 error (from its "
-               "float64 and rerounded reruns); it decides the verdict. max_rel is one element's "
-               "error over max(|value|, tensor rms): float32 noise alone reaches several in "
-               "gradients.") \
+               "float64 and rerounded reruns); it decides the verdict. fails above: the "
+               "relative RMS difference from torch that fails the median record of a kind, "
+               "the smallest bug this run can see there (an update is also checked against "
+               "torch's step of MindSpore's own gradient, to float32 rounding). max_rel is one "
+               "element's error over max(|value|, tensor rms): float32 noise alone reaches "
+               "several in gradients.") \
         if calibrated else None
     table = Table(title="per kind", title_justify="left", expand=False, caption=caption,
                   caption_justify="left")
-    for column in ("kind", "records", "failed", "worst noise ratio", "worst max_rel",
-                   "min cosine"):
+    columns = [column for column in ("kind", "records", "failed", "worst noise ratio",
+                                     "fails above", "worst max_rel", "min cosine")
+               if calibrated or column != "fails above"]    # NaN without float64
+    for column in columns:
         table.add_column(column, justify="left" if column == "kind" else "right")
     for row in result.summary_by_kind().itertuples():
         part = frame[frame.kind == row.kind]
-        table.add_row(row.kind, str(row.records),
-                      Text(str(row.failed), style="red" if row.failed else "green"),
-                      _number(part.noise_ratio.max()), _number(row.worst_max_rel),
-                      f"{row.min_cosine:.6f}")
+        cells = {"kind": row.kind, "records": str(row.records),
+                 "failed": Text(str(row.failed), style="red" if row.failed else "green"),
+                 "worst noise ratio": _number(part.noise_ratio.max()),
+                 "fails above": _number(row.median_fails_above, 2),
+                 "worst max_rel": _number(row.worst_max_rel),
+                 "min cosine": f"{row.min_cosine:.6f}"}
+        table.add_row(*(cells[column] for column in columns))
     return table
 
 
