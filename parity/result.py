@@ -18,11 +18,10 @@ from parity.records import KINDS, Comparison, Diagnosis, Divergence, Meta
 
 RECORD_COLUMNS = ("name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine",
                   "noise_ratio", "fp32_noise", "ms_error", "noise_factor", "fails_above",
-                  "flip_allowance",
-                  "sum_allowance", "logits_allowance", "mean_abs", "rms", "ref_rms",
-                  "frac_within", "needed_rtol", "rtol", "atol", "min_cosine", "nan_torch",
-                  "nan_mindspore", "inf_torch", "inf_mindspore", "worst_index", "worst_torch",
-                  "worst_mindspore", "mindspore_name", "order", "reason")
+                  "flip_allowance", "sum_allowance", "logits_allowance", "mean_abs", "rms",
+                  "ref_rms", "frac_within", "needed_rtol", "rtol", "atol", "min_cosine",
+                  "nan_torch", "nan_mindspore", "inf_torch", "inf_mindspore", "worst_index",
+                  "worst_torch", "worst_mindspore", "mindspore_name", "order", "reason")
 JSON_FORMAT_VERSION = 1
 
 
