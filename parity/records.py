@@ -145,7 +145,10 @@ class Comparison(TensorStats):
         RMS difference from torch) above which the record fails, noise_factor × torch's own
         float32 error and allowances. Where torch's float32 error is large (gradients past
         BatchNorm over few values, ReLU units flipped) a bug smaller than this passes. NaN
-        without the float64 reference, whose fixed tolerances judge element by element."""
+        without the float64 reference, whose fixed tolerances judge element by element, and
+        where torch's value is all zeros (no error is relative to it)."""
+        if not self.ref_rms > 0:
+            return float("nan")
         if self.ms_error > 0 and self.noise_ratio > 0:     # the verdict's own denominator
             return self.noise_factor * self.ms_error / self.noise_ratio
         # MindSpore equal to torch: that denominator, but for its floor and atol terms

@@ -554,3 +554,13 @@ def test_fails_above_is_where_the_verdict_turns(kind, allowance):
     assert limit == pytest.approx(DEFAULTS[kind].noise_factor * (3e-3 + allowance), rel=1e-3)
     assert judged(0.0).fails_above == pytest.approx(limit, rel=1e-3)
     assert judged(0.98 * limit).passed and not judged(1.02 * limit).passed
+
+
+def test_fails_above_is_not_a_number_where_torch_s_value_is_all_zeros():
+    """No difference is relative to zero: the figure was 8e21, from the guards against 0."""
+    record = RecordInfo(name="fc.bias", kind="grad", shape=(8,), dtype="float32", order=0,
+                        shard="", key="")
+    zeros = np.zeros(8, np.float32)
+    comparison = _first(zeros, zeros + np.float32(1e-3), record,
+                        noise=Float64Noise(fp32_noise_rms=0.0, exact_rms=0.0))
+    assert math.isnan(comparison.fails_above)
