@@ -36,7 +36,8 @@ class RecordInfo:
     # farther of two such steps): rms(t32' - t32), a second draw of torch's float32 error
     fp32_spread_rms: Optional[float] = None
     # torch only, a ReLU's forward record: the units (flat indices) active in float32 but not
-    # in float64 or back (parity/kinks.py)
+    # in float64 or back (parity/kinks.py); none at an nn.ReLU, whose float32 units the
+    # float64 rerun replays (capture/masks.py)
     fp32_flipped: Optional[Tuple[int, ...]] = None
 
     def to_dict(self) -> Dict[str, Any]:
@@ -143,10 +144,10 @@ class Comparison(TensorStats):
     def fails_above(self) -> float:
         """The smallest error this run can see here: the ``ms_error`` (MindSpore's relative
         RMS difference from torch) above which the record fails, noise_factor × torch's own
-        float32 error and allowances. Where torch's float32 error is large (gradients past
-        BatchNorm over few values, ReLU units flipped) a bug smaller than this passes. NaN
-        without the float64 reference, whose fixed tolerances judge element by element, and
-        where torch's value is all zeros (no error is relative to it)."""
+        float32 error and allowances. Where those are large (BatchNorm over few values per
+        channel; gradients behind ReLU units the frameworks set differently) a bug smaller than
+        this passes. NaN without the float64 reference, whose fixed tolerances judge element
+        by element, and where torch's value is all zeros (no error is relative to it)."""
         if not self.ref_rms > 0:
             return float("nan")
         if self.ms_error > 0 and self.noise_ratio > 0:     # the verdict's own denominator

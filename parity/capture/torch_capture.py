@@ -19,6 +19,7 @@ from parity.capture.common import (PhaseClock, failure_explained, fingerprint, m
                                    numpy_on_one_thread, refuse_map_names_not_in,
                                    refuse_several_outputs, several_outputs, weight_update)
 from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
+from parity.capture.masks import ReluMasks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.capture.spill import SavedTensorSpill
 from parity.config import StepConfig
@@ -238,14 +239,17 @@ def _hooked_step_records(writer: RunWriter,
     return record
 
 
-def _noise_recorder(writer: RunWriter) -> Callable[..., None]:
+def _noise_recorder(writer: RunWriter, replayed: frozenset) -> Callable[..., None]:
     """A ``record`` for the float64 step: per float32 record rms(t32 - t64) and rms(t64), and
     per ReLU record the units active in float32 but not in float64 or back (their effect is in
-    torch's float32 error; parity/kinks.py)."""
+    torch's float32 error; parity/kinks.py): none for the ReLU modules ``replayed`` with
+    float32's units (capture/masks.py)."""
     def annotate(match: RecordInfo, t32: np.ndarray, t64: np.ndarray) -> None:
         noise_rms, exact_rms = float64_noise(t32, t64)
-        flipped = tuple(kinks.flipped_units(match.op, t32, t64.reshape(t32.shape)).tolist()) \
-            if match.kind == "forward" and match.op in kinks.ACTIVE else None
+        flipped = None
+        if match.kind == "forward" and match.op in kinks.ACTIVE:
+            flipped = () if match.name in replayed else \
+                tuple(kinks.flipped_units(match.op, t32, t64.reshape(t32.shape)).tolist())
         writer.annotate(match, fp32_noise_rms=noise_rms, exact_rms=exact_rms,
                         fp32_flipped=flipped)
     return _hooked_step_records(writer, annotate)
@@ -272,7 +276,7 @@ REROUNDED_DRAWS = 2
 
 
 def _rerounded_step(model, initial: Mapping[str, np.ndarray], batch: Batch,
-                    config: StepConfig, writer: RunWriter) -> None:
+                    config: StepConfig, writer: RunWriter, masks: ReluMasks) -> None:
     """The float32 step again, REROUNDED_DRAWS times, from trainable weights each one rounding
     off, every record annotated with the farthest it moved (rms(t32' - t32)).
 
@@ -284,7 +288,7 @@ def _rerounded_step(model, initial: Mapping[str, np.ndarray], batch: Batch,
     such a lucky first one show; where a record is well-conditioned they move it about as far
     as the float64 draw and change little. Inputs and buffers stay as they are: a mask's zeros
     and ones, compared exactly, are no rounding of anything. A tied weight is one tensor,
-    moved once.
+    moved once. ReLU units are those of the float32 step (``masks``), as in the float64 step.
     """
     import torch
 
@@ -296,7 +300,8 @@ def _rerounded_step(model, initial: Mapping[str, np.ndarray], batch: Batch,
             for param in trainable:
                 param.copy_(torch.from_numpy(one_rounding_off(param.detach().numpy(), rng)))
         moved = {name: value.numpy().copy() for name, value in model.state_dict().items()}
-        _train_step(model, moved, batch, config, _spread_recorder(writer))
+        with masks.replayed(model):
+            _train_step(model, moved, batch, config, _spread_recorder(writer))
 
 
 def _refuse_compiled(model) -> None:
@@ -393,9 +398,10 @@ def _float64_step_memory() -> Iterator[None]:
 
 
 def _float64_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: StepConfig,
-                  writer: RunWriter, own_process: bool) -> int:
+                  writer: RunWriter, own_process: bool, masks: ReluMasks) -> int:
     """The step again in float64, each float32 record annotated with its noise, by the model
     itself (not a copy: one set of parameters in memory, not two); returns the bytes spilled.
+    Its ReLU units are the float32 step's (``masks``).
 
     Its activations, twice the float32 ones, are kept near the float32 steps' peak: the forward
     spills past that peak less room for what backward adds (the gradients, and about as much
@@ -410,8 +416,9 @@ def _float64_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config
     def step(spilling: ContextManager) -> None:
         model.zero_grad(set_to_none=True)
         _restore(model, initial)
-        with spilling:
-            _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
+        with spilling, masks.replayed(model):
+            _train_step(model.double(), initial, batch, config,
+                        _noise_recorder(writer, masks.modules))
 
     try:
         with _float64_step_errors(), _float64_step_memory() if own_process else nullcontext():
@@ -512,10 +519,10 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     with RunWriter(out, "torch") as writer, numpy_on_one_thread():
         starts_from = _write_starting_point(writer, initial, batch)
         initial = _StateOnDisk(writer.partial / INITIAL_WEIGHTS, list(initial))
-        hooked = Fingerprints()
+        hooked, masks = Fingerprints(), ReluMasks()
         clock.next("hooked step")
         with batch_errors:
-            _train_step(model, initial, batch, config, tee(writer.add, hooked))
+            _train_step(model, initial, batch, config, tee(writer.add, hooked, masks))
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
             _restore(model, initial)
@@ -526,9 +533,9 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         spilled = 0
         if fp64_reference:
             clock.next("rerounded step")
-            _rerounded_step(model, initial, batch, config, writer)
+            _rerounded_step(model, initial, batch, config, writer, masks)
             clock.next("float64 step")
-            spilled = _float64_step(model, initial, batch, config, writer, own_process)
+            spilled = _float64_step(model, initial, batch, config, writer, own_process, masks)
         clock.next("writes")
         _restore(model, initial)        # leave a caller's model as it came: the rerun stepped it
         writer.wait()

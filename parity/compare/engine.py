@@ -263,8 +263,9 @@ def _flip_sites(plan: List[_Planned], kink_ops: Dict[Tuple, str],
                 ) -> Tuple[List[kinks.FlipSite], int]:
     """The ReLU records with units flipped by float32 noise whose output gradient torch
     recorded (without it the redirected gradient cannot be measured, and nothing is allowed).
-    Units torch's own float32 step flipped too are in its float32 error: they count for
-    nothing. Also returns the bytes read."""
+    Units torch's own float32 step flipped too (at a kink its float64 rerun did not replay:
+    capture/masks.py) are in its float32 error: they count for nothing. Also returns the bytes
+    read."""
     grads = {p.pair.torch.name: p.pair.torch for p in plan if p.pair.torch.kind == "grad"}
     positions = _grad_positions(plan)
     sites, read = [], 0
