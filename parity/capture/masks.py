@@ -44,15 +44,16 @@ class ReluMasks:
 
     @contextmanager
     def replayed(self, model: Any) -> Iterator[None]:
-        """Each ReLU module of ``model`` outputs its input times the float32 step's units for
-        that call, so its gradient passes where float32's did. Hooks registered after these
-        (the recording ones) see that output. In place, a ReLU would have overwritten the
-        input the mask multiplies: it runs out of place meanwhile."""
-        handles, in_place = [], {}
+        """Each ReLU module of ``model`` outputs its input where the float32 step's unit was
+        active in that call, 0 elsewhere, so its gradient passes where float32's did. Hooks
+        registered after these (the recording ones) see that output. In place, a ReLU would
+        have overwritten the input kept: it runs out of place meanwhile."""
+        handles, in_place = [], []
         for name, module in model.named_modules():
             if name in self._calls:
-                in_place[module] = getattr(module, "inplace", False)
-                module.inplace = False
+                if getattr(module, "inplace", False):
+                    in_place.append(module)
+                    module.inplace = False
                 handles.append(module.register_forward_hook(
                     partial(_replay, iter(self._calls[name]))))
         try:
@@ -60,8 +61,8 @@ class ReluMasks:
         finally:
             for handle in handles:
                 handle.remove()
-            for module, was in in_place.items():
-                module.inplace = was
+            for module in in_place:
+                module.inplace = True
 
 
 def _replay(calls: Iterator[Tuple[np.ndarray, Tuple[int, ...]]], _module: Any,
