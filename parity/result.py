@@ -34,8 +34,10 @@ class RecordDetail:
     worst: Tuple[Tuple[Tuple[int, ...], float, float, float], ...]  # index, torch, ms, |diff|
 
 
-def _column_order(item: Tuple[str, Any]) -> int:
-    return RECORD_COLUMNS.index(item[0]) if item[0] in RECORD_COLUMNS else len(RECORD_COLUMNS)
+def _row(comparison: Comparison) -> Dict[str, Any]:
+    """A record's columns, as the DataFrame and the JSON report hold them (every field of a
+    Comparison, and what is computed from them)."""
+    return {column: getattr(comparison, column) for column in RECORD_COLUMNS}
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -144,9 +146,12 @@ class CheckResult:
     @property
     def records(self) -> pd.DataFrame:
         """One row per compared record, in divergence order."""
-        rows = [{column: getattr(c, column) for column in RECORD_COLUMNS}
-                for c in self.comparisons]
-        return pd.DataFrame(rows, columns=list(RECORD_COLUMNS))
+        return pd.DataFrame(list(map(_row, self.comparisons)), columns=list(RECORD_COLUMNS))
+
+    @property
+    def noise_calibrated(self) -> bool:
+        """Judged against torch's float32 error (its float64 rerun), not fixed tolerances."""
+        return any(math.isfinite(c.noise_ratio) for c in self.comparisons)
 
     def summary_by_kind(self) -> pd.DataFrame:
         """Per kind: records, failures, the worst figures, and the smallest error the run can
@@ -205,9 +210,7 @@ class CheckResult:
 
     def to_dict(self) -> Dict[str, Any]:
         records = [{k: _finite_or_none(v) if not isinstance(v, tuple) else list(v)
-                    for k, v in sorted({**dataclasses.asdict(c),
-                                        "fails_above": c.fails_above}.items(),
-                                       key=_column_order)}
+                    for k, v in _row(c).items()}
                    for c in self.comparisons]
         return {
             "format": MARKER, "format_version": JSON_FORMAT_VERSION,

@@ -21,7 +21,9 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 
-RELU = "relu"       # hooks.OPS's name for nn.ReLU
+from parity.capture.hooks import OPS
+
+RELU = OPS["ReLU"]      # the op of the records replayed
 
 
 class ReluMasks:
@@ -36,11 +38,6 @@ class ReluMasks:
                  **_: Any) -> None:
         if kind == "forward" and op == RELU:
             self._calls.setdefault(name, []).append((np.packbits(array > 0), array.shape))
-
-    @property
-    def modules(self) -> frozenset:
-        """The names of the ReLU modules whose units are replayed."""
-        return frozenset(self._calls)
 
     @contextmanager
     def replayed(self, model: Any) -> Iterator[None]:

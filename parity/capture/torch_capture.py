@@ -19,7 +19,7 @@ from parity.capture.common import (PhaseClock, failure_explained, fingerprint, m
                                    numpy_on_one_thread, refuse_map_names_not_in,
                                    refuse_several_outputs, several_outputs, weight_update)
 from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
-from parity.capture.masks import ReluMasks
+from parity.capture.masks import RELU, ReluMasks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.capture.spill import SavedTensorSpill
 from parity.config import StepConfig
@@ -239,16 +239,16 @@ def _hooked_step_records(writer: RunWriter,
     return record
 
 
-def _noise_recorder(writer: RunWriter, replayed: frozenset) -> Callable[..., None]:
+def _noise_recorder(writer: RunWriter) -> Callable[..., None]:
     """A ``record`` for the float64 step: per float32 record rms(t32 - t64) and rms(t64), and
     per ReLU record the units active in float32 but not in float64 or back (their effect is in
-    torch's float32 error; parity/kinks.py): none for the ReLU modules ``replayed`` with
-    float32's units (capture/masks.py)."""
+    torch's float32 error; parity/kinks.py): none at an nn.ReLU, which replays float32's units
+    (capture/masks.py)."""
     def annotate(match: RecordInfo, t32: np.ndarray, t64: np.ndarray) -> None:
         noise_rms, exact_rms = float64_noise(t32, t64)
         flipped = None
         if match.kind == "forward" and match.op in kinks.ACTIVE:
-            flipped = () if match.name in replayed else \
+            flipped = () if match.op == RELU else \
                 tuple(kinks.flipped_units(match.op, t32, t64.reshape(t32.shape)).tolist())
         writer.annotate(match, fp32_noise_rms=noise_rms, exact_rms=exact_rms,
                         fp32_flipped=flipped)
@@ -417,8 +417,7 @@ def _float64_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config
         model.zero_grad(set_to_none=True)
         _restore(model, initial)
         with spilling, masks.replayed(model):
-            _train_step(model.double(), initial, batch, config,
-                        _noise_recorder(writer, masks.modules))
+            _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
 
     try:
         with _float64_step_errors(), _float64_step_memory() if own_process else nullcontext():

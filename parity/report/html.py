@@ -55,4 +55,4 @@ def render_html(result: CheckResult) -> str:
         summary=result.summary_by_kind().to_dict(orient="records"), charts=charts,
         details=details, created=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         failed=sum(not c.passed for c in result.comparisons),
-        calibrated=bool(result.records.noise_ratio.notna().any()))
+        calibrated=result.noise_calibrated)
