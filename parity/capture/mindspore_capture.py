@@ -134,7 +134,10 @@ def _name_parameters_by_path(net) -> None:
 
 
 def _optimizer(net, config: StepConfig):
-    """nn.Momentum with torch's weight-decay scope by default (MindSpore skips gamma/beta)."""
+    """nn.Momentum with torch's weight-decay scope by default (MindSpore skips gamma/beta);
+    nn.SGD for Nesterov: nn.Momentum(use_nesterov=True) steps plain momentum on the CPU in
+    MindSpore 2.7.0 to 2.10.0 (its ApplyMomentum kernel ignores the attribute; measured: a
+    first step of -lr·g where torch's and nn.SGD(nesterov=True)'s is -lr·g·(1 + momentum))."""
     from mindspore import nn
     excluded = {"all": (), "no-gamma-beta": ("gamma", "beta"),
                 "no-gamma-beta-bias": ("gamma", "beta", "bias")}[config.ms_weight_decay_scope]
@@ -145,8 +148,17 @@ def _optimizer(net, config: StepConfig):
     if kept:
         groups.append({"params": kept, "weight_decay": 0.0})
     groups.append({"order_params": params})
+    if config.nesterov:
+        return nn.SGD(groups, learning_rate=config.lr, momentum=config.momentum, nesterov=True,
+                      loss_scale=config.ms_loss_scale)
     return nn.Momentum(groups, learning_rate=config.lr, momentum=config.momentum,
-                       use_nesterov=config.nesterov, loss_scale=config.ms_loss_scale)
+                       loss_scale=config.ms_loss_scale)
+
+
+def _momentum_buffers(optimizer) -> tuple:
+    """Each parameter's momentum buffer, in the order of ``optimizer.parameters``."""
+    from mindspore import nn
+    return optimizer.accum if isinstance(optimizer, nn.SGD) else optimizer.moments
 
 
 def refuse_map_names_not_in_port(net, overrides: Mapping[str, str]) -> None:
@@ -270,13 +282,15 @@ def _restore(net, values: Mapping[str, np.ndarray], optimizer=None) -> None:
     for name, param in net.parameters_and_names():
         ms.ops.assign(param, ms.Tensor(values[name]))
     if optimizer is not None:
-        for state in (*optimizer.moments, optimizer.global_step):
+        for state in (*_momentum_buffers(optimizer), optimizer.global_step):
             ms.ops.assign(state, ms.ops.zeros_like(state))
+        for first_step in getattr(optimizer, "stat", ()):      # nn.SGD's: 1 until it steps
+            ms.ops.assign(first_step, ms.ops.ones_like(first_step))
 
 
 def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
                 config: StepConfig, record: Callable[..., None], *, hooks: bool = True) -> None:
-    """One Momentum step reproducing torch's SGD from the state ``initial``, every tensor
+    """One optimizer step reproducing torch's SGD from the state ``initial``, every tensor
     handed to ``record`` (as views valid during the call: it copies what it keeps)."""
     import mindspore as ms
     from mindspore import nn
@@ -313,7 +327,7 @@ def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
         # the gradient of the unscaled loss, which is what torch's .grad holds
         record(name, "grad", _unscaled(grad.asnumpy(), scale))
     optimizer(grads)
-    for param, moment in zip(optimizer.parameters, optimizer.moments):
+    for param, moment in zip(optimizer.parameters, _momentum_buffers(optimizer)):
         after = param.asnumpy()
         record(param.name, "update", weight_update(after, initial[param.name]))
         record(param.name, "weight", after)
