@@ -780,6 +780,20 @@ def test_a_nesterov_step_is_nesterov_on_mindspores_side_too(settings):
     assert {"update", "optimizer_state"} <= set(result.records.kind)
 
 
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_weight_decay_skipped_is_named_with_or_without_nesterov(nesterov):
+    """The decay skipped on gamma/beta is lr·wd·w of the update, and (1 + momentum) times that
+    with Nesterov: it was told only "optimizer step differs" there."""
+    import parity
+    from tests.tiny import ms_tiny, torch_tiny
+    settings = {"nesterov": nesterov, "ms_weight_decay_scope": "no-gamma-beta"}
+    result = parity.check(torch_tiny(), ms_tiny(), image_size=16, optimizer=settings)
+    assert (result.first_divergence.kind, result.diagnosis.cause) == \
+        ("update", "weight decay skipped on the MindSpore side")
+    term = "lr·wd·w·(1 + momentum):" if nesterov else "lr·wd·w:"
+    assert f"update differs by exactly {term}" in result.diagnosis.detail
+
+
 def test_a_random_op_outside_dropout_modules_fails_and_is_named(tmp_path):
     """torch's float64 rerun drew another mask: taken as torch's float32 noise, that
     difference let the mismatch pass (record 8 max_abs 0.44, noise ratio 0.61: the whole run

@@ -507,21 +507,23 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
     if t_update is not None and m_update is not None and t_weight is not None:
         du, mu = torch_run.tensor(t_update), ms_run.tensor(m_update)
         w0 = torch_run.tensor(t_weight).astype(np.float64) - du
-        decay_step = lr * wd * w0
+        step_config = {**config, "lr": lr, "weight_decay": wd}
+        decay_step = -optimizer.torch_step(np.zeros_like(w0), w0, step_config)
+        decay_term = f"lr·wd·w{'·(1 + momentum)' if config.get('nesterov') else ''}"
         # against torch's step of MindSpore's own gradient, a decay skipped shows exactly even
         # where the gradients differ (ReLU flips); torch's update is the fallback
         own = du if m_grad is None or m_grad.shape != m_update.shape else \
-            optimizer.torch_step(ms_run.tensor(m_grad), w0,
-                                 {**config, "lr": lr, "weight_decay": wd})
+            optimizer.torch_step(ms_run.tensor(m_grad), w0, step_config)
         if np.abs(decay_step).max() > 0 and _close(_median_ratio(decay_step, mu - own), 1.0, 0.1):
             return Diagnosis(cause="weight decay skipped on the MindSpore side",
-                             detail=f"{param}'s update differs by exactly lr·wd·w: MindSpore "
+                             detail=f"{param}'s update differs by exactly {decay_term}: MindSpore "
                                     "optimizers skip parameters named gamma/beta (and some set-"
                                     "ups bias) unless told otherwise; torch decays all.",
                              confidence="likely")
         if _close(_median_ratio(decay_step, own - mu), 1.0, 0.1):
             return Diagnosis(cause="weight decay applied only on the MindSpore side",
-                             detail=f"{param}'s update differs by lr·wd·w.", confidence="likely")
+                             detail=f"{param}'s update differs by {decay_term}.",
+                             confidence="likely")
         found = _ratio_cause(_median_ratio(own, mu), config, "updates",
                              _label_count(torch_run))
         if found:
