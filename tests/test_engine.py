@@ -794,6 +794,22 @@ def test_weight_decay_skipped_is_named_with_or_without_nesterov(nesterov):
     assert f"update differs by exactly {term}" in result.diagnosis.detail
 
 
+@pytest.mark.parametrize("nesterov, loss_scale", [(False, 1024.0), (True, 1024.0),
+                                                 (False, 1000.0)])
+def test_a_loss_scale_not_undone_is_named_from_mindspores_own_gradient(nesterov, loss_scale):
+    """MindSpore's optimizers add wd·w to the gradient divided by loss_scale, so a loss left
+    unscaled makes an update that is no fixed multiple of torch's: the tiny pair's was 790
+    times smaller at the median of its first weight, and it was told only "optimizer step
+    differs". Its update is torch's step of its own gradient / loss_scale, to rounding."""
+    import parity
+    from tests.tiny import ms_tiny, torch_tiny
+    settings = {"nesterov": nesterov, "ms_loss_scale": loss_scale, "ms_scale_loss": False}
+    result = parity.check(torch_tiny(), ms_tiny(), image_size=16, optimizer=settings)
+    assert (result.first_divergence.kind, result.diagnosis.cause, result.diagnosis.confidence) \
+        == ("update", "loss scale not undone", "certain")
+    assert f"divided by loss_scale {loss_scale:g}" in result.diagnosis.detail
+
+
 def test_a_random_op_outside_dropout_modules_fails_and_is_named(tmp_path):
     """torch's float64 rerun drew another mask: taken as torch's float32 noise, that
     difference let the mismatch pass (record 8 max_abs 0.44, noise ratio 0.61: the whole run

@@ -514,6 +514,17 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
         # where the gradients differ (ReLU flips); torch's update is the fallback
         own = du if m_grad is None or m_grad.shape != m_update.shape else \
             optimizer.torch_step(ms_run.tensor(m_grad), w0, step_config)
+        scale = float(config.get("ms_loss_scale", 1.0) or 1.0)
+        # MindSpore's optimizers add wd·w to the gradient divided by loss_scale (float32, as
+        # here): an unscaled loss's update is no fixed multiple of torch's
+        if scale != 1.0 and own is not du and optimizer.step_error(
+                ms_run.tensor(m_grad) / np.float32(scale), w0, mu, step_config) <= 1:
+            return Diagnosis(cause="loss scale not undone",
+                             detail=f"MindSpore's update of {param} is torch's SGD step of its "
+                                    f"gradient divided by loss_scale {scale:g}, to float32 "
+                                    "rounding: its optimizer unscales a loss that was never "
+                                    "scaled (multiply the loss by loss_scale, or leave "
+                                    "loss_scale at 1).", confidence="certain")
         if np.abs(decay_step).max() > 0 and _close(_median_ratio(decay_step, mu - own), 1.0, 0.1):
             return Diagnosis(cause="weight decay skipped on the MindSpore side",
                              detail=f"{param}'s update differs by exactly {decay_term}: MindSpore "
