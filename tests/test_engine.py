@@ -769,9 +769,10 @@ def test_python_api_refuses_a_setting_given_twice_or_out_of_range():
 @pytest.mark.parametrize("settings", [{"nesterov": True},
                                       {"nesterov": True, "ms_loss_scale": 1024.0}])
 def test_a_nesterov_step_is_nesterov_on_mindspores_side_too(settings):
-    """nn.Momentum(use_nesterov=True) steps plain momentum on MindSpore 2.8.0's CPU: every
-    update of the correct port was m/(1 + m) = 0.47 off torch's (and ResNet50's at
-    `parity run --nesterov`) until the MindSpore capture stepped nn.SGD(nesterov=True)."""
+    """nn.Momentum(use_nesterov=True) steps plain momentum on MindSpore's CPU (2.7.0 to
+    2.10.0): every update of the correct port was m/(1 + m) = 0.47 off torch's (and
+    ResNet50's at `parity run --nesterov`) until the MindSpore capture stepped
+    nn.SGD(nesterov=True)."""
     import parity
     from tests.tiny import ms_tiny, torch_tiny
     result = parity.check(torch_tiny(), ms_tiny(), image_size=16, optimizer=settings)

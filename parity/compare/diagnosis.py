@@ -512,12 +512,13 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
         decay_term = f"lr·wd·w{'·(1 + momentum)' if config.get('nesterov') else ''}"
         # against torch's step of MindSpore's own gradient, a decay skipped shows exactly even
         # where the gradients differ (ReLU flips); torch's update is the fallback
-        own = du if m_grad is None or m_grad.shape != m_update.shape else \
-            optimizer.torch_step(ms_run.tensor(m_grad), w0, step_config)
+        own_gradient = m_grad is not None and m_grad.shape == m_update.shape
+        own = optimizer.torch_step(ms_run.tensor(m_grad), w0, step_config) if own_gradient \
+            else du
         scale = float(config.get("ms_loss_scale", 1.0) or 1.0)
         # MindSpore's optimizers add wd·w to the gradient divided by loss_scale (float32, as
         # here): an unscaled loss's update is no fixed multiple of torch's
-        if scale != 1.0 and own is not du and optimizer.step_error(
+        if scale != 1.0 and own_gradient and optimizer.step_error(
                 ms_run.tensor(m_grad) / np.float32(scale), w0, mu, step_config) <= 1:
             return Diagnosis(cause="loss scale not undone",
                              detail=f"MindSpore's update of {param} is torch's SGD step of its "
