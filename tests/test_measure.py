@@ -306,3 +306,18 @@ def test_parity_run_ends_its_helper_when_the_mindspore_capture_fails(tmp_path, m
     with pytest.raises(ParityInputError, match="MindSpore refused"):
         api.run(config, tmp_path / "run", options)
     assert started and started[0].process.poll() is not None
+
+
+def test_records_the_allowances_pass_get_no_details(resnet50_run, monkeypatch):
+    """The correct ResNet50 port at the default: records behind ReLU units MindSpore set
+    otherwise fail before the allowance for them and pass after it. Their histograms and worst
+    elements were computed anyway: 61 to 63 at the default, a quarter of the compare's time,
+    and 70 at seed 3 with --nesterov, almost half."""
+    from parity.compare import engine
+    made: List = []
+    detail = engine._detail
+    monkeypatch.setattr(engine, "_detail", lambda t, m: made.append(1) or detail(t, m))
+    result = _compare_alone(resnet50_run / "run", monkeypatch)
+    assert result.passed and result.details == {}
+    assert sum(c.flip_allowance > 0 for c in result.comparisons) > 100
+    assert made == []
