@@ -34,9 +34,6 @@ from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 PARAM_KINDS = ("grad", "update", "optimizer_state", "weight", "buffer")
 OPTIMIZER_SUFFIX = ".momentum_buffer"
 MAX_DETAILED = 40          # failing records that get a histogram and worst elements
-# The kinds no allowance can pass once they fail: the flipped ReLU units', the cancelling
-# sums' and the logits' allowances are for the gradient side and the loss.
-NEVER_EXCUSED = ("input", "forward", "buffer")
 # If fewer than this share of torch parameters are found in the MindSpore capture, the two
 # runs are of different models, and a comparison would be meaningless.
 MIN_SHARED_PARAMS = 0.5
@@ -290,6 +287,9 @@ def _flip_sites(plan: List[_Planned], kink_ops: Dict[Tuple, str],
 
 
 GRADIENT_SIDE = ("grad", "update", "optimizer_state", "weight")
+# What an allowance may pass once it failed: the gradient side (flipped units, cancelling sums)
+# and the loss (its logits)
+EXCUSABLE = (*GRADIENT_SIDE, "loss")
 
 
 def _allow_for_flips(plan: List[_Planned], comparisons: List[Comparison],
@@ -528,7 +528,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
 
     def keep_detail(index: Hashable, torch_value: np.ndarray, ms_value: np.ndarray) -> None:
         if len(early_details) < MAX_DETAILED and torch_value.shape == ms_value.shape \
-                and plan[index].pair.torch.kind in NEVER_EXCUSED:
+                and plan[index].pair.torch.kind not in EXCUSABLE:
             early_details[plan[index].identity] = _detail(torch_value, ms_value)
 
     results, helper_rss = run_all(Runs(torch_run, ms_run, initial), jobs, helper, keep_detail)
