@@ -105,7 +105,7 @@ def _add_step_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--image-size", type=_number("image_size"),
                        help="square side of the synthetic batch's images (default 64; ResNet "
                             "works at that size)")
-    group.add_argument("--seed", type=_number("seed"), default=0,
+    group.add_argument("--seed", type=_number("seed"),
                        help="seeds the initial weights and the synthetic batch (default 0); "
                             "another seed checks other ReLU units and roundings")
     group.add_argument("--num-classes", type=_number("num_classes"),
@@ -252,8 +252,11 @@ def build_parser() -> ArgumentParser:
 
 DEFAULT_STEP = StepConfig()
 SYNTHETIC_BATCH_SETTINGS = ("batch_size", "image_size")
+# the settings that drew and shaped the torch capture's starting point (its weights, the
+# model's head, its batch): a MindSpore capture takes that starting point from its --reference
+STARTING_POINT_SETTINGS = ("seed", "num_classes", *SYNTHETIC_BATCH_SETTINGS)
 # what a MindSpore capture takes from its --reference when not given
-REFERENCE_SETTINGS = SHARED_STEP_SETTINGS + SYNTHETIC_BATCH_SETTINGS
+REFERENCE_SETTINGS = SHARED_STEP_SETTINGS + STARTING_POINT_SETTINGS
 
 
 def step_config(args: argparse.Namespace,
@@ -273,7 +276,7 @@ def step_config(args: argparse.Namespace,
     try:
         return StepConfig(
             model=args.model, torch_factory=args.torch_model, mindspore_factory=args.ms_model,
-            num_classes=args.num_classes, seed=args.seed, **shared, torch_loss=args.torch_loss,
+            **shared, torch_loss=args.torch_loss,
             ms_loss=args.ms_loss,
             ms_weight_decay_scope=args.ms_weight_decay_scope, ms_loss_scale=args.ms_loss_scale,
             ms_scale_loss=not args.ms_no_scale_loss)
@@ -283,25 +286,30 @@ def step_config(args: argparse.Namespace,
 
 def _refuse_batch_options_without_effect(args: argparse.Namespace,
                                          reference: Mapping[str, Any]) -> None:
-    """--batch-size and --image-size shape the synthetic batch: with the user's own batch, or
-    for a MindSpore capture taking the torch capture's batch at another size, they would be
-    silently ignored."""
-    given = {key: getattr(args, key) for key in SYNTHETIC_BATCH_SETTINGS
-             if getattr(args, key) is not None}
-
+    """Options that would be silently ignored: --batch-size and --image-size with the user's
+    own batch; those two, --seed and --num-classes in a MindSpore capture that takes its
+    weights and batch from another --reference (its manifest then recorded a seed that drew
+    neither, and a 10-class reference was told to pass --num-classes 10)."""
     def option(key: str) -> str:
         return f"--{key.replace('_', '-')}"
-    if args.input and given:
-        shape, them = ("shapes", "it") if len(given) == 1 else ("shape", "them")
-        raise ParityInputError(f"{' and '.join(map(option, given))} {shape} parity's synthetic "
-                               f"batch; with --input the batch is your file's: leave {them} out")
-    differing = [f"{option(key)} {value} (the torch capture's: "
-                 f"{'its --input file' if reference[key] is None else reference[key]})"
+    shaping = [key for key in SYNTHETIC_BATCH_SETTINGS if getattr(args, key) is not None]
+    if args.input and shaping:
+        shape, them = ("shapes", "it") if len(shaping) == 1 else ("shape", "them")
+        raise ParityInputError(f"{' and '.join(map(option, shaping))} {shape} parity's "
+                               f"synthetic batch; with --input the batch is your file's: leave "
+                               f"{them} out")
+    given = {key: getattr(args, key) for key in STARTING_POINT_SETTINGS
+             if getattr(args, key) is not None}
+    def recorded(key: str) -> Any:
+        if reference[key] is not None:
+            return reference[key]
+        return "the model's own" if key == "num_classes" else "its --input file"
+    differing = [f"{option(key)} {value} (the torch capture's: {recorded(key)})"
                  for key, value in given.items() if key in reference and reference[key] != value]
     if differing:
         them = "it" if len(differing) == 1 else "them"
-        raise ParityInputError(f"{', '.join(differing)}: the MindSpore capture takes its batch "
-                               f"from --reference; leave {them} out")
+        raise ParityInputError(f"{', '.join(differing)}: the MindSpore capture takes its "
+                               f"weights and batch from --reference; leave {them} out")
 
 
 def builtin_pair(name: str):

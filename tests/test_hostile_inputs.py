@@ -643,13 +643,35 @@ def test_batch_options_with_a_batch_file_are_refused_not_ignored(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_mindspore_capture_at_another_batch_size_than_its_reference_is_refused(tiny_run,
-                                                                                 tmp_path):
-    process = parity_cli("capture", "--framework", "mindspore", *TINY_PAIR, "--image-size", "32",
+@pytest.mark.parametrize("option, value, recorded", [("--image-size", "32", "16"),
+                                                     ("--seed", "3", "0"),
+                                                     ("--num-classes", "7", "10")])
+def test_a_mindspore_capture_starting_elsewhere_than_its_reference_is_refused(
+        tiny_run, tmp_path, option, value, recorded):
+    """The seed and class count were ignored: the manifest recorded a seed that drew neither
+    the weights nor the batch."""
+    process = parity_cli("capture", "--framework", "mindspore", *TINY_PAIR, option, value,
                          "--reference", tiny_run / "torch", "--out", tmp_path / "ms")
-    assert_one_line_error(process, "--image-size 32 (the torch capture's: 16): the MindSpore "
-                                   "capture takes its batch from --reference; leave it out")
+    assert_one_line_error(process, f"{option} {value} (the torch capture's: {recorded}): the "
+                                   "MindSpore capture takes its weights and batch from "
+                                   "--reference; leave it out")
     assert not (tmp_path / "ms").exists()
+
+
+def test_a_mindspore_capture_takes_seed_and_class_count_from_its_reference(tmp_path):
+    """It built the built-in model with its own 1000 classes and was refused ("Weights of a
+    10-class model? Pass --num-classes 10") though its reference records 10; and it recorded
+    seed 0 for weights and a batch seed 3 drew."""
+    torch_run = tmp_path / "torch"
+    process = parity_cli("capture", "--framework", "torch", "--model", "resnet18",
+                         "--num-classes", "10", "--seed", "3", "--image-size", "16",
+                         "--no-fp64-reference", "--out", torch_run)
+    assert process.returncode == 0, process.stdout + process.stderr
+    process = parity_cli("capture", "--framework", "mindspore", "--model", "resnet18",
+                         "--reference", torch_run, "--out", tmp_path / "ms")
+    assert process.returncode == 0, process.stdout + process.stderr
+    config = read_json(tmp_path / "ms" / "manifest.json")["config"]
+    assert (config["num_classes"], config["seed"]) == (10, 3)
 
 
 @pytest.mark.parametrize("torch_model", ["torch.nn:Identity", "tests.tiny:torch_tiny_frozen"])

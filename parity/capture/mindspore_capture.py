@@ -204,7 +204,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
     if batch_file is not None or reference is None:
         batch = batch_for(config, batch_file, num_classes)
     net = model if model is not None else \
-        build_mindspore_model(factory, num_classes=config.num_classes)
+        build_mindspore_model(factory, num_classes=num_classes)
     _name_parameters_by_path(net)
     refuse_map_names_not_in_port(net, overrides or {})
     param_map = load_into_mindspore(net, load_state_dict(weights), overrides)
