@@ -287,8 +287,8 @@ def step_config(args: argparse.Namespace,
 def _refuse_batch_options_without_effect(args: argparse.Namespace,
                                          reference: Mapping[str, Any]) -> None:
     """Options that would be silently ignored: --batch-size and --image-size with the user's
-    own batch; those two, --seed and --num-classes in a MindSpore capture that takes its
-    weights and batch from another --reference (its manifest then recorded a seed that drew
+    own batch; those two, --seed and --num-classes in a MindSpore capture, which takes its
+    weights and batch from its --reference (its manifest recorded a seed that had drawn
     neither, and a 10-class reference was told to pass --num-classes 10)."""
     def option(key: str) -> str:
         return f"--{key.replace('_', '-')}"
@@ -300,6 +300,7 @@ def _refuse_batch_options_without_effect(args: argparse.Namespace,
                                f"{them} out")
     given = {key: getattr(args, key) for key in STARTING_POINT_SETTINGS
              if getattr(args, key) is not None}
+
     def recorded(key: str) -> Any:
         if reference[key] is not None:
             return reference[key]
