@@ -182,9 +182,10 @@ def build_parser() -> ArgumentParser:
                              description="Run the training step in one framework and write a "
                                          "run directory. Capture torch first: the MindSpore "
                                          "side then takes from it (--reference) its weights, "
-                                         "its batch and each step setting not given here "
-                                         "(--lr, --momentum, --weight-decay, --nesterov, "
-                                         "--dampening, --label-smoothing).")
+                                         "its batch, seed and class count, and each step "
+                                         "setting not given here (--lr, --momentum, "
+                                         "--weight-decay, --nesterov, --dampening, "
+                                         "--label-smoothing).")
     capture.add_argument("--framework", choices=("torch", "mindspore"), required=True,
                          help="which side to capture")
     capture.add_argument("--out", type=Path, required=True, metavar="DIR",
