@@ -564,3 +564,19 @@ def test_fails_above_is_not_a_number_where_torch_s_value_is_all_zeros():
     comparison = _first(zeros, zeros + np.float32(1e-3), record,
                         noise=Float64Noise(fp32_noise_rms=0.0, exact_rms=0.0))
     assert math.isnan(comparison.fails_above)
+
+
+def test_one_record_mostly_rounding_is_told_in_the_singular():
+    """A custom pair's one noisy bias gradient read "1 records (1 grad) are mostly float32
+    rounding ... of their size or more (worst 0.bias · grad, 63 %)"."""
+    from types import SimpleNamespace
+
+    from parity.compare.engine import _noise_note
+    bias = SimpleNamespace(name="0.bias", kind="grad", fp32_noise=0.63)
+    assert _noise_note([bias]) == (
+        "0.bias · grad is mostly float32 rounding in torch itself: its own float32 error is 63 % "
+        "of its size (from 50 % on, a record is told so), so its verdict cannot tell a bug from "
+        "noise. BatchNorm over few values (a small batch or image) does this; a larger "
+        "--batch-size or --image-size checks it")
+    weight = SimpleNamespace(name="0.weight", kind="update", fp32_noise=0.8)
+    assert _noise_note([bias, weight]).startswith("2 records (1 grad, 1 update) are mostly")

@@ -434,13 +434,19 @@ def _step_checks(plan: List[_Planned], config: Mapping[str, Any],
 def _noise_note(noisy: List[Comparison]) -> str:
     """Records torch itself computes mostly as rounding: checked, but blind to bugs that size."""
     worst = max(noisy, key=lambda c: c.fp32_noise)
+    cause = ("BatchNorm over few values (a small batch or image) does this; a larger "
+             "--batch-size or --image-size checks")
+    if len(noisy) == 1:
+        return (f"{worst.name} · {worst.kind} is mostly float32 rounding in torch itself: its "
+                f"own float32 error is {100 * worst.fp32_noise:.0f} % of its size (from "
+                f"{100 * MOSTLY_NOISE:.0f} % on, a record is told so), so its verdict cannot tell "
+                f"a bug from noise. {cause} it")
     counts = Counter(c.kind for c in noisy)
     kinds = ", ".join(f"{counts[kind]} {kind}" for kind in KIND_RANK if counts[kind])
     return (f"{len(noisy)} records ({kinds}) are mostly float32 rounding in torch itself: its "
             f"own float32 error is {100 * MOSTLY_NOISE:.0f} % of their size or more (worst "
             f"{worst.name} · {worst.kind}, {100 * worst.fp32_noise:.0f} %), so their verdicts "
-            "cannot tell a bug from noise. BatchNorm over few values (a small batch or image) "
-            "does this; a larger --batch-size or --image-size checks them")
+            f"cannot tell a bug from noise. {cause} them")
 
 
 def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> str:
