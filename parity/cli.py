@@ -268,7 +268,7 @@ def step_config(args: argparse.Namespace,
     if args.config_json:
         return StepConfig.from_dict(json.loads(args.config_json))
     reference = reference or {}
-    _refuse_batch_options_without_effect(args, reference)
+    _refuse_options_without_effect(args, reference)
     shared = {key: getattr(args, key) if getattr(args, key) is not None
               else reference.get(key, getattr(DEFAULT_STEP, key))
               for key in REFERENCE_SETTINGS}
@@ -285,8 +285,8 @@ def step_config(args: argparse.Namespace,
         raise ParityInputError(str(error)) from None
 
 
-def _refuse_batch_options_without_effect(args: argparse.Namespace,
-                                         reference: Mapping[str, Any]) -> None:
+def _refuse_options_without_effect(args: argparse.Namespace,
+                                   reference: Mapping[str, Any]) -> None:
     """Options that would be silently ignored: --batch-size and --image-size with the user's
     own batch; those two, --seed and --num-classes in a MindSpore capture, which takes its
     weights and batch from its --reference (its manifest recorded a seed that had drawn
