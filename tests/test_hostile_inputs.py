@@ -674,6 +674,21 @@ def test_a_mindspore_capture_takes_seed_and_class_count_from_its_reference(tmp_p
     assert (config["num_classes"], config["seed"]) == (10, 3)
 
 
+def test_a_mindspore_capture_called_from_python_records_its_references_seed(tmp_path):
+    """Called with its reference and a config of its own (seed 0), it recorded seed 0 for the
+    weights and batch that the reference's seed 3 had drawn."""
+    from parity.capture.mindspore_capture import capture_mindspore
+    from parity.capture.torch_capture import capture_torch
+    from parity.config import StepConfig
+
+    torch_run = capture_torch(StepConfig(seed=3, batch_size=2, image_size=16), tmp_path / "t",
+                              factory="tests.tiny:torch_tiny", fp64_reference=False)
+    ms_run = capture_mindspore(StepConfig(batch_size=2, image_size=16), tmp_path / "ms",
+                               factory="tests.tiny:ms_tiny", reference=torch_run)
+    manifest = read_json(ms_run / "manifest.json")
+    assert (manifest["seed"], manifest["config"]["seed"]) == (3, 3)
+
+
 @pytest.mark.parametrize("torch_model", ["torch.nn:Identity", "tests.tiny:torch_tiny_frozen"])
 def test_a_model_with_nothing_to_train_is_refused(tmp_path, torch_model):
     process = parity_cli("run", "--torch-model", torch_model, "--ms-model", "tests.tiny:ms_tiny",

@@ -6,6 +6,7 @@ Import order matters: mindspore is imported before anything can pull in torch (a
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -183,7 +184,6 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         load_factory(factory)       # its imports are start-up, not the step
     clock = PhaseClock("start")
     _set_pynative()
-    ms.set_seed(config.seed)
     num_classes = config.num_classes
     # the torch capture's starting point, when this one starts from it too: compare checks
     # that the two captures it is given belong together
@@ -191,9 +191,12 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
     if reference is not None:
         reference_weights, batch, reference_manifest = _reference_inputs(reference)
         num_classes = reference_manifest.get("config", {}).get("num_classes")
+        # the seed that drew the weights and batch taken from the reference, not the caller's
+        config = dataclasses.replace(config, seed=reference_manifest["seed"])
         if weights is None and batch_file is None and "fingerprint" in reference_manifest:
             starts_from = {"fingerprint": reference_manifest["fingerprint"]}
         weights = weights or reference_weights
+    ms.set_seed(config.seed)
     if weights is None:
         raise ParityInputError("the MindSpore capture needs the torch weights: pass --reference "
                                "TORCH_RUN_DIR (from 'parity capture --framework torch') or "
