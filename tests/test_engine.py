@@ -370,6 +370,25 @@ def test_a_transformer_encoder_layer_is_matched_output_for_output():
     assert "encoder.self_attn" in {c.name for c in result.comparisons if c.kind == "forward"}
 
 
+def test_a_dropout_rate_drawn_outside_dropout_modules_is_named():
+    """The attention's own dropout made the MindSpore step random before its first dropout
+    module: the run was told only "the step is not deterministic", first at self_attn, while
+    the dropout modules' recorded rates (torch 0, MindSpore 0.2) showed the cause."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_encoder_layer(), tiny.ms_encoder_layer_dropout(),
+                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
+                                  rng.integers(0, 5, 4)))
+    assert result.first_divergence.name == "encoder.self_attn"
+    assert (result.diagnosis.cause, result.diagnosis.confidence) == \
+        ("Dropout rate differs", "likely")
+    assert "drops 0 of its inputs, MindSpore encoder.dropout" in result.diagnosis.detail
+    assert "two mindspore steps from the same state differ" in result.diagnosis.detail
+
+
 def _assert_named_at_forward(result, first: str, cause: str, named: str) -> None:
     """A correct port (cause None) passes; a bugged one first diverges at the forward output of
     ``first``, and the settings recorded there name ``cause`` for certain."""

@@ -336,10 +336,10 @@ class _TorchEncoderLayer(tnn.Module):
 
 
 class _MsEncoderLayer(msnn.Cell):
-    def __init__(self) -> None:
+    def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
         self.embed = msnn.Embedding(VOCABULARY, WIDTH)
-        self.encoder = msnn.TransformerEncoderLayer(WIDTH, 2, 2 * WIDTH, dropout=0.0,
+        self.encoder = msnn.TransformerEncoderLayer(WIDTH, 2, 2 * WIDTH, dropout=dropout,
                                                     batch_first=True)
         self.head = msnn.Dense(WIDTH, 5)
 
@@ -353,6 +353,12 @@ def torch_encoder_layer() -> tnn.Module:
 
 def ms_encoder_layer() -> msnn.Cell:
     return _MsEncoderLayer()
+
+
+def ms_encoder_layer_dropout() -> msnn.Cell:
+    """Ported with dropout=0.2 for torch's 0.0: its attention drops weights in the step, outside
+    any dropout module."""
+    return _MsEncoderLayer(dropout=0.2)
 
 
 # Token ids padded with id 0, torch's padding_idx: that row of the table gets no gradient.

@@ -16,7 +16,8 @@ import numpy as np
 from parity.compare import kernels, loss, optimizer, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.settings import settings_cause
-from parity.compare.structure import FROZEN_ON_ONE_SIDE, frozen_on_one_side
+from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
+                                      frozen_on_one_side)
 from parity.config import SHARED_STEP_SETTINGS
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
@@ -247,15 +248,32 @@ def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
              unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
     found = _diagnose(first, t, m, comparisons, torch_run, ms_run, unmatched)
     if found.confidence == "guess" or found.cause in FALLBACK_CAUSES:
-        return _random_step(torch_run, ms_run) or _ill_conditioned(first, t, torch_run) or found
+        return _random_step(torch_run, ms_run, comparisons) or \
+            _ill_conditioned(first, t, torch_run) or found
     return found
 
 
-def _random_step(torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis]:
-    """A side whose two hook-free steps from the same state differ draws random numbers."""
+def _random_step(torch_run: RunReader, ms_run: RunReader,
+                 comparisons: Sequence[Comparison]) -> Optional[Diagnosis]:
+    """A side whose two hook-free steps from the same state differ draws random numbers.
+
+    Where a dropout module's rate differs too, that rate is the likely cause: a layer that
+    also drops outside its dropout module (MultiheadAttention's attention weights, with the
+    rate TransformerEncoderLayer hands both) draws on the side whose rate is not 0. The
+    first output to differ is then that layer's, before its dropout module's (a MindSpore
+    TransformerEncoderLayer(dropout=0.2) for torch's dropout=0.0 was told only "not
+    deterministic", first at self_attn)."""
     random = [run.framework for run in (torch_run, ms_run) if run.step_is_random]
     if not random:
         return None
+    rate = _differing_drop_rate(comparisons, torch_run, ms_run)
+    if rate is not None:
+        return Diagnosis(cause=rate.cause,
+                         detail=f"{rate.detail} And two {' and '.join(random)} steps from the "
+                                "same state differ: dropout outside the dropout modules (a "
+                                "functional one, as in attention), which parity cannot run as "
+                                "identity, is likely drawing at that rate.",
+                         confidence="likely")
     return Diagnosis(cause="the step is not deterministic",
                      detail=f"two {' and '.join(random)} steps from the same state differ: a "
                             "random op outside dropout modules (functional dropout, stochastic "
@@ -263,6 +281,20 @@ def _random_step(torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis]
                             "draw the same random numbers: make the step deterministic for the "
                             "check (dropout modules already run as identity).",
                      confidence="likely")
+
+
+def _differing_drop_rate(comparisons: Sequence[Comparison], torch_run: RunReader,
+                         ms_run: RunReader) -> Optional[Diagnosis]:
+    """The cause a dropout pair's recorded rates prove, for the first pair whose rates
+    differ."""
+    for comparison in comparisons:
+        if comparison.kind != "forward":
+            continue
+        t = torch_run.record(comparison.name, "forward")
+        m = ms_run.record(comparison.mindspore_name or comparison.name, "forward")
+        if t is not None and m is not None and different_drop_rates(t, m) is not None:
+            return settings_cause(t, m)
+    return None
 
 
 def _ill_conditioned(first: Comparison, t: RecordInfo,
