@@ -389,6 +389,27 @@ def test_a_dropout_rate_drawn_outside_dropout_modules_is_named():
     assert "two mindspore steps from the same state differ" in result.diagnosis.detail
 
 
+@pytest.mark.parametrize("torch_model, ms_model, moved, elsewhere", [
+    ("torch_encoder_layer", "ms_encoder_layer_norm_first", "MindSpore runs", "torch runs it"),
+    ("torch_encoder_layer_norm_first", "ms_encoder_layer", "torch runs", "MindSpore runs it")])
+def test_modules_run_in_another_order_are_named(torch_model, ms_model, moved, elsewhere):
+    """A pre-norm port of a post-norm layer: records pair in order, so each side's norm1 was
+    left unmatched, and MindSpore's was called "extra operation in the port" with no torch
+    counterpart."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
+                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
+                                  rng.integers(0, 5, 4)))
+    assert result.first_divergence.name == "encoder.self_attn"
+    assert result.diagnosis.cause == "operations run in another order"
+    assert f"{moved} encoder.norm1 just before encoder.self_attn; {elsewhere} elsewhere, " \
+        "after encoder.dropout1" in result.diagnosis.detail
+
+
 def _assert_named_at_forward(result, first: str, cause: str, named: str) -> None:
     """A correct port (cause None) passes; a bugged one first diverges at the forward output of
     ``first``, and the settings recorded there name ``cause`` for certain."""

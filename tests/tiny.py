@@ -324,11 +324,11 @@ def ms_tokens_scaled() -> msnn.Cell:
 # Each framework's own Transformer encoder layer over token ids: torch's attention returns
 # (output, None) without its weights, MindSpore's (output,).
 class _TorchEncoderLayer(tnn.Module):
-    def __init__(self) -> None:
+    def __init__(self, norm_first: bool = False) -> None:
         super().__init__()
         self.embed = tnn.Embedding(VOCABULARY, WIDTH)
         self.encoder = tnn.TransformerEncoderLayer(WIDTH, 2, 2 * WIDTH, dropout=0.0,
-                                                   batch_first=True)
+                                                   batch_first=True, norm_first=norm_first)
         self.head = tnn.Linear(WIDTH, 5)
 
     def forward(self, tokens):
@@ -336,11 +336,11 @@ class _TorchEncoderLayer(tnn.Module):
 
 
 class _MsEncoderLayer(msnn.Cell):
-    def __init__(self, dropout: float = 0.0) -> None:
+    def __init__(self, dropout: float = 0.0, norm_first: bool = False) -> None:
         super().__init__()
         self.embed = msnn.Embedding(VOCABULARY, WIDTH)
         self.encoder = msnn.TransformerEncoderLayer(WIDTH, 2, 2 * WIDTH, dropout=dropout,
-                                                    batch_first=True)
+                                                    batch_first=True, norm_first=norm_first)
         self.head = msnn.Dense(WIDTH, 5)
 
     def construct(self, tokens):
@@ -351,6 +351,11 @@ def torch_encoder_layer() -> tnn.Module:
     return _TorchEncoderLayer()
 
 
+def torch_encoder_layer_norm_first() -> tnn.Module:
+    """Pre-norm: each block's LayerNorm before its attention or feed-forward, not after."""
+    return _TorchEncoderLayer(norm_first=True)
+
+
 def ms_encoder_layer() -> msnn.Cell:
     return _MsEncoderLayer()
 
@@ -359,6 +364,11 @@ def ms_encoder_layer_dropout() -> msnn.Cell:
     """Ported with dropout=0.2 for torch's 0.0: its attention drops weights in the step, outside
     any dropout module."""
     return _MsEncoderLayer(dropout=0.2)
+
+
+def ms_encoder_layer_norm_first() -> msnn.Cell:
+    """Ported pre-norm (norm_first=True) for torch's post-norm layer."""
+    return _MsEncoderLayer(norm_first=True)
 
 
 # Token ids padded with id 0, torch's padding_idx: that row of the table gets no gradient.

@@ -79,6 +79,9 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return Diagnosis(cause="operation missing in the port",
                          detail=f"torch runs {', '.join(missing_inside)} inside {first.name}; "
                                 "the MindSpore cell has no counterpart.", confidence="likely")
+    reordered = _reordered(t, m, torch_run, ms_run, unmatched)
+    if reordered is not None:
+        return reordered
     extra = _unmatched_just_before(m, ms_run, set(unmatched.get("mindspore forward", ())))
     if extra:
         return Diagnosis(cause="extra operation in the port",
@@ -158,6 +161,40 @@ def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -
         if all(np.array_equal(run.tensor(r).reshape(-1), before) for r in extra):
             return []
     return [r.name for r in extra]
+
+
+def _reordered(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+               unmatched: Dict[str, Tuple[str, ...]]) -> Optional[Diagnosis]:
+    """Modules one side runs just before the first divergence and the other side runs
+    elsewhere: unmatched on both sides, since records pair in order (a MindSpore
+    TransformerEncoderLayer(norm_first=True) for torch's post-norm one: its norm1 was called
+    an extra operation with no torch counterpart)."""
+    sides = (("torch", t, torch_run, set(unmatched.get("torch forward", ()))),
+             ("MindSpore", m, ms_run, set(unmatched.get("mindspore forward", ()))))
+    for (side, record, run, left), (other, _, other_run, other_left) in (sides, sides[::-1]):
+        names = _unmatched_just_before(record, run, left)
+        there = _runs_after(names, other_run, other_left)
+        if names and there:
+            them, verb = ("it", "runs") if len(names) == 1 else ("them", "run")
+            return Diagnosis(cause="operations run in another order",
+                             detail=f"{side} runs {', '.join(names)} just before {record.name}; "
+                                    f"{other} {verb} {them} elsewhere, after {there}: the same "
+                                    "modules in another order (a normalisation before its "
+                                    "block on one side and after it on the other, as "
+                                    "norm_first sets).", confidence="likely")
+    return None
+
+
+def _runs_after(names: Sequence[str], run: RunReader, unmatched: Set[str]) -> str:
+    """Where ``run`` calls forward modules of these names that it left unmatched too: after
+    its last matched forward record before the first of them ("" when it lacks one)."""
+    records = [run.record(name, "forward") for name in names]
+    if not records or any(r is None or r.name not in unmatched for r in records):
+        return ""
+    first = min(r.order for r in records)
+    before = [r for r in run.records
+              if r.kind == "forward" and r.order < first and r.name not in unmatched]
+    return max(before, key=lambda r: r.order).name if before else "the model's input"
 
 
 def _factor(ratio: float) -> str:
