@@ -580,3 +580,33 @@ def test_one_record_mostly_rounding_is_told_in_the_singular():
         "--batch-size or --image-size checks it")
     weight = SimpleNamespace(name="0.weight", kind="update", fp32_noise=0.8)
     assert _noise_note([bias, weight]).startswith("2 records (1 grad, 1 update) are mostly")
+
+
+def _dense_then(name, order, value, next_input):
+    """A forward record of ``value`` and, after it, one whose input sketch is ``next_input``'s."""
+    from parity.capture.hooks import input_sketch
+    shape = tuple(value.shape)
+    dense = RecordInfo(name=name, kind="forward", shape=shape, dtype="float32", order=order,
+                       shard="s", key=name, op="dense")
+    after = RecordInfo(name="fc2", kind="forward", shape=(shape[0], 5), dtype="float32",
+                       order=order + 1, shard="s", key="fc2", op="dense",
+                       attrs={"input_sketch": input_sketch(next_input)})
+    return _Run({name: value}, [dense, after]), after
+
+
+def test_activations_that_agree_on_the_values_are_not_named():
+    """torch feeds fc1's non-negative output on as it is, MindSpore through a ReLU that only
+    zeroes one tiny negative value of its own: the ReLU explains nothing, and is not blamed;
+    the same MindSpore output fed through silu is."""
+    from parity.compare.functional import activation_cause
+    rng = np.random.default_rng(0)
+    torch_out = np.abs(rng.standard_normal((4, 16))).astype(np.float32)
+    ms_out = torch_out.copy()
+    ms_out[0, 0] = -1e-6
+    torch_run, t = _dense_then("fc1", 0, torch_out, torch_out)
+    for applied, blamed in ((np.maximum(ms_out, 0), False),
+                            (ms_out / (1 + np.exp(-ms_out)), True)):
+        ms_run, m = _dense_then("fc1", 0, ms_out, applied.astype(np.float32))
+        found = activation_cause(t, m, torch_run, ms_run)
+        assert (found is not None) == blamed, found
+    assert "torch applies nothing, MindSpore silu" in found.detail

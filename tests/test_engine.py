@@ -296,6 +296,31 @@ def test_mindspores_defaults_that_differ_from_torchs_are_named(tmp_path, torch_m
         assert named in report["diagnosis"]["detail"]
 
 
+@pytest.mark.parametrize("torch_model, ms_model, named", [
+    ("torch_functional_gelu_mlp", "ms_functional_gelu_mlp", None),
+    ("torch_functional_gelu_mlp", "ms_functional_gelu_tanh_mlp",
+     "torch applies gelu (exact, erf), MindSpore gelu (tanh approximation)"),
+    ("torch_functional_silu_mlp", "ms_functional_sigmoid_mlp",
+     "torch applies silu, MindSpore sigmoid")])
+def test_an_activation_written_as_a_function_is_named_from_the_next_modules_input(
+        torch_model, ms_model, named):
+    """An activation with no module of its own was told only "computation between modules
+    differs" at fc2; the candidates applied to fc1's output find each side's."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
+                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
+                                  rng.integers(0, 5, 4)))
+    assert result.passed == (named is None), result.diagnosis
+    if named is not None:
+        assert (result.first_divergence.name, result.diagnosis.cause) == \
+            ("fc2", "activation between modules differs")
+        assert f"between fc1 and fc2, {named}" in result.diagnosis.detail
+
+
 @pytest.mark.parametrize("ms_model, passed", [("ms_padded_tokens", True),
                                              ("ms_padded_tokens_unmasked", False)])
 def test_an_embeddings_padding_row_gets_no_gradient_on_either_side(ms_model, passed):

@@ -669,6 +669,50 @@ def ms_gelu_mlp_default() -> msnn.Cell:
     return _ms_mlp(msnn.GELU())
 
 
+class _TorchFunctionalMlp(tnn.Module):
+    """The activation written as a function in the forward: no module, no record of its own."""
+
+    def __init__(self, activation) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = tnn.Linear(FEATURES, FEATURES), tnn.Linear(FEATURES, 5)
+        self.activation = activation
+
+    def forward(self, x):
+        return self.fc2(self.activation(self.fc1(x)))
+
+
+class _MsFunctionalMlp(msnn.Cell):
+    def __init__(self, activation) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, 5)
+        self.activation = activation
+
+    def construct(self, x):
+        return self.fc2(self.activation(self.fc1(x)))
+
+
+def torch_functional_gelu_mlp() -> tnn.Module:
+    return _TorchFunctionalMlp(tnn.functional.gelu)
+
+
+def torch_functional_silu_mlp() -> tnn.Module:
+    return _TorchFunctionalMlp(tnn.functional.silu)
+
+
+def ms_functional_gelu_mlp() -> msnn.Cell:
+    return _MsFunctionalMlp(ops.gelu)
+
+
+def ms_functional_gelu_tanh_mlp() -> msnn.Cell:
+    """torch's exact F.gelu ported as the tanh form."""
+    return _MsFunctionalMlp(lambda x: ops.gelu(x, approximate="tanh"))
+
+
+def ms_functional_sigmoid_mlp() -> msnn.Cell:
+    """torch's F.silu ported as sigmoid."""
+    return _MsFunctionalMlp(ops.sigmoid)
+
+
 def torch_selu_mlp() -> tnn.Module:
     return _torch_mlp(tnn.SELU())
 

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from parity.compare import kernels, loss, optimizer, sums
+from parity.compare import functional, kernels, loss, optimizer, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.settings import settings_cause
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
@@ -92,6 +92,9 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     fed = _input_difference(t, m)
     if fed is not None and first.ref_rms and fed >= INPUT_SHARE * first.rms / first.ref_rms \
             and fed >= NOISE_MARGIN * _largest_error_before(first, comparisons):
+        activation = functional.activation_cause(t, m, torch_run, ms_run)
+        if activation is not None:
+            return activation
         parent = first.name.rpartition(".")[0]
         where = f"{parent}'s forward" if parent else "the model's own forward"
         return Diagnosis(cause="computation between modules differs",

@@ -1,0 +1,110 @@
+"""Which activation each side applies between two modules, where it is written as a function
+in a forward (``F.gelu(self.fc1(x))``, TransformerEncoderLayer's ``activation="gelu"``) and so
+has no record of its own.
+
+A module's input is kept as a sketch (its norm and two ±1 projections, capture/hooks.py). The
+candidate activations are applied to the previous module's recorded output and sketched alike:
+on each side the closest is the one it applied. Float32 rounding moves a sketch by ~1e-7 of the
+norm; GELU's two forms differ by ~1e-4 of it (torch, normal inputs at scales 0.3 to 3), so
+they are told apart.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, Optional, Sequence
+
+import numpy as np
+
+from parity.capture.hooks import SKETCH_PERIOD, input_sketch
+from parity.records import Diagnosis, RecordInfo
+from parity.rundir import RunReader
+
+# A sketch this close (relative to the input's norm) is the same input. MindSpore 2.8.0's CPU
+# tanh, off by up to 1e-4 where 2 < |x| < 8 (compare/kernels.py), moves a tanh-form GELU's
+# sketch by about 1e-5: kept inside.
+SAME_SKETCH = 3e-5
+BLOCK = 64 * SKETCH_PERIOD
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf to within 1.5e-7 (Abramowitz & Stegun 7.1.26): numpy has none, scipy is not a
+    dependency."""
+    t = 1.0 / (1.0 + 0.3275911 * np.abs(x))
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027
+                                                                         + t * 1.061405429))))
+    return np.sign(x) * (1.0 - poly * np.exp(-x * x))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+ACTIVATIONS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "nothing": lambda x: x,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu (exact, erf)": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "gelu (tanh approximation)":
+        lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
+    "silu": lambda x: x * _sigmoid(x),
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+    "leaky_relu (slope 0.01)": lambda x: np.where(x > 0, x, 0.01 * x),
+    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
+}
+
+
+def _projections(activation: Callable[[np.ndarray], np.ndarray],
+                 values: np.ndarray) -> np.ndarray:
+    """The ±1 projections of input_sketch(activation(values)), a block at a time: memory
+    bounded by a block, not by the tensor (ResNet50's largest at batch 8, 224² is 25 MB, 51 MB
+    widened). Summed as input_sketch sums them, to float64 rounding."""
+    flat, projections = values.reshape(-1), np.zeros(2)
+    for start in range(0, flat.size, BLOCK):        # each block starts the signs' period anew
+        block = activation(flat[start:start + BLOCK].astype(np.float64)).astype(np.float32)
+        projections += input_sketch(block)[1:]
+    return projections
+
+
+def sketch_distances(previous: np.ndarray, sketch: Sequence[float]) -> Dict[str, float]:
+    """How far each candidate activation's output from ``previous`` is from this sketch, in
+    its projections relative to its norm. The norm itself is left out: input_sketch sums its
+    squares in float32, whose rounding depends on the order (3.6e-5 of it over 6.4 million
+    values, more than this check allows; the projections' 3.5e-7)."""
+    norm, *recorded = sketch
+    if not norm:
+        return dict.fromkeys(ACTIVATIONS, math.inf)
+    return {name: float(np.abs(_projections(f, previous) - recorded).max()) / norm
+            for name, f in ACTIVATIONS.items()}
+
+
+def _previous_forward(run: RunReader, record: RecordInfo) -> Optional[RecordInfo]:
+    before = [r for r in run.records if r.kind == "forward" and r.order < record.order]
+    return max(before, key=lambda r: r.order) if before else None
+
+
+def activation_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                     ms_run: RunReader) -> Optional[Diagnosis]:
+    """The activations the two sides apply between the previous module and this one, when
+    they differ."""
+    sketches = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
+    previous = _previous_forward(torch_run, t), _previous_forward(ms_run, m)
+    if None in previous or not all(sketches) or \
+            previous[0].shape != previous[1].shape or previous[0].dtype != "float32":
+        return None
+    distances = [sketch_distances(run.tensor(record), sketch)
+                 for run, record, sketch in zip((torch_run, ms_run), previous, sketches)]
+    applied = [min(side, key=side.get) for side in distances]
+    # each side's activation fits its input, and not the other side's: activations that
+    # agree on these values (relu and nothing on non-negative ones) explain no difference
+    if any(side[own] > SAME_SKETCH or side[other] <= SAME_SKETCH
+           for side, own, other in zip(distances, applied, applied[::-1])):
+        return None
+    gelu = " MindSpore's nn.GELU defaults to the tanh form (approximate=True), torch's to the " \
+        "exact one." if all(name.startswith("gelu") for name in applied) else ""
+    return Diagnosis(cause="activation between modules differs",
+                     detail=f"between {previous[0].name} and {t.name}, torch applies "
+                            f"{applied[0]}, MindSpore {applied[1]} (told from {t.name}'s input "
+                            "on each side): an activation written as a function in the forward, "
+                            f"or passed as a setting (TransformerEncoderLayer's activation).{gelu}",
+                     confidence="likely")
