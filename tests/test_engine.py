@@ -296,6 +296,24 @@ def test_mindspores_defaults_that_differ_from_torchs_are_named(tmp_path, torch_m
         assert named in report["diagnosis"]["detail"]
 
 
+def test_computation_before_a_block_is_placed_outside_it():
+    """A pre-norm block's LayerNorm takes the block's own input: embeddings doubled in the
+    model's forward were blamed on the encoder layer's forward."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_encoder_layer_norm_first(),
+                          tiny.ms_encoder_layer_norm_first_scaled(),
+                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
+                                  rng.integers(0, 5, 4)))
+    assert result.first_divergence.name.startswith("encoder.norm")
+    assert result.diagnosis.cause == "computation between modules differs"
+    assert "in the model's own forward before it calls encoder, whose input already differs," \
+        in result.diagnosis.detail
+
+
 @pytest.mark.parametrize("torch_model, ms_model, named", [
     ("torch_functional_gelu_mlp", "ms_functional_gelu_mlp", None),
     ("torch_functional_gelu_mlp", "ms_functional_gelu_tanh_mlp",

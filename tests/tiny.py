@@ -336,15 +336,17 @@ class _TorchEncoderLayer(tnn.Module):
 
 
 class _MsEncoderLayer(msnn.Cell):
-    def __init__(self, dropout: float = 0.0, norm_first: bool = False) -> None:
+    def __init__(self, dropout: float = 0.0, norm_first: bool = False,
+                 embedding_scale: float = 1.0) -> None:
         super().__init__()
         self.embed = msnn.Embedding(VOCABULARY, WIDTH)
         self.encoder = msnn.TransformerEncoderLayer(WIDTH, 2, 2 * WIDTH, dropout=dropout,
                                                     batch_first=True, norm_first=norm_first)
         self.head = msnn.Dense(WIDTH, 5)
+        self.embedding_scale = embedding_scale
 
     def construct(self, tokens):
-        return self.head(self.encoder(self.embed(tokens)).mean(axis=1))
+        return self.head(self.encoder(self.embed(tokens) * self.embedding_scale).mean(axis=1))
 
 
 def torch_encoder_layer() -> tnn.Module:
@@ -369,6 +371,11 @@ def ms_encoder_layer_dropout() -> msnn.Cell:
 def ms_encoder_layer_norm_first() -> msnn.Cell:
     """Ported pre-norm (norm_first=True) for torch's post-norm layer."""
     return _MsEncoderLayer(norm_first=True)
+
+
+def ms_encoder_layer_norm_first_scaled() -> msnn.Cell:
+    """Pre-norm on both sides, but the embeddings doubled in the model's construct."""
+    return _MsEncoderLayer(norm_first=True, embedding_scale=2.0)
 
 
 # Token ids padded with id 0, torch's padding_idx: that row of the table gets no gradient.

@@ -95,14 +95,18 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         activation = functional.activation_cause(t, m, torch_run, ms_run)
         if activation is not None:
             return activation
-        parent = first.name.rpartition(".")[0]
+        fed_from = _outermost_fed(t, m, torch_run, ms_run,
+                                  NOISE_MARGIN * _largest_error_before(first, comparisons))
+        parent = fed_from.name.rpartition(".")[0]
         where = f"{parent}'s forward" if parent else "the model's own forward"
+        before = "" if fed_from is t else \
+            f" before it calls {fed_from.name}, whose input already differs,"
         return Diagnosis(cause="computation between modules differs",
                          detail=f"{m.name}'s input already differs from torch's ({fed:.2g} of "
                                 "its norm) while every module output before it matched: the "
-                                f"operations that feed it outside any module, in {where} "
-                                "(matmul, softmax, masking, scaling, reshapes, residual adds), "
-                                "are the likely cause.", confidence="likely")
+                                "operations that feed it outside any module (matmul, softmax, "
+                                "masking, scaling, reshapes, residual adds), in "
+                                f"{where}{before} are the likely cause.", confidence="likely")
     if t.op != m.op:
         return Diagnosis(cause="different operation",
                          detail=f"torch {t.name} is {t.op or '?'}, MindSpore {m.name} is "
@@ -145,6 +149,23 @@ def _input_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
     if not a or not b or len(a) != len(b) or not a[0]:
         return None
     return max(abs(x - y) for x, y in zip(a, b)) / a[0]
+
+
+def _outermost_fed(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+                   floor: float) -> RecordInfo:
+    """The outermost of ``t`` and its enclosing modules whose input already differs by more than
+    ``floor``: the computation that feeds it is in that module's parent. A pre-norm block's
+    first LayerNorm takes the block's own input, which the model's forward made (a class token
+    put last instead of first was blamed on the block's forward)."""
+    while True:
+        parents = (torch_run.record(t.name.rpartition(".")[0], "forward"),
+                   ms_run.record(m.name.rpartition(".")[0], "forward"))
+        if "." not in t.name or None in parents:
+            return t
+        fed = _input_difference(*parents)
+        if fed is None or fed <= floor:
+            return t
+        t, m = parents
 
 
 def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -> List[str]:
