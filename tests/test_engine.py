@@ -432,6 +432,27 @@ def test_a_dropout_rate_drawn_outside_dropout_modules_is_named():
     assert "two mindspore steps from the same state differ" in result.diagnosis.detail
 
 
+@pytest.mark.parametrize("ms_model, passed", [("ms_padded_encoder_layer", True),
+                                             ("ms_padded_encoder_layer_inverted", False)])
+def test_an_attention_given_another_mask_points_at_its_other_inputs(ms_model, passed):
+    """An inverted padding mask diverges first at self_attn, whose first input matched: it was
+    told to compare the module's construct (padding, eps, an extra or missing op) only."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    padding = np.zeros((4, tiny.TOKENS), np.float32)
+    padding[0, 4:] = padding[1, 3:] = padding[2, 5:] = padding[3, 2:] = 1   # each keeps some
+    result = parity.check(tiny.torch_padded_encoder_layer(), getattr(tiny, ms_model)(),
+                          inputs=((rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)), padding),
+                                  rng.integers(0, 5, 4)))
+    assert result.passed == passed, result.diagnosis
+    if not passed:
+        assert result.first_divergence.name == "encoder.self_attn"
+        assert "any other (an attention or padding mask: inverted" in result.diagnosis.detail
+
+
 @pytest.mark.parametrize("torch_model, ms_model, moved, elsewhere", [
     ("torch_encoder_layer", "ms_encoder_layer_norm_first", "MindSpore runs", "torch runs it"),
     ("torch_encoder_layer_norm_first", "ms_encoder_layer", "torch runs", "MindSpore runs it")])

@@ -378,6 +378,38 @@ def ms_encoder_layer_norm_first_scaled() -> msnn.Cell:
     return _MsEncoderLayer(norm_first=True, embedding_scale=2.0)
 
 
+# The encoder layer given a padding mask (1 where a token is padding), as torch's
+# src_key_padding_mask (True masks out) and MindSpore's, whose convention is the same.
+class _TorchPaddedEncoderLayer(_TorchEncoderLayer):
+    def forward(self, tokens, padding):
+        return self.head(self.encoder(self.embed(tokens),
+                                      src_key_padding_mask=padding > 0.5).mean(dim=1))
+
+
+class _MsPaddedEncoderLayer(_MsEncoderLayer):
+    def __init__(self, inverted: bool = False) -> None:
+        super().__init__()
+        self.inverted = inverted
+
+    def construct(self, tokens, padding):
+        masked_out = padding < 0.5 if self.inverted else padding > 0.5
+        return self.head(self.encoder(self.embed(tokens),
+                                      src_key_padding_mask=masked_out).mean(axis=1))
+
+
+def torch_padded_encoder_layer() -> tnn.Module:
+    return _TorchPaddedEncoderLayer()
+
+
+def ms_padded_encoder_layer() -> msnn.Cell:
+    return _MsPaddedEncoderLayer()
+
+
+def ms_padded_encoder_layer_inverted() -> msnn.Cell:
+    """The mask inverted (True where a token is kept): the attention sees only padding."""
+    return _MsPaddedEncoderLayer(inverted=True)
+
+
 # Token ids padded with id 0, torch's padding_idx: that row of the table gets no gradient.
 def torch_padded_tokens() -> tnn.Module:
     return tnn.Sequential(tnn.Embedding(VOCABULARY, WIDTH, padding_idx=0), tnn.Flatten(),

@@ -118,10 +118,14 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
             return found
     if first.max_rel > 1e-2:
         size = "O(1) error" if first.max_rel > 0.1 else "error well above fp32 noise"
+        # a composite module of no known type (attention) may take more inputs than the first,
+        # which alone is sketched: an inverted padding mask showed only here
+        other_inputs = " Its first input matched; any other (an attention or padding mask: " \
+            "inverted, or boolean for additive) is not checked." if m.op in ("", "module") else ""
         return Diagnosis(cause=f"{m.op or 'module'} computes something different",
                          detail=f"{size} at {first.name} while every earlier record matched: "
                                 f"compare the construct of MindSpore {m.name} with torch's "
-                                f"forward (padding, eps, an extra or missing op).",
+                                f"forward (padding, eps, an extra or missing op).{other_inputs}",
                          confidence="guess")
     few = _few_values_per_channel(first, t, torch_run)
     return Diagnosis(cause="small numerical drift",
