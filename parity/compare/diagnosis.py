@@ -79,10 +79,14 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return Diagnosis(cause="operation missing in the port",
                          detail=f"torch runs {', '.join(missing_inside)} inside {first.name}; "
                                 "the MindSpore cell has no counterpart.", confidence="likely")
-    reordered = _reordered(t, m, torch_run, ms_run, unmatched)
+    torch_left, ms_left = (set(unmatched.get(f"{side} forward", ()))
+                           for side in ("torch", "mindspore"))
+    missing = _unmatched_just_before(t, torch_run, torch_left)
+    extra = _unmatched_just_before(m, ms_run, ms_left)
+    reordered = _reordered(("torch", t, missing, torch_run, torch_left),
+                           ("MindSpore", m, extra, ms_run, ms_left))
     if reordered is not None:
         return reordered
-    extra = _unmatched_just_before(m, ms_run, set(unmatched.get("mindspore forward", ())))
     if extra:
         return Diagnosis(cause="extra operation in the port",
                          detail=f"MindSpore runs {', '.join(extra)} after the last output that "
@@ -191,16 +195,15 @@ def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -
     return [r.name for r in extra]
 
 
-def _reordered(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
-               unmatched: Dict[str, Tuple[str, ...]]) -> Optional[Diagnosis]:
+def _reordered(*sides: Tuple[str, RecordInfo, List[str], RunReader, Set[str]]
+               ) -> Optional[Diagnosis]:
     """Modules one side runs just before the first divergence and the other side runs
     elsewhere: unmatched on both sides, since records pair in order (a MindSpore
     TransformerEncoderLayer(norm_first=True) for torch's post-norm one: its norm1 was called
-    an extra operation with no torch counterpart)."""
-    sides = (("torch", t, torch_run, set(unmatched.get("torch forward", ()))),
-             ("MindSpore", m, ms_run, set(unmatched.get("mindspore forward", ()))))
-    for (side, record, run, left), (other, _, other_run, other_left) in (sides, sides[::-1]):
-        names = _unmatched_just_before(record, run, left)
+    an extra operation with no torch counterpart). Each side: its name, its record of the
+    first divergence, the unmatched modules it runs just before it, its run, all it left
+    unmatched."""
+    for (side, record, names, _, _), (other, _, _, other_run, other_left) in (sides, sides[::-1]):
         there = _runs_after(names, other_run, other_left)
         if names and there:
             them, verb = ("it", "runs") if len(names) == 1 else ("them", "run")
