@@ -513,7 +513,7 @@ def test_modules_in_the_same_place_computing_different_things_are_flagged(torch_
 def test_an_input_sketch_shows_a_difference_at_about_its_size():
     """Two ±1 projections and the norm: a difference of 1 % RMS shows at that order whatever
     its pattern (random, or a permutation), float32 rounding at ~1e-7, integers not at all."""
-    from parity.capture.hooks import input_sketch
+    from parity.sketch import input_sketch
 
     x = np.random.default_rng(0).standard_normal(10_000, dtype=np.float32)
     base = np.asarray(input_sketch(x))
@@ -584,7 +584,7 @@ def test_one_record_mostly_rounding_is_told_in_the_singular():
 
 def _dense_then(name, order, value, next_input):
     """A forward record of ``value`` and, after it, one whose input sketch is ``next_input``'s."""
-    from parity.capture.hooks import input_sketch
+    from parity.sketch import input_sketch
     shape = tuple(value.shape)
     dense = RecordInfo(name=name, kind="forward", shape=shape, dtype="float32", order=order,
                        shard="s", key=name, op="dense")
@@ -610,3 +610,64 @@ def test_activations_that_agree_on_the_values_are_not_named():
         found = activation_cause(t, m, torch_run, ms_run)
         assert (found is not None) == blamed, found
     assert "torch applies nothing, MindSpore silu" in found.detail
+
+
+def _given(name, order, **others):
+    """A forward record of module ``name`` whose second and later inputs were ``others``."""
+    from parity.sketch import other_input_sketch
+    return RecordInfo(name=name, kind="forward", shape=(4, 6), dtype="float32", order=order,
+                      shard="s", key=name, op="module",
+                      attrs={"other_inputs": {key: other_input_sketch(value)
+                                              for key, value in others.items()}})
+
+
+@pytest.mark.parametrize("torch_mask, ms_mask, cause", [
+    ("additive", "bool", None), ("additive", "additive_1e9", None), ("bool", "bool", None),
+    ("additive", "inverted", "mask inverted"), ("bool", "inverted", "mask inverted"),
+    ("additive", "one_more", "mask differs"), ("bool", "none", "mask differs")])
+def test_masks_are_compared_by_the_positions_they_mask_out(torch_mask, ms_mask, cause):
+    """torch's TransformerEncoderLayer hands its attention an additive float mask (-inf where
+    masked) made from the boolean one, MindSpore's the boolean: the same mask. An inverted one
+    is told apart from one masking out other positions."""
+    from parity.compare.inputs import input_differences
+    padding = np.zeros((4, 6), bool)
+    padding[0, 4:] = padding[1, 3:] = padding[3, 2:] = True
+    one_more = padding.copy()
+    one_more[2, 5] = True
+    masks = {"bool": padding, "inverted": ~padding, "one_more": one_more,
+             "none": np.zeros_like(padding),
+             "additive": np.where(padding, -np.inf, 0).astype(np.float32),
+             "additive_1e9": np.where(padding, -1e9, 0).astype(np.float32)}
+    found = input_differences(_given("attn", 0, key_padding_mask=masks[torch_mask]),
+                              _given("attn", 0, key_padding_mask=masks[ms_mask]), floor=1e-3)
+    assert [d.cause for d in found] == ([cause] if cause else [])
+    if cause == "mask inverted":
+        assert "masks out the 15 of 24 positions torch keeps, and keeps the 9" in found[0].detail
+    if ms_mask == "one_more":
+        assert "masks out other positions: torch 9 of 24, MindSpore 10" in found[0].detail
+
+
+def test_a_further_input_given_otherwise_is_named_where_it_is_made():
+    """A gate passed as a module's second input, computed a little otherwise on the MindSpore
+    side (1 % of its norm; float32 rounding passes), and passed by position there, by keyword
+    in torch: made in the model's forward when the enclosing block is given it so too, else in
+    the block's."""
+    from parity.compare.inputs import other_input_cause
+    rng = np.random.default_rng(0)
+    gate = rng.random((4, 6)).astype(np.float32)
+    torch_run = _Run({}, [_given("block", 1, gate=gate), _given("block.mix", 0, gate=gate)])
+    for change, given_to_block, named in ((1e-2, True, "block is already given its gate so: "
+                                           "the difference is made in the model's own forward"),
+                                          (1e-2, False, "It is made in block's forward."),
+                                          (1e-7, True, None)):
+        other = (gate + change * rng.standard_normal((4, 6))).astype(np.float32)
+        ms_run = _Run({}, [_given("block", 1, **{"1": other if given_to_block else gate}),
+                           _given("block.mix", 0, **{"1": other})])
+        found = other_input_cause(torch_run.records[1], ms_run.records[1], torch_run, ms_run,
+                                  floor=1e-3)
+        assert (found is not None) == bool(named), found
+        if named:
+            assert found.cause == "other input differs"
+            assert found.detail.startswith("block.mix's first input matched torch's, but its "
+                                           "gate (MindSpore's input 2) differs by 0.0")
+            assert named in found.detail

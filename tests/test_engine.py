@@ -434,9 +434,11 @@ def test_a_dropout_rate_drawn_outside_dropout_modules_is_named():
 
 @pytest.mark.parametrize("ms_model, passed", [("ms_padded_encoder_layer", True),
                                              ("ms_padded_encoder_layer_inverted", False)])
-def test_an_attention_given_another_mask_points_at_its_other_inputs(ms_model, passed):
+def test_an_attention_given_an_inverted_mask_is_told_so(ms_model, passed):
     """An inverted padding mask diverges first at self_attn, whose first input matched: it was
-    told to compare the module's construct (padding, eps, an extra or missing op) only."""
+    told to compare the module's construct (padding, eps, an extra or missing op), as only a
+    module's first input was sketched. Torch's attention gets an additive float mask made from
+    the boolean one, MindSpore's the boolean itself: compared by the positions they mask out."""
     import numpy as np
 
     import parity
@@ -450,7 +452,13 @@ def test_an_attention_given_another_mask_points_at_its_other_inputs(ms_model, pa
     assert result.passed == passed, result.diagnosis
     if not passed:
         assert result.first_divergence.name == "encoder.self_attn"
-        assert "any other (an attention or padding mask: inverted" in result.diagnosis.detail
+        assert (result.diagnosis.cause, result.diagnosis.confidence) == ("mask inverted",
+                                                                         "likely")
+        assert "its key_padding_mask is inverted: MindSpore masks out the 14 of 24 positions " \
+            "torch keeps, and keeps the 10 it masks out (torch's is an additive float32 mask " \
+            "(-inf masks out), MindSpore's a bool mask (True masks out)). encoder is already " \
+            "given its src_key_padding_mask so: the difference is made in the model's own " \
+            "forward." in result.diagnosis.detail
 
 
 @pytest.mark.parametrize("torch_model, ms_model, moved, elsewhere", [

@@ -1,5 +1,5 @@
 """What the captures' hooks record, in both frameworks: each module's outputs as forward
-records (op type and settings attached), the sketch of its input, and, through ``watch``, the
+records (op type and settings attached), the sketches of its inputs, and, through ``watch``, the
 gradient w.r.t. each output."""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
+
+from parity.sketch import input_sketch, other_input_sketch
 
 # Operation types that mean the same thing in both frameworks, keyed by class name.
 OPS = {
@@ -85,53 +87,46 @@ def output_names(name: str, outputs: Any) -> List[Tuple[str, Any]]:
     return [(f"{name}.out{index}", value) for index, value in enumerate(values)]
 
 
-# Each module's first input is summarised as it enters (a pre-hook: before an in-place ReLU
-# overwrites it): its norm and two fixed ±1 projections, a few numbers per call. When a module's
-# output is the first to diverge, they tell whether its input already differed (the code
-# between modules: a parent's forward, attention's matmul and softmax) or the module itself.
-SKETCH_PERIOD = 4096
-_SIGNS = np.random.default_rng(0).choice(np.array([-1, 1], np.float32), size=(SKETCH_PERIOD, 2))
-
-
-def input_sketch(array: Optional[np.ndarray]) -> Optional[List[float]]:
-    """[‖x‖, Σ x·s₁, Σ x·s₂] of a float32 array (s: ±1 signs repeating every SKETCH_PERIOD
-    elements): a difference between two inputs shows in the projections at about its RMS
-    relative to ‖x‖, whatever its pattern."""
-    if array is None or array.dtype != np.float32 or array.size == 0:
-        return None
-    flat = array.reshape(-1)
-    whole = flat.size - flat.size % SKETCH_PERIOD
-    projections = (flat[:whole].reshape(-1, SKETCH_PERIOD) @ _SIGNS).sum(axis=0, dtype=np.float64)
-    projections += flat[whole:] @ _SIGNS[:flat.size - whole]
-    return [float(np.sqrt(np.dot(flat, flat))), *(float(v) for v in projections)]
-
-
-def input_sketcher(name: str, sketches: Dict[str, Optional[List[float]]],
+def input_sketcher(name: str, sketches: Dict[str, Dict[str, Any]],
                    to_numpy: Callable[[Any], Optional[np.ndarray]]) -> Callable:
-    """A forward pre-hook keeping the sketch of ``module``'s first input for its output hook."""
-    def hook(_module, inputs) -> None:
-        first = inputs[0] if isinstance(inputs, tuple) and inputs else None
-        sketches[name] = input_sketch(to_numpy(first)) if first is not None else None
+    """A forward pre-hook (given keyword arguments too) keeping the sketches of ``module``'s
+    inputs for its output hook, as they enter: before an in-place ReLU overwrites them.
+
+    The first input's is ``input_sketch``; each further tensor input's, by position ("1", "2")
+    or keyword, goes under ``other_inputs``. An input passed again (attention's query, key and
+    value, one tensor) is sketched once."""
+    def hook(_module, args, kwargs) -> None:
+        first = input_sketch(to_numpy(args[0])) if args else None
+        attrs: Dict[str, Any] = {} if first is None else {"input_sketch": first}
+        others: Dict[str, Any] = {}
+        by_identity: Dict[int, Any] = {}
+        for key, value in [*((str(i), v) for i, v in enumerate(args[1:], 1)), *kwargs.items()]:
+            if id(value) not in by_identity:
+                by_identity[id(value)] = other_input_sketch(to_numpy(value))
+            if by_identity[id(value)] is not None:
+                others[key] = by_identity[id(value)]
+        if others:
+            attrs["other_inputs"] = others
+        sketches[name] = attrs
     return hook
 
 
 def output_recorder(name: str, module: Any, record: Callable[..., None],
                     to_numpy: Callable[[Any], Optional[np.ndarray]],
                     watch: Callable[[str, Any], None],
-                    sketches: Dict[str, Optional[List[float]]]) -> Callable:
+                    sketches: Dict[str, Dict[str, Any]]) -> Callable:
     """A forward hook storing each tensor output of ``module`` as a forward record.
 
     ``to_numpy`` returns a view (or None for a non-tensor output) and ``record`` copies it
     before the hook returns: the framework may overwrite the buffer a moment later
     (torchvision's ReLU(inplace=True) overwrites BN outputs).
     ``watch(record_name, tensor)`` sees each output (to hook its gradient); ``sketches``
-    holds the input sketch the module's ``input_sketcher`` took.
+    holds the input sketches the module's ``input_sketcher`` took, as record attributes.
     """
     op, attrs = op_type(module), module_attrs(module)
 
     def hook(_module, _inputs, output) -> None:
-        sketch = sketches.pop(name, None)
-        call_attrs = attrs if sketch is None else {**attrs, "input_sketch": sketch}
+        call_attrs = {**attrs, **sketches.pop(name, {})}
         for record_name, tensor in output_names(name, output):
             array = to_numpy(tensor)
             if array is not None:
@@ -144,12 +139,12 @@ def recording_hooks(modules: Iterable[Tuple[str, Any]], record: Callable[..., No
                     to_numpy: Callable[[Any], Optional[np.ndarray]],
                     watch: Callable[[str, Any], None]) -> List:
     """Handles of the hooks recording every named module's outputs (and input sketches)."""
-    sketches: Dict[str, Optional[List[float]]] = {}
+    sketches: Dict[str, Dict[str, Any]] = {}
     handles = []
     for name, module in modules:
         if name:
             handles.append(module.register_forward_pre_hook(
-                input_sketcher(name, sketches, to_numpy)))
+                input_sketcher(name, sketches, to_numpy), with_kwargs=True))
             handles.append(module.register_forward_hook(
                 output_recorder(name, module, record, to_numpy, watch, sketches)))
     return handles

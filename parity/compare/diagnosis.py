@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from parity.compare import functional, kernels, loss, optimizer, sums
+from parity.compare import functional, inputs, kernels, loss, optimizer, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.settings import settings_cause
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
@@ -94,13 +94,13 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "what that cell adds (a scale, an extra op) is the likely cause.",
                          confidence="likely")
     fed = _input_difference(t, m)
+    passed_on = NOISE_MARGIN * _largest_error_before(first, comparisons)
     if fed is not None and first.ref_rms and fed >= INPUT_SHARE * first.rms / first.ref_rms \
-            and fed >= NOISE_MARGIN * _largest_error_before(first, comparisons):
+            and fed >= passed_on:
         activation = functional.activation_cause(t, m, torch_run, ms_run)
         if activation is not None:
             return activation
-        fed_from = _outermost_fed(t, m, torch_run, ms_run,
-                                  NOISE_MARGIN * _largest_error_before(first, comparisons))
+        fed_from = _outermost_fed(t, m, torch_run, ms_run, passed_on)
         parent = fed_from.name.rpartition(".")[0]
         where = f"{parent}'s forward" if parent else "the model's own forward"
         before = "" if fed_from is t else \
@@ -111,6 +111,11 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "operations that feed it outside any module (matmul, softmax, "
                                 "masking, scaling, reshapes, residual adds), in "
                                 f"{where}{before} are the likely cause.", confidence="likely")
+    if first.ref_rms:
+        given = inputs.other_input_cause(
+            t, m, torch_run, ms_run, max(passed_on, INPUT_SHARE * first.rms / first.ref_rms))
+        if given is not None:
+            return given
     if t.op != m.op:
         return Diagnosis(cause="different operation",
                          detail=f"torch {t.name} is {t.op or '?'}, MindSpore {m.name} is "
@@ -122,10 +127,9 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
             return found
     if first.max_rel > 1e-2:
         size = "O(1) error" if first.max_rel > 0.1 else "error well above fp32 noise"
-        # a composite module of no known type (attention) may take more inputs than the first,
-        # which alone is sketched: an inverted padding mask showed only here
-        other_inputs = " Its first input matched; any other (an attention or padding mask: " \
-            "inverted, or boolean for additive) is not checked." if m.op in ("", "module") else ""
+        others = [inputs.input_name(key) for key, _ in inputs.compared_inputs(t, m)]
+        other_inputs = f" Its inputs matched torch's (the first, {', '.join(others)})." \
+            if others else ""
         return Diagnosis(cause=f"{m.op or 'module'} computes something different",
                          detail=f"{size} at {first.name} while every earlier record matched: "
                                 f"compare the construct of MindSpore {m.name} with torch's "
@@ -151,7 +155,7 @@ def _largest_error_before(first: Comparison, comparisons: Sequence[Comparison]) 
 
 def _input_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
     """How far the module's input on the MindSpore side is from torch's, relative to its norm,
-    from the sketches the captures took as it entered (parity/capture/hooks.py); None when
+    from the sketches the captures took as it entered (parity/sketch.py); None when
     either side has none (an integer input, a capture from before the sketches)."""
     a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
     if not a or not b or len(a) != len(b) or not a[0]:

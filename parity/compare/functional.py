@@ -2,7 +2,7 @@
 in a forward (``F.gelu(self.fc1(x))``, TransformerEncoderLayer's ``activation="gelu"``) and so
 has no record of its own.
 
-A module's input is kept as a sketch (its norm and two ±1 projections, capture/hooks.py). The
+A module's input is kept as a sketch (its norm and two ±1 projections, parity/sketch.py). The
 candidate activations are applied to the previous module's recorded output and sketched alike:
 on each side the closest is the one it applied. Float32 rounding moves a sketch's projections
 by ~3e-7 of the norm (one rounding either way on 30 % of 6.4 million values: 2.7e-7); GELU's two
@@ -17,7 +17,7 @@ from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
 
-from parity.capture.hooks import SKETCH_PERIOD, input_sketch
+from parity.sketch import SKETCH_PERIOD, input_sketch
 from parity.records import Diagnosis, RecordInfo
 from parity.rundir import RunReader
 

@@ -1,0 +1,140 @@
+"""A module's second and later inputs (an attention or padding mask, a skip connection, a
+decoder's memory), told apart from the sketches the captures took as they entered
+(parity/sketch.py).
+
+A mask is compared by the positions it masks out, whatever its form: torch's
+TransformerEncoderLayer hands its attention an additive float mask (-inf where masked) made
+from the boolean one it was given, MindSpore's hands on the boolean itself, and both mask the
+same positions. Those positions' sketch holds whole numbers, so two masks are the same, or one
+is the other inverted, exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from parity.records import Diagnosis, RecordInfo
+from parity.rundir import RunReader
+from parity.sketch import input_sketch
+
+Sketch = Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class InputDifference:
+    """One input given differently to a module on the two sides."""
+    torch_key: str          # "1", "2" by position, else its keyword
+    ms_key: str
+    cause: str              # "mask inverted", "mask differs", "other input differs"
+    detail: str
+
+
+def compared_inputs(t: RecordInfo, m: RecordInfo) -> List[Tuple[str, str]]:
+    """The pairs of second and later inputs that can be compared: by keyword or position where
+    both sides name it so, then the rest in order (a mask passed by keyword on one side and by
+    position on the other); of the same shape (a mask broadcast another way is not)."""
+    t_others, m_others = t.attrs.get("other_inputs") or {}, m.attrs.get("other_inputs") or {}
+    shared = [(key, key) for key in t_others if key in m_others]
+    rest = zip([key for key in t_others if key not in m_others],
+               [key for key in m_others if key not in t_others])
+    return [(t_key, m_key) for t_key, m_key in [*shared, *rest]
+            if list(t_others[t_key]["shape"]) == list(m_others[m_key]["shape"])]
+
+
+def _count(sketch: List[float]) -> int:
+    return int(sketch[0])
+
+
+def _same_positions(a: List[float], b: List[float]) -> bool:
+    """Whether two sketches of masked positions ([count, two projections], whole numbers) are
+    of the same positions."""
+    return bool(np.array_equal(a, b))
+
+
+def _masking(sketch: Sketch) -> str:
+    if sketch["dtype"] == "bool":
+        return "a bool mask (True masks out)"
+    return f"an additive {sketch['dtype']} mask (-inf masks out)"
+
+
+def _forms(a: Sketch, b: Sketch) -> str:
+    if _masking(a) == _masking(b):
+        return f"each side's is {_masking(a)}"
+    return f"torch's is {_masking(a)}, MindSpore's {_masking(b)}"
+
+
+def _mask_difference(a: Sketch, b: Sketch) -> Optional[Tuple[str, str]]:
+    """How MindSpore's mask ``b`` differs from torch's ``a`` in the positions they mask out,
+    as (cause, detail); None when they mask out the same ones."""
+    size = int(np.prod(a["shape"]))
+    if _same_positions(a["masked"], b["masked"]):
+        return None
+    forms = _forms(a, b)
+    everything = input_sketch(np.ones(size, np.float32))
+    kept_by_a = [size - a["masked"][0], *np.subtract(everything[1:], a["masked"][1:])]
+    if _same_positions(kept_by_a, b["masked"]):
+        return "mask inverted", (f"is inverted: MindSpore masks out the {_count(b['masked'])} of "
+                                 f"{size} positions torch keeps, and keeps the "
+                                 f"{_count(a['masked'])} it masks out ({forms})")
+    return "mask differs", (f"masks out other positions: torch {_count(a['masked'])} of {size}, "
+                            f"MindSpore {_count(b['masked'])} ({forms})")
+
+
+def input_differences(t: RecordInfo, m: RecordInfo, floor: float) -> List[InputDifference]:
+    """The second and later inputs given differently to the module on the two sides: masks
+    masking out other positions, other inputs whose values differ by more than ``floor`` of
+    their norm."""
+    found = []
+    for t_key, m_key in compared_inputs(t, m):
+        a, b = t.attrs["other_inputs"][t_key], m.attrs["other_inputs"][m_key]
+        is_mask = a["masked"] is not None and b["masked"] is not None and \
+            ("bool" in (a["dtype"], b["dtype"]) or a["masked"][0] or b["masked"][0])
+        difference = _mask_difference(a, b) if is_mask else None
+        if difference is None and "bool" not in (a["dtype"], b["dtype"]) and \
+                a["values"] and b["values"] and a["values"][0]:   # what float masks add too
+            distance = float(np.max(np.abs(np.subtract(a["values"], b["values"])))) / \
+                a["values"][0]
+            difference = None if distance <= floor else (
+                "other input differs", f"differs by {distance:.2g} of its norm")
+        if difference is not None:
+            found.append(InputDifference(t_key, m_key, *difference))
+    return found
+
+
+def input_name(key: str) -> str:
+    return f"input {int(key) + 1}" if key.isdigit() else key
+
+
+def _parent(name: str) -> str:
+    return name.rpartition(".")[0]
+
+
+def other_input_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+                      floor: float) -> Optional[Diagnosis]:
+    """A module whose first input matched and whose output is the first to diverge, given
+    another of its inputs differently; placed at the outermost enclosing module given one
+    differently too (a padding mask handed down from the model's forward)."""
+    differences = input_differences(t, m, floor)
+    if not differences:
+        return None
+    first = differences[0]
+    outer, outer_ms, given_first = t, m, first
+    while "." in outer.name:
+        parents = (torch_run.record(_parent(outer.name), "forward"),
+                   ms_run.record(_parent(outer_ms.name), "forward"))
+        given = [] if None in parents else input_differences(*parents, floor)
+        if not given or given[0].cause != first.cause:
+            break
+        (outer, outer_ms), given_first = parents, given[0]
+    which = input_name(first.torch_key) if first.torch_key == first.ms_key else \
+        f"{input_name(first.torch_key)} (MindSpore's {input_name(first.ms_key)})"
+    maker = f"{_parent(outer.name)}'s forward" if "." in outer.name else "the model's own forward"
+    where = f" It is made in {maker}." if outer is t else \
+        f" {outer.name} is already given its {input_name(given_first.torch_key)} so: the " \
+        f"difference is made in {maker}."
+    return Diagnosis(cause=first.cause,
+                     detail=f"{m.name}'s first input matched torch's, but its {which} "
+                            f"{first.detail}.{where}", confidence="likely")

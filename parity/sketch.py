@@ -1,0 +1,66 @@
+"""Sketches of a module's inputs: a few numbers per call, taken by the captures' hooks
+(capture/hooks.py) as each input enters, that let the diagnosis tell whether two inputs were
+the same without storing them (compare/diagnosis.py, compare/functional.py, compare/inputs.py).
+
+When a module's output is the first to diverge, the sketches tell whether its input already
+differed (the code between modules: a parent's forward, attention's matmul and softmax), or
+another input (an attention or padding mask), or the module itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+SKETCH_PERIOD = 4096
+_SIGNS = np.random.default_rng(0).choice(np.array([-1, 1], np.float32), size=(SKETCH_PERIOD, 2))
+
+# A float input at or below this is taken as masking out its position: additive masks write
+# -inf (torch's TransformerEncoderLayer turns a boolean padding mask into one before its
+# attention sees it), -1e9, or -10000 (BERT's).
+MASKED_AT_OR_BELOW = -1e4
+
+
+def input_sketch(array: Optional[np.ndarray]) -> Optional[List[float]]:
+    """[‖x‖, Σ x·s₁, Σ x·s₂] of a float32 array (s: ±1 signs repeating every SKETCH_PERIOD
+    elements): a difference between two inputs shows in the projections at about its RMS
+    relative to ‖x‖, whatever its pattern."""
+    if array is None or array.dtype != np.float32 or array.size == 0:
+        return None
+    flat = array.reshape(-1)
+    whole = flat.size - flat.size % SKETCH_PERIOD
+    projections = (flat[:whole].reshape(-1, SKETCH_PERIOD) @ _SIGNS).sum(axis=0, dtype=np.float64)
+    projections += flat[whole:] @ _SIGNS[:flat.size - whole]
+    return [float(np.sqrt(np.dot(flat, flat))), *(float(v) for v in projections)]
+
+
+def other_input_sketch(array: Optional[np.ndarray]) -> Optional[Dict[str, Any]]:
+    """The sketch of a module's second or later input (an attention or padding mask, a skip
+    connection, a decoder's memory): its dtype and shape, the sketch of its values (those a float
+    mask masks out, and any not finite, as 0), and, for a boolean or float input, that of the
+    positions it masks out (True, or at or below MASKED_AT_OR_BELOW)."""
+    if array is None or array.size == 0 or array.dtype.kind not in "biuf":
+        return None
+    masked: Optional[np.ndarray] = None
+    if array.dtype == np.bool_:
+        masked, values = array, array.astype(np.float32)
+    else:
+        values = array.astype(np.float32, copy=False)
+        if array.dtype.kind == "f":
+            masked = values <= MASKED_AT_OR_BELOW
+            left_out = masked | ~np.isfinite(values)
+            if left_out.any():        # -inf and -1e9 mask alike: the values' sketch skips both
+                values = np.where(left_out, np.float32(0), values)
+    return {"dtype": str(array.dtype), "shape": list(array.shape),
+            "values": input_sketch(values),
+            "masked": None if masked is None else _positions_sketch(masked)}
+
+
+def _positions_sketch(masked: np.ndarray) -> List[float]:
+    """[count, Σ m·s₁, Σ m·s₂] of a boolean array m: whole numbers, exact in float64 (the
+    projections are sums of ±1, block by block in float32, each under SKETCH_PERIOD)."""
+    count = int(np.count_nonzero(masked))
+    if not count:
+        return [0.0, 0.0, 0.0]
+    return [float(count), *input_sketch(masked.astype(np.float32))[1:]]
