@@ -482,6 +482,27 @@ def test_modules_run_in_another_order_are_named(torch_model, ms_model, moved, el
         "after encoder.dropout1" in result.diagnosis.detail
 
 
+@pytest.mark.parametrize("ms_model, cause, named", [
+    ("ms_encoder_layer_four_heads", "attention num_heads differs",
+     "torch encoder.self_attn splits its projections into 2 heads, MindSpore encoder.self_attn "
+     "into 4"),
+    ("ms_encoder_layer_sequence_first", "attention batch_first differs",
+     "torch encoder.self_attn has batch_first=True, MindSpore encoder.self_attn "
+     "batch_first=False")])
+def test_an_attention_set_up_otherwise_is_named(ms_model, cause, named):
+    """The same weights split into other heads, or the batch read as the sequence, were told
+    "module computes something different" (a guess): the attentions' settings prove them."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_encoder_layer(), getattr(tiny, ms_model)(),
+                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
+                                  rng.integers(0, 5, 4)))
+    _assert_named_at_forward(result, "encoder.self_attn", cause, named)
+
+
 def _assert_named_at_forward(result, first: str, cause: str, named: str) -> None:
     """A correct port (cause None) passes; a bugged one first diverges at the forward output of
     ``first``, and the settings recorded there name ``cause`` for certain."""

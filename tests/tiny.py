@@ -337,11 +337,12 @@ class _TorchEncoderLayer(tnn.Module):
 
 class _MsEncoderLayer(msnn.Cell):
     def __init__(self, dropout: float = 0.0, norm_first: bool = False,
-                 embedding_scale: float = 1.0) -> None:
+                 embedding_scale: float = 1.0, heads: int = 2, batch_first: bool = True) -> None:
         super().__init__()
         self.embed = msnn.Embedding(VOCABULARY, WIDTH)
-        self.encoder = msnn.TransformerEncoderLayer(WIDTH, 2, 2 * WIDTH, dropout=dropout,
-                                                    batch_first=True, norm_first=norm_first)
+        self.encoder = msnn.TransformerEncoderLayer(WIDTH, heads, 2 * WIDTH, dropout=dropout,
+                                                    batch_first=batch_first,
+                                                    norm_first=norm_first)
         self.head = msnn.Dense(WIDTH, 5)
         self.embedding_scale = embedding_scale
 
@@ -376,6 +377,16 @@ def ms_encoder_layer_norm_first() -> msnn.Cell:
 def ms_encoder_layer_norm_first_scaled() -> msnn.Cell:
     """Pre-norm on both sides, but the embeddings doubled in the model's construct."""
     return _MsEncoderLayer(norm_first=True, embedding_scale=2.0)
+
+
+def ms_encoder_layer_four_heads() -> msnn.Cell:
+    """nhead=4 for torch's 2: the same weights, split into other heads."""
+    return _MsEncoderLayer(heads=4)
+
+
+def ms_encoder_layer_sequence_first() -> msnn.Cell:
+    """batch_first left at its default (False): attention across the batch."""
+    return _MsEncoderLayer(batch_first=False)
 
 
 # The encoder layer given a padding mask (1 where a token is padding), as torch's

@@ -26,7 +26,7 @@ OPS = {
     "Linear": "dense", "Dense": "dense", "Flatten": "flatten", "Dropout": "dropout",
     "Dropout1d": "dropout", "Dropout2d": "dropout", "Dropout3d": "dropout",
     "DropoutExt": "dropout", "Dropout2dExt": "dropout", "AlphaDropout": "dropout",
-    "Identity": "identity", "Embedding": "embedding",
+    "Identity": "identity", "Embedding": "embedding", "MultiheadAttention": "attention",
     "Sequential": "sequential", "SequentialCell": "sequential",
     "ModuleList": "list", "CellList": "list",
 }
@@ -35,7 +35,8 @@ OPS = {
 ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "groups", "group",
                    "eps", "epsilon", "momentum", "training", "use_batch_statistics", "ceil_mode",
                    "inplace", "negative_slope", "alpha", "p", "keep_prob", "approximate",
-                   "output_padding", "mode", "align_corners", "padding_idx", "padding_mode")
+                   "output_padding", "mode", "align_corners", "padding_idx", "padding_mode",
+                   "num_heads", "batch_first")
 
 
 def op_type(module: Any) -> str:

@@ -88,9 +88,10 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                              detail=f"{m.name} normalised with its running statistics while "
                                     "torch used batch statistics; call net.set_train(True).",
                              confidence="certain")
-    resampling = _upsample_cause(t, m) or _transposed_conv_cause(t, m)
-    if resampling is not None:
-        return resampling
+    by_module_kind = _upsample_cause(t, m) or _transposed_conv_cause(t, m) or \
+        _attention_cause(t, m)
+    if by_module_kind is not None:
+        return by_module_kind
     for key in ("stride", "padding", "kernel_size", "dilation"):
         if key == "padding" and (str(ma.get("pad_mode", "pad")).lower() != "pad"
                                  or m.op.startswith("convtranspose")):
@@ -248,3 +249,29 @@ def _as_pair(value) -> Tuple:
     if len(flat) == 3:
         return flat[1:]
     return flat if len(flat) > 1 else flat * 2
+
+
+def _attention_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+    """Two nn.MultiheadAttention modules of one shape whose settings differ: the same weights
+    split into another number of heads, or the batch read from another dimension
+    (TransformerEncoderLayer hands its batch_first down to its attention)."""
+    if not t.op == m.op == "attention":
+        return None
+    ta, ma = t.attrs, m.attrs
+    if ta.get("batch_first") is not None and ma.get("batch_first") is not None and \
+            ta["batch_first"] != ma["batch_first"]:
+        return Diagnosis(cause="attention batch_first differs",
+                         detail=f"torch {t.name} has batch_first={ta['batch_first']}, MindSpore "
+                                f"{m.name} batch_first={ma['batch_first']}: with False the first "
+                                "dimension is the sequence, so attention runs across the batch "
+                                "(both frameworks default to False); pass batch_first="
+                                f"{ta['batch_first']} to the MindSpore layer.",
+                         confidence="certain")
+    if ta.get("num_heads") is not None and ma.get("num_heads") is not None and \
+            ta["num_heads"] != ma["num_heads"]:
+        return Diagnosis(cause="attention num_heads differs",
+                         detail=f"torch {t.name} splits its projections into {ta['num_heads']} "
+                                f"heads, MindSpore {m.name} into {ma['num_heads']}: the weights "
+                                "have the same shapes either way; set the MindSpore layer's "
+                                f"num_heads (nhead) to {ta['num_heads']}.", confidence="certain")
+    return None
