@@ -32,6 +32,13 @@ def normalise(name: str) -> str:
     return re.sub(r"[_\-]", "", name.split("#")[0].lower())
 
 
+def layout(shape: Sequence[int]) -> Tuple[int, ...]:
+    """A shape without its size-1 dimensions: two shapes of one layout hold the same values in
+    the same order. MindSpore's nn.Conv1d keeps its weight as (out, in, 1, k), torch's as
+    (out, in, k)."""
+    return tuple(size for size in shape if size != 1)
+
+
 def split_param(name: str) -> Tuple[str, str]:
     module, _, role = name.rpartition(".")
     return module, role
@@ -83,7 +90,7 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     """Match MindSpore parameters to torch state-dict entries.
 
     Order of evidence: an explicit override; the same name once MindSpore's BN roles are
-    renamed; then whole modules matched by their (role, shape) signature in order.
+    renamed; then whole modules matched by their (role, layout) signature in order.
     """
     torch_names = {name for name, _ in torch_params}
     mapping: Dict[str, str] = {}
@@ -99,7 +106,7 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     ms_original = {torch_role(n): n for n, _ in mindspore_params}
 
     def signature(roles: Dict[str, Tuple[str, Tuple[int, ...]]]) -> Tuple:
-        return tuple(sorted((role, shape) for role, (_, shape) in roles.items()))
+        return tuple(sorted((role, layout(shape)) for role, (_, shape) in roles.items()))
 
     t_modules, m_modules = list(torch_left.items()), list(ms_left.items())
 

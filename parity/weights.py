@@ -1,8 +1,9 @@
 """Weight transfer: a torch state dict -> MindSpore parameters, validated before anything moves.
 
 The transfer never silently drops or misplaces a tensor: every torch tensor is used exactly
-once, every MindSpore parameter receives a value, and shapes and dtypes agree. Any violation is
-one ParityInputError listing each offending name.
+once, every MindSpore parameter receives a value, and shapes and dtypes agree (shapes up to
+size-1 dimensions: MindSpore's nn.Conv1d weight is (out, in, 1, k)). Any violation is one
+ParityInputError listing each offending name.
 
 State dicts are read without executing code: ``.safetensors`` directly, ``.pth``/``.pt`` with
 ``torch.load(..., weights_only=True)``, which refuses pickled objects that are not tensors.
@@ -20,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parity.align import align_parameters, split_param
+from parity.align import align_parameters, layout, split_param
 from parity.errors import ParityInputError, first_few
 
 # torch bookkeeping with no MindSpore counterpart: a step counter, not a weight.
@@ -303,7 +304,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                             f"{ms_name})")
         seen[torch_name] = ms_name
         t_shape, (m_shape, m_dtype) = tuple(state_dict[torch_name].shape), ms_shapes[ms_name]
-        if t_shape != m_shape:
+        if layout(t_shape) != layout(m_shape):
             problems.append(f"{torch_name}: torch shape {t_shape} but MindSpore {ms_name} "
                             f"expects {m_shape}")
             misfits.append((t_shape, m_shape))
@@ -386,17 +387,24 @@ def mindspore_ties(net) -> Dict[str, str]:
 
 
 def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
-                        overrides: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Copy a torch state dict into a MindSpore network; returns the mapping it used. Keys that
-    all carry an outer prefix (a Lightning checkpoint's "model.") are tried without it when they
-    do not fit as they are."""
+                        overrides: Optional[Mapping[str, str]] = None
+                        ) -> Tuple[Dict[str, str], Dict[str, Tuple[int, ...]]]:
+    """Copy a torch state dict into a MindSpore network; returns the mapping it used, and
+    torch's shape of each parameter MindSpore holds in another shape of the same layout (its
+    Conv1d weight: (out, in, 1, k) for torch's (out, in, k)). Keys that all carry an outer
+    prefix (a Lightning checkpoint's "model.") are tried without it when they do not fit as
+    they are."""
     import mindspore as ms
     state_dict, plan = _names_that_fit(state_dict, mindspore_param_specs(net), overrides,
                                        mindspore_ties(net))
     params = dict(net.parameters_and_names())
+    torch_shapes = {}
     for ms_name, torch_name in plan.items():
-        params[ms_name].set_data(ms.Tensor(np.ascontiguousarray(state_dict[torch_name])))
-    return plan
+        value, shape = state_dict[torch_name], tuple(params[ms_name].shape)
+        if tuple(value.shape) != shape:
+            torch_shapes[ms_name] = tuple(value.shape)
+        params[ms_name].set_data(ms.Tensor(np.ascontiguousarray(value).reshape(shape)))
+    return plan, torch_shapes
 
 
 def _names_that_fit(state_dict: Mapping[str, np.ndarray], specs: Sequence,
@@ -440,7 +448,7 @@ def convert_weights(model_factory: str, torch_weights: Path, out: Path, *,
         raise ParityInputError(f"--out {out}: use a .ckpt or .safetensors file name")
     state_dict = load_state_dict(torch_weights)
     net = build_mindspore_model(model_factory, num_classes=num_classes)
-    plan = load_into_mindspore(net, state_dict, overrides)
+    plan, _ = load_into_mindspore(net, state_dict, overrides)
     import mindspore as ms
     with atomic_output(out) as tmp:
         if out.suffix == ".safetensors":

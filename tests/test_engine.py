@@ -533,6 +533,28 @@ def test_a_conv_net_ported_with_mindspores_defaults_is_named(ms_model, first, ca
     _assert_named_at_forward(result, first, cause, named)
 
 
+@pytest.mark.parametrize("ms_model, first, cause, named", [
+    ("ms_conv1d", None, None, None),
+    ("ms_conv1d_same_stride", "0", "Conv1d pad_mode='same' with stride > 1",
+     "MindSpore 0 pads the end only, torch 0 pads both sides"),
+    ("ms_conv1d_unpadded_pool", "3", "maxpool1d padding differs",
+     "MindSpore 3 has pad_mode='valid' and pads nothing, torch 3 padding=1")])
+def test_a_1d_conv_net_is_ported_and_checked(ms_model, first, cause, named):
+    """MindSpore's Conv1d holds its weight as (out, in, 1, k) and its settings as 2-D ones
+    (stride (1, 2)): the weight transfer refused the correct port ("torch shape (8, 3, 3) but
+    MindSpore 0.weight expects (8, 3, 1, 3)"), and the strided conv left at pad_mode='same'
+    was told "conv1d stride differs: torch [2], MindSpore [1, 2]"."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_conv1d(), getattr(tiny, ms_model)(),
+                          inputs=(rng.standard_normal((4, 3, 32)).astype(np.float32),
+                                  rng.integers(0, 5, 4)))
+    _assert_named_at_forward(result, first, cause, named)
+
+
 @pytest.mark.parametrize("ms_model, cause", [
     ("ms_reflect_padded", None), ("ms_reflect_padded_with_zeros", "conv padding values differ")])
 def test_a_conv_padding_with_reflected_values(ms_model, cause):

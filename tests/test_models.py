@@ -152,6 +152,19 @@ def test_transfer_refuses_wrong_shape():
         plan_transfer(state_dict, specs)
 
 
+def test_transfer_takes_a_shape_of_the_same_layout_and_no_other():
+    """MindSpore's Conv1d weight is (out, in, 1, k) for torch's (out, in, k): the same values
+    in the same order. A weight whose sizes differ is still refused."""
+    specs = [("conv.weight", (8, 3, 1, 3), "float32"), ("conv.bias", (8,), "float32")]
+    state_dict = {"conv.weight": np.zeros((8, 3, 3), np.float32),
+                  "conv.bias": np.zeros(8, np.float32)}
+    assert plan_transfer(state_dict, specs) == {"conv.weight": "conv.weight",
+                                                "conv.bias": "conv.bias"}
+    state_dict["conv.weight"] = np.zeros((8, 3, 1), np.float32)
+    with pytest.raises(ParityInputError, match=r"conv\.weight: torch shape \(8, 3, 1\)"):
+        plan_transfer(state_dict, specs)
+
+
 def test_transfer_refuses_wrong_dtype():
     state_dict, specs = _specs()
     state_dict["conv1.weight"] = state_dict["conv1.weight"].astype(np.float64)

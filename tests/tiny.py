@@ -246,6 +246,38 @@ def ms_defaults_avg_pool() -> msnn.Cell:
     return _ms_defaults(pool=msnn.AvgPool2d(2))
 
 
+# A 1-D conv net (audio, time series). MindSpore computes its 1-D convs and pools as 2-D ones
+# over a height of 1: nn.Conv1d's weight is (out, in, 1, k), torch's (out, in, k).
+def torch_conv1d() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv1d(3, 8, 3, stride=2, padding=1), tnn.BatchNorm1d(8),
+                          tnn.ReLU(), tnn.MaxPool1d(3, stride=2, padding=1),
+                          tnn.Conv1d(8, 8, 3, padding=1), tnn.AdaptiveAvgPool1d(1), tnn.Flatten(),
+                          tnn.Linear(8, 5))
+
+
+def _ms_conv1d(conv: Optional[msnn.Cell] = None, pool: Optional[msnn.Cell] = None) -> msnn.Cell:
+    return msnn.SequentialCell([
+        conv or msnn.Conv1d(3, 8, 3, stride=2, pad_mode="pad", padding=1, has_bias=True),
+        msnn.BatchNorm1d(8, momentum=0.9), msnn.ReLU(),
+        pool or msnn.MaxPool1d(3, stride=2, pad_mode="pad", padding=1),
+        msnn.Conv1d(8, 8, 3, has_bias=True),            # pad_mode 'same' at stride 1: torch's 1
+        msnn.AdaptiveAvgPool1d(1), msnn.Flatten(), msnn.Dense(8, 5)])
+
+
+def ms_conv1d() -> msnn.Cell:
+    return _ms_conv1d()
+
+
+def ms_conv1d_same_stride() -> msnn.Cell:
+    """The strided conv left at pad_mode='same': it pads the end only."""
+    return _ms_conv1d(conv=msnn.Conv1d(3, 8, 3, stride=2, has_bias=True))
+
+
+def ms_conv1d_unpadded_pool() -> msnn.Cell:
+    """The max pool left at pad_mode='valid': it pads nothing."""
+    return _ms_conv1d(pool=msnn.MaxPool1d(3, stride=2))
+
+
 def _half_gradient(x):
     """x's value with half its gradient (a wrong custom backward): 0.5·x + 0.5·stop_gradient(x)."""
     return x * 0.5 + ops.stop_gradient(x) * 0.5

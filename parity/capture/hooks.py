@@ -21,6 +21,7 @@ OPS = {
     "ReLU": "relu", "ReLU6": "relu6", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid",
     "Tanh": "tanh", "Softmax": "softmax", "LeakyReLU": "leakyrelu", "SELU": "selu",
     "SeLU": "selu",
+    "MaxPool1d": "maxpool1d", "AvgPool1d": "avgpool1d", "AdaptiveAvgPool1d": "adaptiveavgpool1d",
     "MaxPool2d": "maxpool2d", "AvgPool2d": "avgpool2d",
     "AdaptiveAvgPool2d": "globalavgpool", "GlobalAvgPool": "globalavgpool",
     "Linear": "dense", "Dense": "dense", "Flatten": "flatten", "Dropout": "dropout",

@@ -210,7 +210,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         build_mindspore_model(factory, num_classes=num_classes)
     _name_parameters_by_path(net)
     refuse_map_names_not_in_port(net, overrides or {})
-    param_map = load_into_mindspore(net, load_state_dict(weights), overrides)
+    param_map, torch_shapes = load_into_mindspore(net, load_state_dict(weights), overrides)
     initial = _InitialState(net, weights, param_map)
 
     with RunWriter(out, "mindspore") as writer, numpy_on_one_thread(), _synchronous_on_cpu():
@@ -225,7 +225,8 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
                 "MindSpore", f"on the batch {'of --input' if batch_file else 'torch took'} "
                 f"({batch.summary()})", "The port takes what the torch model takes: the same "
                 "inputs, in the same layout and dtypes (its loss: int32 labels)"):
-            _train_step(net, optimizer, initial, batch, config, tee(writer.add, hooked))
+            _train_step(net, optimizer, initial, batch, config,
+                        in_torch_shapes(tee(writer.add, hooked), torch_shapes))
         if not any(r.kind == "forward" for r in writer.records):
             raise ParityInputError("no forward hook fired in the MindSpore model: a construct "
                                    "compiled with @jit / GRAPH_MODE, or a network rewritten by "
@@ -234,7 +235,8 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
             _restore(net, initial, optimizer)
-            _train_step(net, optimizer, initial, batch, config, record, hooks=False)
+            _train_step(net, optimizer, initial, batch, config,
+                        in_torch_shapes(record, torch_shapes), hooks=False)
 
         clock.next("observer rerun")
         observer = observer_check(hooked, rerun_without_hooks)
@@ -244,6 +246,25 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         return writer.finish(manifest_meta(
             "mindspore", config, num_classes, factory or type(net).__name__, param_map,
             observer, clock, **starts_from))
+
+
+PARAMETER_KINDS = ("grad", "update", "weight", "optimizer_state", "buffer")
+
+
+def in_torch_shapes(record: Callable[..., None],
+                    torch_shapes: Mapping[str, Tuple[int, ...]]) -> Callable[..., None]:
+    """``record`` storing each parameter's records in torch's shape where MindSpore holds it in
+    another of the same layout (its Conv1d weight, gradient, update and momentum: (out, in, 1,
+    k) for torch's (out, in, k)), so that every record compares with torch's as it is."""
+    if not torch_shapes:
+        return record
+
+    def reshaped(name: str, kind: str, array: np.ndarray, **details: Any) -> None:
+        shape = torch_shapes.get(name.removesuffix(".momentum_buffer"))
+        if shape is not None and kind in PARAMETER_KINDS:
+            array = array.reshape(shape)
+        record(name, kind, array, **details)
+    return reshaped
 
 
 class _InitialState(Mapping):

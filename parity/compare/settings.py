@@ -1,10 +1,12 @@
 """Causes proven by the module settings each capture records (parity/capture/hooks.py):
 padding modes and amounts, eps, BatchNorm's training flag, dropout rates, activation slopes,
-upsampling and transposed-convolution conventions. Each names the MindSpore argument to write.
+upsampling, transposed-convolution and attention conventions. Each names the MindSpore
+argument to write.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -13,10 +15,15 @@ from parity.compare.structure import different_drop_rates, different_operations,
 from parity.records import Diagnosis, RecordInfo
 
 NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
+# The modules whose MindSpore pad_mode='same' pads otherwise than torch's explicit padding.
+WINDOWED = {"conv1d": "Conv1d", "conv2d": "Conv2d", "maxpool1d": "MaxPool1d",
+            "maxpool2d": "MaxPool2d"}
 
 
 def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     """The cause the two modules' recorded settings prove, or None."""
+    if t.op == m.op and t.op.endswith("1d"):
+        m = dataclasses.replace(m, attrs=_in_one_dimension(m.attrs))
     ta, ma = t.attrs, m.attrs
     rates = different_drop_rates(t, m)
     if rates is not None:
@@ -38,14 +45,15 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                 f"MindSpore {m.name} with '{forms[1]}' (MindSpore's nn.GELU "
                                 "defaults to the tanh form); write nn.GELU(approximate="
                                 f"{forms[0] == 'tanh'}).", confidence="certain")
-    if m.op in ("conv2d", "maxpool2d") and str(ma.get("pad_mode", "")).lower() == "same":
+    what = WINDOWED.get(m.op)
+    if what and str(ma.get("pad_mode", "")).lower() == "same":
         stride = ma.get("stride", 1)
         strided = any(s > 1 for s in (stride if isinstance(stride, list) else [stride]))
-        what = "Conv2d" if m.op == "conv2d" else "MaxPool2d"
-        if strided or m.op == "maxpool2d":
+        if strided or op_family(m.op) == "maxpool":
+            ends = "the end" if m.op.endswith("1d") else "bottom/right"
             return Diagnosis(
                 cause=f"{what} pad_mode='same' with stride > 1",
-                detail=f"MindSpore {m.name} pads bottom/right only, torch {t.name} pads both "
+                detail=f"MindSpore {m.name} pads {ends} only, torch {t.name} pads both "
                        f"sides (padding={ta.get('padding')}): the window shifts one pixel. Use "
                        f"pad_mode='pad', padding={ta.get('padding')}.", confidence="certain")
         unlike_torch = _same_padding_unlike_torch(ta, ma)
@@ -103,7 +111,31 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
             return Diagnosis(cause=f"{m.op or 'module'} {key} differs",
                              detail=f"torch {t.name} {key}={ta[key]}, MindSpore {m.name} "
                                     f"{key}={ma[key]}{default}.", confidence="certain")
+    padding = ta.get("padding", 0)
+    if t.op == m.op and op_family(m.op) in ("conv", "maxpool", "avgpool") and \
+            str(ma.get("pad_mode", "")).lower() == "valid" and not isinstance(padding, str) \
+            and any(_as_pair(padding)):
+        return Diagnosis(cause=f"{m.op} padding differs",
+                         detail=f"MindSpore {m.name} has pad_mode='valid' and pads nothing, "
+                                f"torch {t.name} padding={padding}. Use pad_mode='pad', "
+                                f"padding={padding}.", confidence="certain")
     return None
+
+
+def _in_one_dimension(attrs: Dict) -> Dict:
+    """A MindSpore 1-D conv's or pool's settings as torch's 1-D ones: MindSpore computes them
+    as 2-D ones over a height of 1 and keeps them so (stride (1, s), MaxPool1d's (1, 1, s),
+    padding (0, 0, left, right), MaxPool1d's (0, 0, p))."""
+    lowered = dict(attrs)
+    for key in ("stride", "kernel_size", "dilation", "output_padding"):
+        if isinstance(attrs.get(key), list) and len(attrs[key]) > 1:
+            lowered[key] = attrs[key][-1]
+    padding = attrs.get("padding")
+    if isinstance(padding, list) and len(padding) == 4:
+        lowered["padding"] = padding[2] if padding[2] == padding[3] else padding[2:]
+    elif isinstance(padding, list) and len(padding) > 1:
+        lowered["padding"] = padding[-1]
+    return lowered
 
 
 def _padding_mode_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
