@@ -482,25 +482,29 @@ def test_modules_run_in_another_order_are_named(torch_model, ms_model, moved, el
         "after encoder.dropout1" in result.diagnosis.detail
 
 
-@pytest.mark.parametrize("ms_model, cause, named", [
-    ("ms_encoder_layer_four_heads", "attention num_heads differs",
-     "torch encoder.self_attn splits its projections into 2 heads, MindSpore encoder.self_attn "
-     "into 4"),
-    ("ms_encoder_layer_sequence_first", "attention batch_first differs",
-     "torch encoder.self_attn has batch_first=True, MindSpore encoder.self_attn "
-     "batch_first=False")])
-def test_an_attention_set_up_otherwise_is_named(ms_model, cause, named):
+@pytest.mark.parametrize("torch_model, ms_model, first, cause, named", [
+    ("torch_encoder_layer", "ms_encoder_layer_four_heads", "encoder.self_attn",
+     "attention num_heads differs", "torch encoder.self_attn splits its projections into 2 "
+     "heads, MindSpore encoder.self_attn into 4"),
+    ("torch_encoder_layer", "ms_encoder_layer_sequence_first", "encoder.self_attn",
+     "attention batch_first differs", "torch encoder.self_attn has batch_first=True, "
+     "MindSpore encoder.self_attn batch_first=False"),
+    ("torch_lstm", "ms_lstm", None, None, None),
+    ("torch_lstm", "ms_lstm_sequence_first", "rnn.out0", "LSTM batch_first differs",
+     "pass batch_first=True to the MindSpore layer")])
+def test_a_sequence_layer_set_up_otherwise_is_named(torch_model, ms_model, first, cause, named):
     """The same weights split into other heads, or the batch read as the sequence, were told
-    "module computes something different" (a guess): the attentions' settings prove them."""
+    "module computes something different" (a guess), and an LSTM's "extra operation in the
+    port" (MindSpore's LSTM runs an inner cell): the layers' settings prove them."""
     import numpy as np
 
     import parity
     from tests import tiny
     rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_encoder_layer(), getattr(tiny, ms_model)(),
+    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
                           inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
                                   rng.integers(0, 5, 4)))
-    _assert_named_at_forward(result, "encoder.self_attn", cause, named)
+    _assert_named_at_forward(result, first, cause, named)
 
 
 def _assert_named_at_forward(result, first: str, cause: str, named: str) -> None:

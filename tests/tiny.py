@@ -421,6 +421,42 @@ def ms_encoder_layer_sequence_first() -> msnn.Cell:
     return _MsEncoderLayer(batch_first=False)
 
 
+# An LSTM over token ids, its last step classified.
+class _TorchLstm(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = tnn.Embedding(VOCABULARY, WIDTH)
+        self.rnn = tnn.LSTM(WIDTH, 2 * WIDTH, batch_first=True)
+        self.head = tnn.Linear(2 * WIDTH, 5)
+
+    def forward(self, tokens):
+        return self.head(self.rnn(self.embed(tokens))[0][:, -1])
+
+
+class _MsLstm(msnn.Cell):
+    def __init__(self, batch_first: bool = True) -> None:
+        super().__init__()
+        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.rnn = msnn.LSTM(WIDTH, 2 * WIDTH, batch_first=batch_first)
+        self.head = msnn.Dense(2 * WIDTH, 5)
+
+    def construct(self, tokens):
+        return self.head(self.rnn(self.embed(tokens))[0][:, -1])
+
+
+def torch_lstm() -> tnn.Module:
+    return _TorchLstm()
+
+
+def ms_lstm() -> msnn.Cell:
+    return _MsLstm()
+
+
+def ms_lstm_sequence_first() -> msnn.Cell:
+    """batch_first left at its default (False): the recurrence runs across the batch."""
+    return _MsLstm(batch_first=False)
+
+
 # The encoder layer given a padding mask (1 where a token is padding), as torch's
 # src_key_padding_mask (True masks out) and MindSpore's, whose convention is the same.
 class _TorchPaddedEncoderLayer(_TorchEncoderLayer):

@@ -28,6 +28,7 @@ OPS = {
     "Dropout1d": "dropout", "Dropout2d": "dropout", "Dropout3d": "dropout",
     "DropoutExt": "dropout", "Dropout2dExt": "dropout", "AlphaDropout": "dropout",
     "Identity": "identity", "Embedding": "embedding", "MultiheadAttention": "attention",
+    "LSTM": "lstm", "GRU": "gru", "RNN": "rnn",
     "Sequential": "sequential", "SequentialCell": "sequential",
     "ModuleList": "list", "CellList": "list",
 }

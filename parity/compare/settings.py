@@ -97,7 +97,7 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                     "torch used batch statistics; call net.set_train(True).",
                              confidence="certain")
     by_module_kind = _upsample_cause(t, m) or _transposed_conv_cause(t, m) or \
-        _attention_cause(t, m)
+        _sequence_cause(t, m)
     if by_module_kind is not None:
         return by_module_kind
     for key in ("stride", "padding", "kernel_size", "dilation"):
@@ -283,20 +283,24 @@ def _as_pair(value) -> Tuple:
     return flat if len(flat) > 1 else flat * 2
 
 
-def _attention_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
-    """Two nn.MultiheadAttention modules of one shape whose settings differ: the same weights
-    split into another number of heads, or the batch read from another dimension
-    (TransformerEncoderLayer hands its batch_first down to its attention)."""
-    if not t.op == m.op == "attention":
+# Modules over sequences that read the batch from the first dimension only if batch_first.
+SEQUENCE_OPS = {"attention": "attention", "lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}
+
+
+def _sequence_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+    """Two attentions or recurrent layers of one shape whose settings differ: the batch read
+    from another dimension (TransformerEncoderLayer hands its batch_first down to its
+    attention), or the same weights split into another number of heads."""
+    if not t.op == m.op or t.op not in SEQUENCE_OPS:
         return None
     ta, ma = t.attrs, m.attrs
     if ta.get("batch_first") is not None and ma.get("batch_first") is not None and \
             ta["batch_first"] != ma["batch_first"]:
-        return Diagnosis(cause="attention batch_first differs",
+        return Diagnosis(cause=f"{SEQUENCE_OPS[t.op]} batch_first differs",
                          detail=f"torch {t.name} has batch_first={ta['batch_first']}, MindSpore "
                                 f"{m.name} batch_first={ma['batch_first']}: with False the first "
-                                "dimension is the sequence, so attention runs across the batch "
-                                "(both frameworks default to False); pass batch_first="
+                                "dimension is read as the sequence, so the layer runs across "
+                                "the batch (both frameworks default to False); pass batch_first="
                                 f"{ta['batch_first']} to the MindSpore layer.",
                          confidence="certain")
     if ta.get("num_heads") is not None and ma.get("num_heads") is not None and \
