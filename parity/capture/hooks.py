@@ -97,13 +97,15 @@ def input_sketcher(name: str, sketches: Dict[str, Dict[str, Any]],
 
     The first input's is ``input_sketch``; each further tensor input's, by position ("1", "2")
     or keyword, goes under ``other_inputs``. An input passed again (attention's query, key and
-    value, one tensor) is sketched once."""
-    def hook(_module, args, kwargs) -> None:
+    value, one tensor) is sketched once. MindSpore calls it without keyword arguments inside
+    a construct compiled with @jit (2.8.0)."""
+    def hook(_module, args, kwargs=None) -> None:
         first = input_sketch(to_numpy(args[0])) if args else None
         attrs: Dict[str, Any] = {} if first is None else {"input_sketch": first}
         others: Dict[str, Any] = {}
         by_identity: Dict[int, Any] = {}
-        for key, value in [*((str(i), v) for i, v in enumerate(args[1:], 1)), *kwargs.items()]:
+        for key, value in [*((str(i), v) for i, v in enumerate(args[1:], 1)),
+                           *(kwargs or {}).items()]:
             if id(value) not in by_identity:
                 by_identity[id(value)] = other_input_sketch(to_numpy(value))
             if by_identity[id(value)] is not None:
@@ -129,7 +131,9 @@ def output_recorder(name: str, module: Any, record: Callable[..., None],
     op, attrs = op_type(module), module_attrs(module)
 
     def hook(_module, _inputs, output) -> None:
-        call_attrs = {**attrs, **sketches.pop(name, {})}
+        # as MindSpore's @jit compiler can trace it (2.8.0 rejected {**attrs, **pop(name, {})})
+        sketched = sketches.pop(name, None)
+        call_attrs = attrs if sketched is None else {**attrs, **sketched}
         for record_name, tensor in output_names(name, output):
             array = to_numpy(tensor)
             if array is not None:
