@@ -16,9 +16,10 @@ from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from parity.records import Alignment, RecordInfo
 
-# MindSpore parameter names (BatchNorm's, Embedding's table) -> the PyTorch role they play.
+# MindSpore parameter names (BatchNorm's, Embedding's table, PReLU's) -> the PyTorch role they play.
 MINDSPORE_PARAM_ROLES = {"gamma": "weight", "beta": "bias", "moving_mean": "running_mean",
-                         "moving_variance": "running_var", "embedding_table": "weight"}
+                         "moving_variance": "running_var", "embedding_table": "weight",
+                         "w": "weight"}
 GENERIC_OP = "module"
 # A module whose output has another number of elements on each side (a stride, padding or
 # kernel that differs) is still paired when it is the same module, well below any same-shape
@@ -89,14 +90,17 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
                      overrides: Optional[Mapping[str, str]] = None) -> Alignment:
     """Match MindSpore parameters to torch state-dict entries.
 
-    Order of evidence: an explicit override; the same name once MindSpore's BN roles are
-    renamed; then whole modules matched by their (role, layout) signature in order.
+    Order of evidence: an explicit override; the same name; the same name once MindSpore's
+    roles are renamed (BatchNorm's gamma -> weight); then whole modules matched by their (role,
+    layout) signature in order.
     """
     torch_names = {name for name, _ in torch_params}
     mapping: Dict[str, str] = {}
     for ms_name, _ in mindspore_params:
         if overrides and ms_name in overrides:
             mapping[ms_name] = overrides[ms_name]
+        elif ms_name in torch_names:        # a LayerScale's gamma on both sides
+            mapping[ms_name] = ms_name
         elif torch_role(ms_name) in torch_names:
             mapping[ms_name] = torch_role(ms_name)
     used = set(mapping.values())

@@ -17,7 +17,8 @@ import json
 import re
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -254,14 +255,16 @@ def _the_state_dict(path: Path, loaded: Dict) -> Dict:
 def plan_transfer(state_dict: Mapping[str, np.ndarray],
                   mindspore_params: Sequence[Tuple[str, Tuple[int, ...], str]],
                   overrides: Optional[Mapping[str, str]] = None,
-                  port_ties: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+                  port_ties: Optional[Mapping[str, str]] = None,
+                  left_out: Optional[Set[str]] = None) -> Dict[str, str]:
     """MindSpore parameter name -> torch key, validated; raises listing every problem.
 
     ``mindspore_params`` is (name, shape, dtype) in the network's parameter order. A
     StateDict's tied keys are left out: the port's one parameter takes the first name's tensor.
     ``port_ties`` (mindspore_ties): a torch tensor left over by a port's tie is the copy a
     weights file holds of a tie it did not keep, if the bits are the same; else it is named as
-    left over by a tie torch lacks.
+    left over by a tie torch lacks. ``left_out`` (affine_left_out): port parameters that need
+    no torch tensor when none is theirs.
     """
     tied = getattr(state_dict, "tied", {})
     torch_params = [(k, tuple(v.shape)) for k, v in state_dict.items()
@@ -271,6 +274,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     problems: List[str] = []
     ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
     for name in alignment.unmatched_mindspore:
+        if name in (left_out or ()):
+            continue
         alike = [f"{alias} to {key}" for alias, key in tied.items()
                  if tuple(state_dict[alias].shape) == ms_shapes[name][0]]
         untied = f": torch ties {', '.join(alike)} (one parameter); tie the port's as well" \
@@ -386,17 +391,23 @@ def mindspore_ties(net) -> Dict[str, str]:
     return ties
 
 
-def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
-                        overrides: Optional[Mapping[str, str]] = None
-                        ) -> Tuple[Dict[str, str], Dict[str, Tuple[int, ...]]]:
-    """Copy a torch state dict into a MindSpore network; returns the mapping it used, and
+@dataclass(frozen=True)
+class Transfer:
+    """What load_into_mindspore did: the names' mapping (MindSpore parameter -> torch key), and
     torch's shape of each parameter MindSpore holds in another shape of the same layout (its
-    Conv1d weight: (out, in, 1, k) for torch's (out, in, k)). Keys that all carry an outer
-    prefix (a Lightning checkpoint's "model.") are tried without it when they do not fit as
-    they are."""
+    Conv1d weight: (out, in, 1, k) for torch's (out, in, k))."""
+    plan: Dict[str, str]
+    torch_shapes: Dict[str, Tuple[int, ...]]
+
+
+def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
+                        overrides: Optional[Mapping[str, str]] = None) -> Transfer:
+    """Copy a torch state dict into a MindSpore network. Keys that all carry an outer prefix
+    (a Lightning checkpoint's "model.") are tried without it when they do not fit as they
+    are."""
     import mindspore as ms
     state_dict, plan = _names_that_fit(state_dict, mindspore_param_specs(net), overrides,
-                                       mindspore_ties(net))
+                                       mindspore_ties(net), affine_left_out(net))
     params = dict(net.parameters_and_names())
     torch_shapes = {}
     for ms_name, torch_name in plan.items():
@@ -404,23 +415,36 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
         if tuple(value.shape) != shape:
             torch_shapes[ms_name] = tuple(value.shape)
         params[ms_name].set_data(ms.Tensor(np.ascontiguousarray(value).reshape(shape)))
-    return plan, torch_shapes
+    return Transfer(plan, torch_shapes)
+
+
+def affine_left_out(net) -> Set[str]:
+    """The frozen gamma of ones and beta of zeros a MindSpore BatchNorm(affine=False) holds,
+    where torch's holds no weight or bias: its values are the identity torch applies, and no
+    torch tensor goes into them."""
+    left_out = set()
+    for name, param in net.parameters_and_names():
+        identity = {"gamma": 1.0, "beta": 0.0}.get(name.rpartition(".")[2])
+        if identity is not None and not param.requires_grad and \
+                bool((param.asnumpy() == identity).all()):
+            left_out.add(name)
+    return left_out
 
 
 def _names_that_fit(state_dict: Mapping[str, np.ndarray], specs: Sequence,
-                    overrides: Optional[Mapping[str, str]], ties: Mapping[str, str]
-                    ) -> Tuple[Mapping[str, np.ndarray], Dict[str, str]]:
+                    overrides: Optional[Mapping[str, str]], ties: Mapping[str, str],
+                    left_out: Set[str]) -> Tuple[Mapping[str, np.ndarray], Dict[str, str]]:
     """The state dict, without its keys' outer prefix if only that way they fit, and its
     transfer plan; if neither fits, the refusal naming fewer problems."""
     try:
-        return state_dict, plan_transfer(state_dict, specs, overrides, ties)
+        return state_dict, plan_transfer(state_dict, specs, overrides, ties, left_out)
     except TransferRefused as as_they_are:
         prefix = outer_prefix(state_dict)
         if not prefix:
             raise
         inner = without_prefix(state_dict, prefix)
         try:
-            return inner, plan_transfer(inner, specs, overrides, ties)
+            return inner, plan_transfer(inner, specs, overrides, ties, left_out)
         except TransferRefused as without:
             raise min(as_they_are, without, key=lambda refusal: refusal.problems) from None
 
@@ -448,7 +472,7 @@ def convert_weights(model_factory: str, torch_weights: Path, out: Path, *,
         raise ParityInputError(f"--out {out}: use a .ckpt or .safetensors file name")
     state_dict = load_state_dict(torch_weights)
     net = build_mindspore_model(model_factory, num_classes=num_classes)
-    plan, _ = load_into_mindspore(net, state_dict, overrides)
+    plan = load_into_mindspore(net, state_dict, overrides).plan
     import mindspore as ms
     with atomic_output(out) as tmp:
         if out.suffix == ".safetensors":

@@ -38,7 +38,7 @@ def _state_dict(model):
 def test_eval_forward_matches_torchvision(depth):
     ms.set_context(mode=ms.PYNATIVE_MODE)
     reference, net = _pair(depth)
-    mapping = load_into_mindspore(net, _state_dict(reference))
+    mapping = load_into_mindspore(net, _state_dict(reference)).plan
     net.set_train(False)
     x = np.random.default_rng(depth).standard_normal((2, 3, 64, 64)).astype(np.float32)
     expected = reference(torch.from_numpy(x)).detach().numpy()
@@ -162,6 +162,23 @@ def test_transfer_takes_a_shape_of_the_same_layout_and_no_other():
                                                 "conv.bias": "conv.bias"}
     state_dict["conv.weight"] = np.zeros((8, 3, 1), np.float32)
     with pytest.raises(ParityInputError, match=r"conv\.weight: torch shape \(8, 3, 1\)"):
+        plan_transfer(state_dict, specs)
+
+
+def test_transfer_takes_the_same_name_first_and_leaves_out_only_what_it_is_told():
+    """A parameter named gamma on both sides (a LayerScale) was renamed weight on the MindSpore
+    side, found nothing, and the transfer was refused. A BatchNorm(affine=False)'s frozen
+    gamma and beta take no torch tensor when they are said to be left out, and only then."""
+    specs = [("ls.gamma", (8,), "float32"), ("act.w", (1,), "float32"),
+             ("bn.gamma", (8,), "float32"), ("bn.beta", (8,), "float32"),
+             ("bn.moving_mean", (8,), "float32"), ("bn.moving_variance", (8,), "float32")]
+    state_dict = {"ls.gamma": np.zeros(8, np.float32), "act.weight": np.zeros(1, np.float32),
+                  "bn.running_mean": np.zeros(8, np.float32),
+                  "bn.running_var": np.ones(8, np.float32)}
+    assert plan_transfer(state_dict, specs, left_out={"bn.gamma", "bn.beta"}) == {
+        "ls.gamma": "ls.gamma", "act.w": "act.weight", "bn.moving_mean": "bn.running_mean",
+        "bn.moving_variance": "bn.running_var"}
+    with pytest.raises(ParityInputError, match=r"bn\.gamma \(8,\) receives no torch tensor"):
         plan_transfer(state_dict, specs)
 
 

@@ -246,6 +246,46 @@ def ms_defaults_avg_pool() -> msnn.Cell:
     return _ms_defaults(pool=msnn.AvgPool2d(2))
 
 
+# Parameters MindSpore names or holds otherwise: a LayerScale's gamma (ConvNeXt, CaiT) named
+# so on both sides, nn.PReLU's weight (MindSpore: w), and BatchNorm(affine=False), for which
+# MindSpore keeps a frozen gamma of ones and beta of zeros and torch no weight or bias.
+class _TorchLayerScale(tnn.Module):
+    def __init__(self) -> None:
+        import torch
+        super().__init__()
+        self.conv = tnn.Conv2d(3, 8, 3, padding=1)
+        self.norm = tnn.BatchNorm2d(8, affine=False)
+        self.act = tnn.PReLU(8)
+        self.gamma = tnn.Parameter(torch.full((8, 1, 1), 0.5))
+        self.head = tnn.Linear(8, 5)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.head((y + self.gamma * self.act(self.norm(y))).mean(dim=(2, 3)))
+
+
+class _MsLayerScale(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.norm = msnn.BatchNorm2d(8, affine=False, momentum=0.9)
+        self.act = msnn.PReLU(8)
+        self.gamma = mindspore.Parameter(mindspore.Tensor(np.full((8, 1, 1), 0.5, np.float32)))
+        self.head = msnn.Dense(8, 5)
+
+    def construct(self, x):
+        y = self.conv(x)
+        return self.head((y + self.gamma * self.act(self.norm(y))).mean(axis=(2, 3)))
+
+
+def torch_layer_scale() -> tnn.Module:
+    return _TorchLayerScale()
+
+
+def ms_layer_scale() -> msnn.Cell:
+    return _MsLayerScale()
+
+
 # A 1-D conv net (audio, time series). MindSpore computes its 1-D convs and pools as 2-D ones
 # over a height of 1: nn.Conv1d's weight is (out, in, 1, k), torch's (out, in, k).
 def torch_conv1d() -> tnn.Module:

@@ -210,7 +210,8 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         build_mindspore_model(factory, num_classes=num_classes)
     _name_parameters_by_path(net)
     refuse_map_names_not_in_port(net, overrides or {})
-    param_map, torch_shapes = load_into_mindspore(net, load_state_dict(weights), overrides)
+    transfer = load_into_mindspore(net, load_state_dict(weights), overrides)
+    param_map, torch_shapes = transfer.plan, transfer.torch_shapes
     initial = _InitialState(net, weights, param_map)
 
     with RunWriter(out, "mindspore") as writer, numpy_on_one_thread(), _synchronous_on_cpu():
