@@ -418,13 +418,18 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
     return Transfer(plan, torch_shapes)
 
 
+# A norm's frozen parameters at their initial values, which MindSpore keeps where torch has none.
+INITIAL_NORM_VALUES = {"gamma": 1.0, "beta": 0.0, "moving_mean": 0.0, "moving_variance": 1.0}
+
+
 def affine_left_out(net) -> Set[str]:
-    """The frozen gamma of ones and beta of zeros a MindSpore BatchNorm(affine=False) holds,
-    where torch's holds no weight or bias: its values are the identity torch applies, and no
-    torch tensor goes into them."""
+    """The frozen norm parameters at their initial values a MindSpore network holds where
+    torch's holds none: BatchNorm(affine=False)'s gamma of ones and beta of zeros (the identity
+    torch applies), InstanceNorm's running statistics (torch's keeps none by default). No torch
+    tensor goes into them."""
     left_out = set()
     for name, param in net.parameters_and_names():
-        identity = {"gamma": 1.0, "beta": 0.0}.get(name.rpartition(".")[2])
+        identity = INITIAL_NORM_VALUES.get(name.rpartition(".")[2])
         if identity is not None and not param.requires_grad and \
                 bool((param.asnumpy() == identity).all()):
             left_out.add(name)

@@ -247,8 +247,10 @@ def ms_defaults_avg_pool() -> msnn.Cell:
 
 
 # Parameters MindSpore names or holds otherwise: a LayerScale's gamma (ConvNeXt, CaiT) named
-# so on both sides, nn.PReLU's weight (MindSpore: w), and BatchNorm(affine=False), for which
-# MindSpore keeps a frozen gamma of ones and beta of zeros and torch no weight or bias.
+# so on both sides, nn.PReLU's weight (MindSpore: w), BatchNorm(affine=False), for which
+# MindSpore keeps a frozen gamma of ones and beta of zeros and torch no weight or bias, and
+# torch's BatchNorm(track_running_stats=False), for which MindSpore's (use_batch_statistics=True)
+# keeps frozen running statistics.
 class _TorchLayerScale(tnn.Module):
     def __init__(self) -> None:
         import torch
@@ -257,11 +259,12 @@ class _TorchLayerScale(tnn.Module):
         self.norm = tnn.BatchNorm2d(8, affine=False)
         self.act = tnn.PReLU(8)
         self.gamma = tnn.Parameter(torch.full((8, 1, 1), 0.5))
+        self.norm2 = tnn.BatchNorm2d(8, track_running_stats=False)
         self.head = tnn.Linear(8, 5)
 
     def forward(self, x):
         y = self.conv(x)
-        return self.head((y + self.gamma * self.act(self.norm(y))).mean(dim=(2, 3)))
+        return self.head(self.norm2(y + self.gamma * self.act(self.norm(y))).mean(dim=(2, 3)))
 
 
 class _MsLayerScale(msnn.Cell):
@@ -271,11 +274,12 @@ class _MsLayerScale(msnn.Cell):
         self.norm = msnn.BatchNorm2d(8, affine=False, momentum=0.9)
         self.act = msnn.PReLU(8)
         self.gamma = mindspore.Parameter(mindspore.Tensor(np.full((8, 1, 1), 0.5, np.float32)))
+        self.norm2 = msnn.BatchNorm2d(8, momentum=0.9, use_batch_statistics=True)
         self.head = msnn.Dense(8, 5)
 
     def construct(self, x):
         y = self.conv(x)
-        return self.head((y + self.gamma * self.act(self.norm(y))).mean(axis=(2, 3)))
+        return self.head(self.norm2(y + self.gamma * self.act(self.norm(y))).mean(axis=(2, 3)))
 
 
 def torch_layer_scale() -> tnn.Module:
