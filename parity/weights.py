@@ -263,7 +263,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     StateDict's tied keys are left out: the port's one parameter takes the first name's tensor.
     ``port_ties`` (mindspore_ties): a torch tensor left over by a port's tie is the copy a
     weights file holds of a tie it did not keep, if the bits are the same; else it is named as
-    left over by a tie torch lacks. ``left_out`` (affine_left_out): port parameters that need
+    left over by a tie torch lacks. ``left_out`` (frozen_norm_defaults): port parameters that need
     no torch tensor when none is theirs.
     """
     tied = getattr(state_dict, "tied", {})
@@ -407,7 +407,7 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
     are."""
     import mindspore as ms
     state_dict, plan = _names_that_fit(state_dict, mindspore_param_specs(net), overrides,
-                                       mindspore_ties(net), affine_left_out(net))
+                                       mindspore_ties(net), frozen_norm_defaults(net))
     params = dict(net.parameters_and_names())
     torch_shapes = {}
     for ms_name, torch_name in plan.items():
@@ -422,11 +422,11 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
 INITIAL_NORM_VALUES = {"gamma": 1.0, "beta": 0.0, "moving_mean": 0.0, "moving_variance": 1.0}
 
 
-def affine_left_out(net) -> Set[str]:
+def frozen_norm_defaults(net) -> Set[str]:
     """The frozen norm parameters at their initial values a MindSpore network holds where
-    torch's holds none: BatchNorm(affine=False)'s gamma of ones and beta of zeros (the identity
-    torch applies), InstanceNorm's running statistics (torch's keeps none by default). No torch
-    tensor goes into them."""
+    torch's may hold none: BatchNorm(affine=False)'s gamma of ones and beta of zeros (the
+    identity torch applies), the running statistics of one using batch statistics only (for
+    torch's track_running_stats=False). No torch tensor needs to go into them."""
     left_out = set()
     for name, param in net.parameters_and_names():
         identity = INITIAL_NORM_VALUES.get(name.rpartition(".")[2])
