@@ -580,6 +580,12 @@ def test_one_record_mostly_rounding_is_told_in_the_singular():
         "--batch-size or --image-size checks it")
     weight = SimpleNamespace(name="0.weight", kind="update", fp32_noise=0.8)
     assert _noise_note([bias, weight]).startswith("2 records (1 grad, 1 update) are mostly")
+    # a conv's bias just before a BatchNorm: its gradient is zero but for rounding ("its own
+    # float32 error is 68619174133 % of its size" was written)
+    cancelled = SimpleNamespace(name="0.bias", kind="grad", fp32_noise=686191741.33)
+    assert "its own float32 error is 6.9e+08 times its size (from 50 % on, a record is told " \
+        "so), so its verdict cannot tell a bug from noise. A value many times smaller than " \
+        "its own error is zero but for rounding" in _noise_note([cancelled])
 
 
 def _dense_then(name, order, value, next_input):

@@ -436,17 +436,26 @@ def _noise_note(noisy: List[Comparison]) -> str:
     worst = max(noisy, key=lambda c: c.fp32_noise)
     cause = ("BatchNorm over few values (a small batch or image) does this; a larger "
              "--batch-size or --image-size checks")
+    # a value that is zero but for rounding (the gradient of a bias a BatchNorm cancels) is
+    # its own error many times over: 68619174133 % was written
+    zero = " A value many times smaller than its own error is zero but for rounding (the " \
+        "gradient of a bias just before a BatchNorm, which cancels it)." \
+        if worst.fp32_noise >= 10 else ""
     if len(noisy) == 1:
         return (f"{worst.name} · {worst.kind} is mostly float32 rounding in torch itself: its "
-                f"own float32 error is {100 * worst.fp32_noise:.0f} % of its size (from "
+                f"own float32 error is {_share(worst.fp32_noise)} its size (from "
                 f"{100 * MOSTLY_NOISE:.0f} % on, a record is told so), so its verdict cannot tell "
-                f"a bug from noise. {cause} it")
+                f"a bug from noise.{zero} {cause} it")
     counts = Counter(c.kind for c in noisy)
     kinds = ", ".join(f"{counts[kind]} {kind}" for kind in KIND_RANK if counts[kind])
     return (f"{len(noisy)} records ({kinds}) are mostly float32 rounding in torch itself: its "
             f"own float32 error is {100 * MOSTLY_NOISE:.0f} % of their size or more (worst "
-            f"{worst.name} · {worst.kind}, {100 * worst.fp32_noise:.0f} %), so their verdicts "
-            f"cannot tell a bug from noise. {cause} them")
+            f"{worst.name} · {worst.kind}, {_share(worst.fp32_noise)} its size), so their "
+            f"verdicts cannot tell a bug from noise.{zero} {cause} them")
+
+
+def _share(ratio: float) -> str:
+    return f"{100 * ratio:.0f} % of" if ratio < 10 else f"{ratio:.2g} times"
 
 
 def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> str:
