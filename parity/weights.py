@@ -263,8 +263,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     StateDict's tied keys are left out: the port's one parameter takes the first name's tensor.
     ``port_ties`` (mindspore_ties): a torch tensor left over by a port's tie is the copy a
     weights file holds of a tie it did not keep, if the bits are the same; else it is named as
-    left over by a tie torch lacks. ``left_out`` (frozen_norm_defaults): port parameters that need
-    no torch tensor when none is theirs.
+    left over by a tie torch lacks. ``left_out`` (frozen_norm_defaults): port parameters that
+    need no torch tensor where torch holds none of their group (_norm_group_torch_lacks).
     """
     tied = getattr(state_dict, "tied", {})
     torch_params = [(k, tuple(v.shape)) for k, v in state_dict.items()
@@ -274,7 +274,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     problems: List[str] = []
     ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
     for name in alignment.unmatched_mindspore:
-        if name in (left_out or ()):
+        if _norm_group_torch_lacks(name, alignment.unmatched_mindspore, left_out or set(),
+                                   state_dict):
             continue
         alike = [f"{alias} to {key}" for alias, key in tied.items()
                  if tuple(state_dict[alias].shape) == ms_shapes[name][0]]
@@ -420,6 +421,25 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
 
 # A norm's frozen parameters at their initial values, which MindSpore keeps where torch has none.
 INITIAL_NORM_VALUES = {"gamma": 1.0, "beta": 0.0, "moving_mean": 0.0, "moving_variance": 1.0}
+# Each group of them, and the torch entries of the same module that would stand for it.
+NORM_GROUPS = ((("gamma", "beta"), ("weight", "bias")),
+               (("moving_mean", "moving_variance"),
+                ("running_mean", "running_var", "num_batches_tracked")))
+
+
+def _norm_group_torch_lacks(name: str, unmatched: Sequence[str], left_out: Set[str],
+                            state_dict: Mapping[str, np.ndarray]) -> bool:
+    """Whether ``name`` belongs to a group of frozen norm parameters at their initial values
+    (``left_out``) none of which found a torch tensor, while torch holds nothing for that group
+    in the module of the same name: a BatchNorm(affine=False), not a weights file that lost
+    one of its running statistics (that is a missing key)."""
+    module, role = split_param(name)
+    for group, torch_roles in NORM_GROUPS:
+        if role in group:
+            names = [f"{module}.{member}" for member in group]
+            return all(n in unmatched and n in left_out for n in names) and \
+                not any(f"{module}.{torch_role}" in state_dict for torch_role in torch_roles)
+    return False
 
 
 def frozen_norm_defaults(net) -> Set[str]:

@@ -180,6 +180,12 @@ def test_transfer_takes_the_same_name_first_and_leaves_out_only_what_it_is_told(
         "bn.moving_variance": "bn.running_var"}
     with pytest.raises(ParityInputError, match=r"bn\.gamma \(8,\) receives no torch tensor"):
         plan_transfer(state_dict, specs)
+    # a weights file that lost one running statistic: a missing key, frozen initial values or
+    # not (convert-weights wrote such a file without a word)
+    del state_dict["bn.running_mean"]
+    with pytest.raises(ParityInputError, match=r"bn\.moving_mean \(8,\) receives no torch"):
+        plan_transfer(state_dict, specs, left_out={"bn.gamma", "bn.beta", "bn.moving_mean",
+                                                   "bn.moving_variance"})
 
 
 def test_transfer_refuses_wrong_dtype():
