@@ -13,6 +13,8 @@ from typing import Any, Dict, Optional, Tuple
 KINDS: Tuple[str, ...] = ("input", "forward", "loss", "grad", "update", "optimizer_state",
                           "weight", "buffer")
 KIND_RANK = {kind: rank for rank, kind in enumerate(KINDS)}
+# The kinds of a parameter's records (a gradient, also w.r.t. a module's output), named by it.
+PARAM_KINDS = ("grad", "update", "optimizer_state", "weight", "buffer")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from parity.config import StepConfig
 from parity.errors import ParityInputError
 from parity.io import same_file
 from parity.models_loader import build_loss
+from parity.records import PARAM_KINDS
 from parity.rundir import INITIAL_WEIGHTS, RunReader, RunWriter, SafetensorsFile, same_bytes
 from parity.weights import load_into_mindspore, load_state_dict
 
@@ -249,9 +250,6 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
             observer, clock, **starts_from))
 
 
-PARAMETER_KINDS = ("grad", "update", "weight", "optimizer_state", "buffer")
-
-
 def in_torch_shapes(record: Callable[..., None],
                     torch_shapes: Mapping[str, Tuple[int, ...]]) -> Callable[..., None]:
     """``record`` storing each parameter's records in torch's shape where MindSpore holds it in
@@ -262,7 +260,7 @@ def in_torch_shapes(record: Callable[..., None],
 
     def reshaped(name: str, kind: str, array: np.ndarray, **details: Any) -> None:
         shape = torch_shapes.get(name.removesuffix(".momentum_buffer"))
-        if shape is not None and kind in PARAMETER_KINDS:
+        if shape is not None and kind in PARAM_KINDS:
             array = array.reshape(shape)
         record(name, kind, array, **details)
     return reshaped

@@ -93,14 +93,14 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"matched and before {m.name}, and torch has no counterpart: "
                                 "what that cell adds (a scale, an extra op) is the likely cause.",
                          confidence="likely")
-    fed = _input_difference(t, m)
+    fed = inputs.first_input_difference(t, m)
     passed_on = NOISE_MARGIN * _largest_error_before(first, comparisons)
     if fed is not None and first.ref_rms and fed >= INPUT_SHARE * first.rms / first.ref_rms \
             and fed >= passed_on:
         activation = functional.activation_cause(t, m, torch_run, ms_run)
         if activation is not None:
             return activation
-        fed_from = _outermost_fed(t, m, torch_run, ms_run, passed_on)
+        fed_from = inputs.outermost_fed(t, m, torch_run, ms_run, passed_on)
         parent = fed_from.name.rpartition(".")[0]
         where = f"{parent}'s forward" if parent else "the model's own forward"
         before = "" if fed_from is t else \
@@ -151,33 +151,6 @@ def _largest_error_before(first: Comparison, comparisons: Sequence[Comparison]) 
     inputs may differ with every earlier output matching (float32 noise, grown with depth)."""
     return max((c.rms / c.ref_rms for c in comparisons if c.kind == "forward"
                 and c.order < first.order and c.ref_rms), default=0.0)
-
-
-def _input_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
-    """How far the module's input on the MindSpore side is from torch's, relative to its norm,
-    from the sketches the captures took as it entered (parity/sketch.py); None when
-    either side has none (an integer input, a capture from before the sketches)."""
-    a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
-    if not a or not b or len(a) != len(b) or not a[0]:
-        return None
-    return max(abs(x - y) for x, y in zip(a, b)) / a[0]
-
-
-def _outermost_fed(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
-                   floor: float) -> RecordInfo:
-    """The outermost of ``t`` and its enclosing modules whose input already differs by more than
-    ``floor``: the computation that feeds it is in that module's parent. A pre-norm block's
-    first LayerNorm takes the block's own input, which the model's forward made (a class token
-    put last instead of first was blamed on the block's forward)."""
-    while True:
-        parents = (torch_run.record(t.name.rpartition(".")[0], "forward"),
-                   ms_run.record(m.name.rpartition(".")[0], "forward"))
-        if "." not in t.name or None in parents:
-            return t
-        fed = _input_difference(*parents)
-        if fed is None or fed <= floor:
-            return t
-        t, m = parents
 
 
 def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -> List[str]:

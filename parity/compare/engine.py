@@ -26,12 +26,12 @@ from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
                                     with_allowance, worst_elements)
 from parity.compare.tolerance import TolerancePolicy
 from parity.errors import ParityInputError, first_few
-from parity.records import KIND_RANK, Comparison, Divergence, Meta, RecordInfo, TensorStats
+from parity.records import (KIND_RANK, PARAM_KINDS, Comparison, Divergence, Meta, RecordInfo,
+                            TensorStats)
 from parity.resources import peak_resident_mb
 from parity.result import CheckResult, RecordDetail
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
-PARAM_KINDS = ("grad", "update", "optimizer_state", "weight", "buffer")
 OPTIMIZER_SUFFIX = ".momentum_buffer"
 MAX_DETAILED = 40          # failing records that get a histogram and worst elements
 # If fewer than this share of torch parameters are found in the MindSpore capture, the two

@@ -1,6 +1,7 @@
-"""A module's second and later inputs (an attention or padding mask, a skip connection, a
-decoder's memory), told apart from the sketches the captures took as they entered
-(parity/sketch.py).
+"""A module's inputs, told apart from the sketches the captures took as they entered
+(parity/sketch.py): its first one, and its second and later ones (an attention or padding mask,
+a skip connection, a decoder's memory). Where one already differs, the difference was made
+before the module ran, in the forward of the outermost enclosing module given it so.
 
 A mask is compared by the positions it masks out, whatever its form: torch's
 TransformerEncoderLayer hands its attention an additive float mask (-inf where masked) made
@@ -12,7 +13,7 @@ is the other inverted, exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -21,6 +22,45 @@ from parity.rundir import RunReader
 from parity.sketch import input_sketch
 
 Sketch = Dict[str, Any]
+
+
+def first_input_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
+    """How far the module's first input on the MindSpore side is from torch's, relative to its
+    norm; None when either side has no sketch of it (an integer input, a capture from before
+    the sketches)."""
+    a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
+    if not a or not b or len(a) != len(b) or not a[0]:
+        return None
+    return max(abs(x - y) for x, y in zip(a, b)) / a[0]
+
+
+def _parent(name: str) -> str:
+    return name.rpartition(".")[0]
+
+
+def outermost(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+              holds: Callable[[RecordInfo, RecordInfo], bool]) -> Tuple[RecordInfo, RecordInfo]:
+    """The outermost of the pair ``t``, ``m`` and their enclosing modules' pairs for which
+    ``holds``, going up while it does."""
+    while "." in t.name:
+        parents = (torch_run.record(_parent(t.name), "forward"),
+                   ms_run.record(_parent(m.name), "forward"))
+        if None in parents or not holds(*parents):
+            break
+        t, m = parents
+    return t, m
+
+
+def outermost_fed(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+                  floor: float) -> RecordInfo:
+    """The outermost of ``t`` and its enclosing modules whose first input already differs by
+    more than ``floor``: the computation that feeds it is in that module's parent. A pre-norm
+    block's first LayerNorm takes the block's own input, which the model's forward made (a class
+    token put last instead of first was blamed on the block's forward)."""
+    def fed(a: RecordInfo, b: RecordInfo) -> bool:
+        difference = first_input_difference(a, b)
+        return difference is not None and difference > floor
+    return outermost(t, m, torch_run, ms_run, fed)[0]
 
 
 @dataclass(frozen=True)
@@ -108,10 +148,6 @@ def input_name(key: str) -> str:
     return f"input {int(key) + 1}" if key.isdigit() else key
 
 
-def _parent(name: str) -> str:
-    return name.rpartition(".")[0]
-
-
 def other_input_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
                       floor: float) -> Optional[Diagnosis]:
     """A module whose first input matched and whose output is the first to diverge, given
@@ -121,14 +157,12 @@ def other_input_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run
     if not differences:
         return None
     first = differences[0]
-    outer, outer_ms, given_first = t, m, first
-    while "." in outer.name:
-        parents = (torch_run.record(_parent(outer.name), "forward"),
-                   ms_run.record(_parent(outer_ms.name), "forward"))
-        given = [] if None in parents else input_differences(*parents, floor)
-        if not given or given[0].cause != first.cause:
-            break
-        (outer, outer_ms), given_first = parents, given[0]
+
+    def given_alike(a: RecordInfo, b: RecordInfo) -> bool:
+        given = input_differences(a, b, floor)
+        return bool(given) and given[0].cause == first.cause
+    outer, outer_ms = outermost(t, m, torch_run, ms_run, given_alike)
+    given_first = input_differences(outer, outer_ms, floor)[0]
     which = input_name(first.torch_key) if first.torch_key == first.ms_key else \
         f"{input_name(first.torch_key)} (MindSpore's {input_name(first.ms_key)})"
     maker = f"{_parent(outer.name)}'s forward" if "." in outer.name else "the model's own forward"
