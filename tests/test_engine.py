@@ -551,6 +551,17 @@ def test_parameters_named_or_held_otherwise_by_mindspore_are_transferred():
                                                      "norm2.moving_mean", "norm2.moving_variance")}
 
 
+def test_a_batchnorm_using_its_running_statistics_in_eval_mode_on_one_side_is_named():
+    """torch's BatchNorm(track_running_stats=False) ported without use_batch_statistics=True:
+    the training step agrees (the run passed), inference would not."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_layer_scale(), tiny.ms_layer_scale_eval_statistics(),
+                          image_size=16)
+    _assert_named_at_forward(result, "norm2", "BatchNorm eval-mode statistics differ",
+                             "Pass use_batch_statistics=True")
+
+
 @pytest.mark.parametrize("ms_model, first, cause, named", [
     ("ms_conv1d", None, None, None),
     ("ms_conv1d_same_stride", "0", "Conv1d pad_mode='same' with stride > 1",

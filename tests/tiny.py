@@ -268,13 +268,13 @@ class _TorchLayerScale(tnn.Module):
 
 
 class _MsLayerScale(msnn.Cell):
-    def __init__(self) -> None:
+    def __init__(self, batch_statistics: Optional[bool] = True) -> None:
         super().__init__()
         self.conv = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
         self.norm = msnn.BatchNorm2d(8, affine=False, momentum=0.9)
         self.act = msnn.PReLU(8)
         self.gamma = mindspore.Parameter(mindspore.Tensor(np.full((8, 1, 1), 0.5, np.float32)))
-        self.norm2 = msnn.BatchNorm2d(8, momentum=0.9, use_batch_statistics=True)
+        self.norm2 = msnn.BatchNorm2d(8, momentum=0.9, use_batch_statistics=batch_statistics)
         self.head = msnn.Dense(8, 5)
 
     def construct(self, x):
@@ -288,6 +288,12 @@ def torch_layer_scale() -> tnn.Module:
 
 def ms_layer_scale() -> msnn.Cell:
     return _MsLayerScale()
+
+
+def ms_layer_scale_eval_statistics() -> msnn.Cell:
+    """norm2 left at use_batch_statistics=None: in eval mode it normalises with its running
+    statistics, torch's (track_running_stats=False) with the batch's."""
+    return _MsLayerScale(batch_statistics=None)
 
 
 # A 1-D conv net (audio, time series). MindSpore computes its 1-D convs and pools as 2-D ones

@@ -38,7 +38,7 @@ ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "
                    "eps", "epsilon", "momentum", "training", "use_batch_statistics", "ceil_mode",
                    "inplace", "negative_slope", "alpha", "p", "keep_prob", "approximate",
                    "output_padding", "mode", "align_corners", "padding_idx", "padding_mode",
-                   "num_heads", "batch_first")
+                   "num_heads", "batch_first", "track_running_stats")
 
 
 def op_type(module: Any) -> str:

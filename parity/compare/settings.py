@@ -11,7 +11,8 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from parity.compare.structure import different_drop_rates, different_operations, op_family
+from parity.compare.structure import (batch_statistics_in_eval_on_torch_only,
+                                      different_drop_rates, different_operations, op_family)
 from parity.records import Diagnosis, RecordInfo
 
 NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
@@ -84,6 +85,13 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                          detail=f"torch {t.name} eps={t_eps:g}, MindSpore {m.name} "
                                 f"{keyword}={m_eps:g}; set {keyword}={t_eps:g}.",
                          confidence="certain")
+    if batch_statistics_in_eval_on_torch_only(t, m):
+        return Diagnosis(cause="BatchNorm eval-mode statistics differ",
+                         detail=f"torch {t.name} has track_running_stats=False: it keeps no "
+                                "running statistics and normalises with the batch's in eval mode "
+                                f"too; MindSpore {m.name} normalises with its running statistics "
+                                "in eval mode. The training step agrees; inference would not. "
+                                "Pass use_batch_statistics=True.", confidence="certain")
     if m.op.startswith("batchnorm") and t.op.startswith("batchnorm"):
         if ta.get("training") and ma.get("use_batch_statistics") is False:
             return Diagnosis(cause="MindSpore network not in training mode",

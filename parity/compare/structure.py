@@ -49,6 +49,16 @@ def different_operations(t: RecordInfo, m: RecordInfo) -> bool:
         and not {t.op, m.op} & STRUCTURAL_OPS
 
 
+def batch_statistics_in_eval_on_torch_only(t: RecordInfo, m: RecordInfo) -> bool:
+    """A BatchNorm keeping no running statistics in torch (track_running_stats=False: it
+    normalises with the batch's in eval mode too) ported without use_batch_statistics=True:
+    MindSpore's normalises with its running statistics in eval mode. A training step cannot
+    show it."""
+    return t.kind == "forward" and op_family(t.op) == op_family(m.op) == "batchnorm" and \
+        t.attrs.get("track_running_stats") is False and \
+        m.attrs.get("use_batch_statistics") is not True
+
+
 FROZEN_ON_ONE_SIDE = "frozen on one side only"
 
 
@@ -71,4 +81,6 @@ def violation(t: RecordInfo, m: RecordInfo) -> str:
         return f"dropout rate differs: torch {rates[0]:g}, MindSpore {rates[1]:g}"
     if different_operations(t, m):
         return f"different operation: torch {t.op}, MindSpore {m.op}"
+    if batch_statistics_in_eval_on_torch_only(t, m):
+        return "eval-mode statistics differ: torch keeps no running statistics, MindSpore does"
     return ""
