@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -677,3 +678,27 @@ def test_a_further_input_given_otherwise_is_named_where_it_is_made():
             assert found.detail.startswith("block.mix's first input matched torch's, but its "
                                            "gate (MindSpore's input 2) differs by 0.0")
             assert named in found.detail
+
+
+@pytest.mark.parametrize("torch_dim, ms_axis, named", [
+    (None, [-1], "torch attn normalises over dimension 0 of its 3-D input, MindSpore attn over "
+                 "axis 2"),
+    (None, [0], None),
+    (-1, -1, None),
+    (2, [1], "over dimension 2 of its 3-D input, MindSpore attn over axis 1"),
+])
+def test_a_softmax_over_another_axis_is_named(torch_dim, ms_axis, named):
+    """torch's nn.Softmax() left without dim takes the legacy dimension (0 of a 3-D input, 1 of
+    a 4-D one), MindSpore's nn.Softmax() the last axis; MindSpore keeps the axis in its
+    primitive, as a one-entry list or a number."""
+    from parity.compare.settings import settings_cause
+    torch_attrs = {} if torch_dim is None else {"dim": torch_dim}
+    torch_softmax = dataclasses.replace(_forward("attn", "softmax", (4, 6, 5), 3),
+                                        attrs=torch_attrs)
+    ms_softmax = dataclasses.replace(torch_softmax, attrs={"axis": ms_axis})
+    diagnosis = settings_cause(torch_softmax, ms_softmax)
+    if named is None:
+        assert diagnosis is None
+    else:
+        assert (diagnosis.cause, diagnosis.confidence) == ("nn.Softmax axis differs", "certain")
+        assert named in diagnosis.detail

@@ -537,6 +537,28 @@ def test_a_conv_net_ported_with_mindspores_defaults_is_named(ms_model, first, ca
     _assert_named_at_forward(result, first, cause, named)
 
 
+@pytest.mark.parametrize("ms_model, first, cause, named", [
+    ("ms_grouped_pools", None, None, None),
+    ("ms_grouped_pools_two_groups", "1", "groupnorm num_groups differs",
+     "torch 1 has num_groups=4, MindSpore 1 num_groups=2; set num_groups=4"),
+    ("ms_grouped_pools_last_axis_softmax", "2", "nn.Softmax axis differs",
+     "torch 2 normalises over dimension 1 of its 4-D input, MindSpore 2 over axis 3"),
+    ("ms_grouped_pools_floor", "3", "maxpool2d ceil_mode differs",
+     "torch 3 has ceil_mode=True, MindSpore 3 ceil_mode=False"),
+    ("ms_grouped_pools_padding_counted", "4", "avgpool2d count_include_pad differs",
+     "torch 4 has count_include_pad=False, MindSpore 4 count_include_pad=True"),
+])
+def test_settings_kept_in_mindspores_primitives_are_compared(ms_model, first, cause, named):
+    """GroupNorm's num_groups, a softmax's axis, a pool's ceil_mode and count_include_pad:
+    each differing one was "computes something different" (a guess), the ceil_mode "output
+    shape differs" (a guess). MindSpore's pools and nn.Softmax keep theirs in the primitive
+    they call, where the capture reads them."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_grouped_pools(), getattr(tiny, ms_model)(), image_size=16)
+    _assert_named_at_forward(result, first, cause, named)
+
+
 def test_parameters_named_or_held_otherwise_by_mindspore_are_transferred():
     """A LayerScale's gamma named so on both sides, nn.PReLU's weight (MindSpore's w), a
     BatchNorm(affine=False), whose MindSpore side keeps a frozen gamma of ones and beta of

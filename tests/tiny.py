@@ -296,6 +296,48 @@ def ms_layer_scale_eval_statistics() -> msnn.Cell:
     return _MsLayerScale(batch_statistics=None)
 
 
+# A conv net whose settings MindSpore spells alike but keeps, for pools and nn.Softmax, inside
+# the primitive its cell calls: GroupNorm's num_groups, a softmax over the channels, a pool
+# with ceil_mode and one not counting its padding. Each variant leaves one to MindSpore's
+# default (or another value); the weights have the same shapes either way.
+def torch_grouped_pools() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1), tnn.GroupNorm(4, 8), tnn.Softmax(dim=1),
+                          tnn.MaxPool2d(3, 2, ceil_mode=True),
+                          tnn.AvgPool2d(3, 1, padding=1, count_include_pad=False),
+                          tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))
+
+
+def _ms_grouped_pools(norm: Optional[msnn.Cell] = None, softmax: Optional[msnn.Cell] = None,
+                      max_pool: Optional[msnn.Cell] = None,
+                      avg_pool: Optional[msnn.Cell] = None) -> msnn.Cell:
+    return msnn.SequentialCell([
+        msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True),
+        norm or msnn.GroupNorm(4, 8), softmax or msnn.Softmax(axis=1),
+        max_pool or msnn.MaxPool2d(3, 2, pad_mode="pad", ceil_mode=True),
+        avg_pool or msnn.AvgPool2d(3, 1, pad_mode="pad", padding=1, count_include_pad=False),
+        GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
+
+
+def ms_grouped_pools() -> msnn.Cell:
+    return _ms_grouped_pools()
+
+
+def ms_grouped_pools_two_groups() -> msnn.Cell:
+    return _ms_grouped_pools(norm=msnn.GroupNorm(2, 8))
+
+
+def ms_grouped_pools_last_axis_softmax() -> msnn.Cell:
+    return _ms_grouped_pools(softmax=msnn.Softmax())
+
+
+def ms_grouped_pools_floor() -> msnn.Cell:
+    return _ms_grouped_pools(max_pool=msnn.MaxPool2d(3, 2))
+
+
+def ms_grouped_pools_padding_counted() -> msnn.Cell:
+    return _ms_grouped_pools(avg_pool=msnn.AvgPool2d(3, 1, pad_mode="pad", padding=1))
+
+
 # A 1-D conv net (audio, time series). MindSpore computes its 1-D convs and pools as 2-D ones
 # over a height of 1: nn.Conv1d's weight is (out, in, 1, k), torch's (out, in, k).
 def torch_conv1d() -> tnn.Module:

@@ -19,8 +19,9 @@ OPS = {
     "BatchNorm1d": "batchnorm1d", "BatchNorm2d": "batchnorm2d", "LayerNorm": "layernorm",
     "GroupNorm": "groupnorm",
     "ReLU": "relu", "ReLU6": "relu6", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid",
-    "Tanh": "tanh", "Softmax": "softmax", "LeakyReLU": "leakyrelu", "SELU": "selu",
-    "SeLU": "selu",
+    "Tanh": "tanh", "Softmax": "softmax", "LogSoftmax": "logsoftmax", "LeakyReLU": "leakyrelu",
+    "SELU": "selu", "SeLU": "selu", "Hardswish": "hardswish", "HSwish": "hardswish",
+    "Hardsigmoid": "hardsigmoid", "HSigmoid": "hardsigmoid",
     "MaxPool1d": "maxpool1d", "AvgPool1d": "avgpool1d", "AdaptiveAvgPool1d": "adaptiveavgpool1d",
     "MaxPool2d": "maxpool2d", "AvgPool2d": "avgpool2d",
     "AdaptiveAvgPool2d": "globalavgpool", "GlobalAvgPool": "globalavgpool",
@@ -38,7 +39,11 @@ ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "
                    "eps", "epsilon", "momentum", "training", "use_batch_statistics", "ceil_mode",
                    "inplace", "negative_slope", "alpha", "p", "keep_prob", "approximate",
                    "output_padding", "mode", "align_corners", "padding_idx", "padding_mode",
-                   "num_heads", "batch_first", "track_running_stats")
+                   "num_heads", "batch_first", "track_running_stats", "num_groups",
+                   "count_include_pad", "dim", "axis")
+# Settings a MindSpore cell keeps only in the primitive it calls: (primitive attribute, setting).
+PRIMITIVE_SETTINGS = {"ceil_mode": ("max_pool", "avg_pool"), "count_include_pad": ("avg_pool",),
+                      "axis": ("softmax", "log_softmax")}
 
 
 def op_type(module: Any) -> str:
@@ -70,6 +75,11 @@ def module_attrs(module: Any) -> Dict[str, Any]:
         if hasattr(value, "asnumpy"):          # MindSpore Parameter / Tensor
             value = value.asnumpy()
         attrs[name] = json_value(value)
+    for name, primitives in PRIMITIVE_SETTINGS.items():
+        for primitive in primitives:
+            value = getattr(getattr(module, primitive, None), name, None)
+            if name not in attrs and isinstance(value, (bool, int, tuple)):
+                attrs[name] = json_value(value)
     return attrs
 
 

@@ -105,7 +105,7 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                     "torch used batch statistics; call net.set_train(True).",
                              confidence="certain")
     by_module_kind = _upsample_cause(t, m) or _transposed_conv_cause(t, m) or \
-        _sequence_cause(t, m)
+        _sequence_cause(t, m) or _softmax_axis_cause(t, m) or _same_named_setting_cause(t, m)
     if by_module_kind is not None:
         return by_module_kind
     for key in ("stride", "padding", "kernel_size", "dilation"):
@@ -289,6 +289,55 @@ def _as_pair(value) -> Tuple:
     if len(flat) == 3:
         return flat[1:]
     return flat if len(flat) > 1 else flat * 2
+
+
+# Settings of one name in both frameworks, by the op families that have them, and what to write
+# when MindSpore's differs. MindSpore's pools have no ceil_mode (False) but at pad_mode='pad'.
+SAME_NAMED_SETTINGS = {
+    "ceil_mode": (("maxpool", "avgpool"), False, " (MindSpore's pools take it only with "
+                                                  "pad_mode='pad')"),
+    "count_include_pad": (("avgpool",), None, ""),
+    "num_groups": (("groupnorm",), None, " (the weights have the same shapes either way)"),
+}
+
+
+def _same_named_setting_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+    """A setting both frameworks name alike (ceil_mode, count_include_pad, num_groups) that
+    differs between two modules of one kind."""
+    family = op_family(t.op)
+    if family != op_family(m.op):
+        return None
+    for key, (families, ms_default, advice) in SAME_NAMED_SETTINGS.items():
+        torch_value, ms_value = t.attrs.get(key), m.attrs.get(key, ms_default)
+        if family in families and None not in (torch_value, ms_value) and \
+                torch_value != ms_value:
+            return Diagnosis(cause=f"{m.op} {key} differs",
+                             detail=f"torch {t.name} has {key}={torch_value}, MindSpore "
+                                    f"{m.name} {key}={ms_value}; set {key}={torch_value}"
+                                    f"{advice}.", confidence="certain")
+    return None
+
+
+def _softmax_axis_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+    """A softmax over another axis: MindSpore's nn.Softmax and nn.LogSoftmax default to the
+    last axis, torch's take dim (left None, the legacy choice: dimension 1 of a 2-D or 4-D
+    input, 0 of a 1-D or 3-D one)."""
+    if t.op != m.op or t.op not in ("softmax", "logsoftmax") or "axis" not in m.attrs:
+        return None
+    rank = len(t.shape)
+    torch_dim = t.attrs.get("dim")
+    if torch_dim is None:
+        torch_dim = 0 if rank in (0, 1, 3) else 1
+    ms_axis = m.attrs["axis"]
+    ms_axis = ms_axis[0] if isinstance(ms_axis, list) and len(ms_axis) == 1 else ms_axis
+    if not isinstance(ms_axis, int) or not rank or torch_dim % rank == ms_axis % rank:
+        return None
+    name = "nn.Softmax" if t.op == "softmax" else "nn.LogSoftmax"
+    return Diagnosis(cause=f"{name} axis differs",
+                     detail=f"torch {t.name} normalises over dimension {torch_dim % rank} of its "
+                            f"{rank}-D input, MindSpore {m.name} over axis {ms_axis % rank} "
+                            f"({name}'s default axis is -1, the last); write {name}"
+                            f"(axis={torch_dim % rank}).", confidence="certain")
 
 
 # Modules over sequences that read the batch from the first dimension only if batch_first.
