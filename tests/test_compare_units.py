@@ -619,6 +619,35 @@ def test_activations_that_agree_on_the_values_are_not_named():
     assert "torch applies nothing, MindSpore silu" in found.detail
 
 
+@pytest.mark.parametrize("ms_order, ms_activation, named", [
+    ((0, 1, 2, 3), "nothing", None),
+    ((0, 2, 3, 1), "nothing", "fc1's output (2, 4, 3, 3) as laid out in torch, transposed "
+                              "(0, 2, 3, 1) (channels last) in MindSpore"),
+    ((0, 2, 3, 1), "relu", "torch applies nothing, MindSpore relu (told from fc2's input on each "
+                           "side): an activation written as a function in the forward, or passed "
+                           "as a setting (TransformerEncoderLayer's activation). MindSpore also "
+                           "hands it on transposed (0, 2, 3, 1) (channels last), torch as laid "
+                           "out."),
+])
+def test_a_feature_map_flattened_in_another_order_is_named(ms_order, ms_activation, named):
+    """MindSpore's forward moves a feature map's channels last before flattening it for the
+    dense layer (NHWC code): every value is there, in another order. It was "computation
+    between modules differs", the order not named."""
+    from parity.compare.functional import activation_cause
+    conv_out = np.random.default_rng(1).standard_normal((2, 4, 3, 3)).astype(np.float32)
+    torch_run, t = _dense_then("fc1", 0, conv_out, conv_out.reshape(2, -1))
+    handed_on = conv_out.transpose(ms_order).reshape(2, -1)
+    if ms_activation == "relu":
+        handed_on = np.maximum(handed_on, 0)
+    ms_run, m = _dense_then("fc1", 0, conv_out, np.ascontiguousarray(handed_on))
+    found = activation_cause(t, m, torch_run, ms_run)
+    if named is None:
+        assert found is None, found
+    else:
+        assert found.confidence == "likely"
+        assert named in found.detail, found.detail
+
+
 def _given(name, order, **others):
     """A forward record of module ``name`` whose second and later inputs were ``others``."""
     from parity.sketch import other_input_sketch

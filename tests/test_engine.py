@@ -559,6 +559,23 @@ def test_settings_kept_in_mindspores_primitives_are_compared(ms_model, first, ca
     _assert_named_at_forward(result, first, cause, named)
 
 
+@pytest.mark.parametrize("ms_model", ["ms_flattened", "ms_flattened_channels_last"])
+def test_a_feature_map_flattened_channels_last_is_named(ms_model):
+    """The port flattens the conv's output channels-last before its dense layer: the first
+    divergence is the dense layer, whose input holds the same values in another order (was
+    "computation between modules differs")."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_flattened(), getattr(tiny, ms_model)(), image_size=16)
+    assert result.passed == (ms_model == "ms_flattened"), result.diagnosis
+    if not result.passed:
+        assert (result.first_divergence.name, result.first_divergence.kind) == ("fc", "forward")
+        assert (result.diagnosis.cause, result.diagnosis.confidence) == \
+            ("layout between modules differs", "likely")
+        assert "conv's output (2, 4, 4, 4) as laid out in torch, transposed (0, 2, 3, 1) " \
+            "(channels last) in MindSpore" in result.diagnosis.detail
+
+
 def test_parameters_named_or_held_otherwise_by_mindspore_are_transferred():
     """A LayerScale's gamma named so on both sides, nn.PReLU's weight (MindSpore's w), a
     BatchNorm(affine=False), whose MindSpore side keeps a frozen gamma of ones and beta of

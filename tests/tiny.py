@@ -338,6 +338,44 @@ def ms_grouped_pools_padding_counted() -> msnn.Cell:
     return _ms_grouped_pools(avg_pool=msnn.AvgPool2d(3, 1, pad_mode="pad", padding=1))
 
 
+# A conv net whose dense layer takes the feature map flattened, and its port; one variant
+# flattens it channels-last (N, H, W, C), as code written for NHWC images does.
+class _TorchFlattened(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = tnn.Conv2d(3, 4, 3, stride=4, padding=1)
+        self.fc = tnn.Linear(4 * 4 * 4, 10)
+
+    def forward(self, x):
+        return self.fc(self.conv(x).flatten(1))
+
+
+class _MsFlattened(msnn.Cell):
+    def __init__(self, channels_last: bool) -> None:
+        super().__init__()
+        self.conv = msnn.Conv2d(3, 4, 3, stride=4, pad_mode="pad", padding=1, has_bias=True)
+        self.fc = msnn.Dense(4 * 4 * 4, 10)
+        self.channels_last = channels_last
+
+    def construct(self, x):
+        y = self.conv(x)
+        if self.channels_last:
+            y = y.transpose(0, 2, 3, 1)
+        return self.fc(y.reshape(y.shape[0], -1))
+
+
+def torch_flattened() -> tnn.Module:
+    return _TorchFlattened()
+
+
+def ms_flattened() -> msnn.Cell:
+    return _MsFlattened(channels_last=False)
+
+
+def ms_flattened_channels_last() -> msnn.Cell:
+    return _MsFlattened(channels_last=True)
+
+
 # A 1-D conv net (audio, time series). MindSpore computes its 1-D convs and pools as 2-D ones
 # over a height of 1: nn.Conv1d's weight is (out, in, 1, k), torch's (out, in, k).
 def torch_conv1d() -> tnn.Module:

@@ -1,6 +1,7 @@
 """Which activation each side applies between two modules, where it is written as a function
 in a forward (``F.gelu(self.fc1(x))``, TransformerEncoderLayer's ``activation="gelu"``) and so
-has no record of its own.
+has no record of its own; and in which order each lays the values out for the next module (a
+feature map flattened channels-last on one side only).
 
 A module's input is kept as a sketch (its norm and two ±1 projections, parity/sketch.py). The
 candidate activations are applied to the previous module's recorded output and sketched alike:
@@ -13,7 +14,7 @@ forms differ by ~1e-4 of it (their relative RMS difference over normal inputs at
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -57,6 +58,20 @@ ACTIVATIONS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+AS_LAID_OUT = "as laid out"
+
+
+def _layouts(ndim: int) -> Dict[str, Optional[Tuple[int, ...]]]:
+    """The orders a feature map may be handed on in, by their description: as the module laid
+    it out, or with its channels moved last (NHWC code, TensorFlow's ports) before a flatten or
+    reshape, which keeps every value and moves the features the next module weighs."""
+    moved = {4: (0, 2, 3, 1), 3: (0, 2, 1)}.get(ndim)
+    layouts: Dict[str, Optional[Tuple[int, ...]]] = {AS_LAID_OUT: None}
+    if moved is not None:
+        layouts[f"transposed {moved} (channels last)"] = moved
+    return layouts
+
+
 def _projections(activation: Callable[[np.ndarray], np.ndarray],
                  values: np.ndarray) -> np.ndarray:
     """The ±1 projections of input_sketch(activation(values)), a block at a time: memory
@@ -69,16 +84,23 @@ def _projections(activation: Callable[[np.ndarray], np.ndarray],
     return projections
 
 
-def sketch_distances(previous: np.ndarray, sketch: Sequence[float]) -> Dict[str, float]:
-    """How far each candidate activation's output from ``previous`` is from this sketch, in
-    its projections relative to its norm. The norm itself is left out: input_sketch sums its
-    squares in float32, whose rounding depends on the order (3.6e-5 of it over 6.4 million
-    values, more than this check allows; the projections' 3.5e-7)."""
+Candidate = Tuple[str, str]        # (activation, layout)
+
+
+def sketch_distances(previous: np.ndarray, sketch: Sequence[float]) -> Dict[Candidate, float]:
+    """How far each candidate activation's output from ``previous``, in each layout, is from
+    this sketch, in its projections relative to its norm. The norm itself is left out:
+    input_sketch sums its squares in float32, whose rounding depends on the order (3.6e-5 of it
+    over 6.4 million values, more than this check allows; the projections' 3.5e-7). A moved
+    layout is one copy of ``previous``, made and dropped in turn."""
     norm, *recorded = sketch
-    if not norm:
-        return dict.fromkeys(ACTIVATIONS, math.inf)
-    return {name: float(np.abs(_projections(f, previous) - recorded).max()) / norm
-            for name, f in ACTIVATIONS.items()}
+    distances: Dict[Candidate, float] = {}
+    for layout, axes in _layouts(previous.ndim).items():
+        values = previous if axes is None else np.ascontiguousarray(previous.transpose(axes))
+        for name, f in ACTIVATIONS.items():
+            distances[name, layout] = math.inf if not norm else \
+                float(np.abs(_projections(f, values) - recorded).max()) / norm
+    return distances
 
 
 def _previous_forward(run: RunReader, record: RecordInfo) -> Optional[RecordInfo]:
@@ -88,8 +110,8 @@ def _previous_forward(run: RunReader, record: RecordInfo) -> Optional[RecordInfo
 
 def activation_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                      ms_run: RunReader) -> Optional[Diagnosis]:
-    """The activations the two sides apply between the previous module and this one, when
-    they differ."""
+    """The activations the two sides apply between the previous module and this one, or the
+    orders they hand its values on in, when they differ."""
     sketches = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
     previous = _previous_forward(torch_run, t), _previous_forward(ms_run, m)
     if None in previous or not all(sketches) or \
@@ -103,11 +125,23 @@ def activation_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
     if any(side[own] > SAME_SKETCH or side[other] <= SAME_SKETCH
            for side, own, other in zip(distances, applied, applied[::-1])):
         return None
+    (torch_activation, torch_layout), (ms_activation, ms_layout) = applied
+    if torch_activation == ms_activation:
+        return Diagnosis(cause="layout between modules differs",
+                         detail=f"{t.name}'s input holds {previous[0].name}'s output "
+                                f"{tuple(previous[0].shape)} {torch_layout} in torch, "
+                                f"{ms_layout} in MindSpore (told from {t.name}'s input on each "
+                                "side): the same values in another order, as a transpose before "
+                                "a flatten or reshape in the forward makes them; "
+                                f"{t.name}'s weights then meet other features.",
+                         confidence="likely")
     gelu = " MindSpore's nn.GELU defaults to the tanh form (approximate=True), torch's to the " \
-        "exact one." if all(name.startswith("gelu") for name in applied) else ""
+        "exact one." if all(name.startswith("gelu") for name, _ in applied) else ""
+    if torch_layout != ms_layout:
+        gelu += f" MindSpore also hands it on {ms_layout}, torch {torch_layout}."
     return Diagnosis(cause="activation between modules differs",
                      detail=f"between {previous[0].name} and {t.name}, torch applies "
-                            f"{applied[0]}, MindSpore {applied[1]} (told from {t.name}'s input "
-                            "on each side): an activation written as a function in the forward, "
-                            f"or passed as a setting (TransformerEncoderLayer's activation).{gelu}",
-                     confidence="likely")
+                            f"{torch_activation}, MindSpore {ms_activation} (told from {t.name}'s "
+                            "input on each side): an activation written as a function in the "
+                            "forward, or passed as a setting (TransformerEncoderLayer's "
+                            f"activation).{gelu}", confidence="likely")
