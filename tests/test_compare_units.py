@@ -731,3 +731,30 @@ def test_a_softmax_over_another_axis_is_named(torch_dim, ms_axis, named):
     else:
         assert (diagnosis.cause, diagnosis.confidence) == ("nn.Softmax axis differs", "certain")
         assert named in diagnosis.detail
+
+
+@pytest.mark.parametrize("torch_alpha, ms_alpha, named", [
+    (1.0, None, None), (0.5, 0.5, None),
+    (0.5, None, "torch act has alpha=0.5, MindSpore act alpha=1.0; set alpha=0.5; "
+                   "MindSpore 2.8.0's nn.ELU runs only alpha=1.0 on CPU"),
+])
+def test_an_elu_of_another_alpha_is_named(torch_alpha, ms_alpha, named):
+    """MindSpore's nn.ELU keeps its alpha in the primitive it calls (read by the capture), and
+    its CPU kernel runs only alpha=1.0: torch's ELU(alpha=0.5) ported as nn.ELU() was "module
+    computes something different"."""
+    import mindspore.nn as msnn
+    import torch.nn as tnn
+
+    from parity.capture.hooks import module_attrs, op_type
+    from parity.compare.settings import settings_cause
+    torch_elu = tnn.ELU(alpha=torch_alpha)
+    ms_elu = msnn.ELU() if ms_alpha is None else msnn.ELU(ms_alpha)
+    t, m = (dataclasses.replace(_forward("act", op_type(module), (2, 8), 1),
+                                attrs=module_attrs(module)) for module in (torch_elu, ms_elu))
+    assert t.op == m.op == "elu"
+    diagnosis = settings_cause(t, m)
+    if named is None:
+        assert diagnosis is None
+    else:
+        assert (diagnosis.cause, diagnosis.confidence) == ("elu alpha differs", "certain")
+        assert named in diagnosis.detail, diagnosis.detail

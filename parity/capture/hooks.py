@@ -21,7 +21,7 @@ OPS = {
     "ReLU": "relu", "ReLU6": "relu6", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid",
     "Tanh": "tanh", "Softmax": "softmax", "LogSoftmax": "logsoftmax", "LeakyReLU": "leakyrelu",
     "SELU": "selu", "SeLU": "selu", "Hardswish": "hardswish", "HSwish": "hardswish",
-    "Hardsigmoid": "hardsigmoid", "HSigmoid": "hardsigmoid",
+    "Hardsigmoid": "hardsigmoid", "HSigmoid": "hardsigmoid", "ELU": "elu",
     "MaxPool1d": "maxpool1d", "AvgPool1d": "avgpool1d", "AdaptiveAvgPool1d": "adaptiveavgpool1d",
     "MaxPool2d": "maxpool2d", "AvgPool2d": "avgpool2d",
     "AdaptiveAvgPool2d": "globalavgpool", "GlobalAvgPool": "globalavgpool",
@@ -43,7 +43,7 @@ ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "
                    "count_include_pad", "dim", "axis")
 # Settings a MindSpore cell keeps only in the primitive it calls: (primitive attribute, setting).
 PRIMITIVE_SETTINGS = {"ceil_mode": ("max_pool", "avg_pool"), "count_include_pad": ("avg_pool",),
-                      "axis": ("softmax", "log_softmax")}
+                      "axis": ("softmax", "log_softmax"), "alpha": ("elu",)}
 
 
 def op_type(module: Any) -> str:
@@ -78,7 +78,7 @@ def module_attrs(module: Any) -> Dict[str, Any]:
     for name, primitives in PRIMITIVE_SETTINGS.items():
         for primitive in primitives:
             value = getattr(getattr(module, primitive, None), name, None)
-            if name not in attrs and isinstance(value, (bool, int, tuple)):
+            if name not in attrs and isinstance(value, (bool, int, float, tuple)):
                 attrs[name] = json_value(value)
     return attrs
 

@@ -298,6 +298,9 @@ SAME_NAMED_SETTINGS = {
                                                   "pad_mode='pad')"),
     "count_include_pad": (("avgpool",), None, ""),
     "num_groups": (("groupnorm",), None, " (the weights have the same shapes either way)"),
+    "alpha": (("elu",), None, "; MindSpore 2.8.0's nn.ELU runs only alpha=1.0 on CPU (\"alpha "
+                              "must be 1.0f\"), so write it out there: ops.where(x > 0, x, "
+                              "alpha * ops.expm1(x))"),
 }
 
 
@@ -310,12 +313,20 @@ def _same_named_setting_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosi
     for key, (families, ms_default, advice) in SAME_NAMED_SETTINGS.items():
         torch_value, ms_value = t.attrs.get(key), m.attrs.get(key, ms_default)
         if family in families and None not in (torch_value, ms_value) and \
-                torch_value != ms_value:
+                not _same_value(torch_value, ms_value):
             return Diagnosis(cause=f"{m.op} {key} differs",
                              detail=f"torch {t.name} has {key}={torch_value}, MindSpore "
                                     f"{m.name} {key}={ms_value}; set {key}={torch_value}"
                                     f"{advice}.", confidence="certain")
     return None
+
+
+def _same_value(a, b) -> bool:
+    """Settings compared as written; a float to float32 rounding (a MindSpore primitive may
+    keep it in float32)."""
+    if isinstance(a, float) or isinstance(b, float):
+        return bool(np.isclose(a, b, rtol=1e-6, atol=0))
+    return a == b
 
 
 def _softmax_axis_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
