@@ -15,6 +15,9 @@ KINDS: Tuple[str, ...] = ("input", "forward", "loss", "grad", "update", "optimiz
 KIND_RANK = {kind: rank for rank, kind in enumerate(KINDS)}
 # The kinds of a parameter's records (a gradient, also w.r.t. a module's output), named by it.
 PARAM_KINDS = ("grad", "update", "optimizer_state", "weight", "buffer")
+# The op types of modules that drop at random in training: dropout, and stochastic depth
+# (torchvision's StochasticDepth, timm's and mindcv's DropPath), which drops a sample's branch.
+DROPPING_OPS = ("dropout", "droppath")
 
 
 @dataclass(frozen=True)

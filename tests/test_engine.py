@@ -576,6 +576,26 @@ def test_a_feature_map_flattened_channels_last_is_named(ms_model):
             "(channels last) in MindSpore" in result.diagnosis.detail
 
 
+@pytest.mark.parametrize("ms_model, first, cause, named", [
+    ("ms_drop_path", None, None, None),
+    ("ms_drop_path_other_rate", "drop_path", "DropPath rate differs",
+     "torch drop_path drops a sample's branch with probability 0.2, MindSpore drop_path with "
+     "0.1"),
+])
+def test_stochastic_depth_runs_as_identity_and_its_rate_is_compared(ms_model, first, cause,
+                                                                     named):
+    """torchvision's StochasticDepth and a DropPath cell run as identity in both captures, as
+    dropout does (torch's drew its own random rows: the step was not deterministic), and
+    their rates are compared. The port's cell making its output from constants, which no
+    gradient reaches, is captured too (MindSpore refused the gradient hook: "the MindSpore
+    model failed")."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_drop_path(), getattr(tiny, ms_model)(), image_size=16)
+    _assert_named_at_forward(result, first, cause, named)
+    assert "ran as identity on both sides" in " ".join(result.meta.notes)
+
+
 def test_parameters_named_or_held_otherwise_by_mindspore_are_transferred():
     """A LayerScale's gamma named so on both sides, nn.PReLU's weight (MindSpore's w), a
     BatchNorm(affine=False), whose MindSpore side keeps a frozen gamma of ones and beta of

@@ -376,6 +376,68 @@ def ms_flattened_channels_last() -> msnn.Cell:
     return _MsFlattened(channels_last=True)
 
 
+# A residual block with stochastic depth on its branch (torchvision's StochasticDepth; the port
+# with a DropPath written as mindcv's), and a net whose port scales by the output of a cell that
+# builds it from constants (no gradient flows to it).
+class _TorchDropPath(tnn.Module):
+    def __init__(self) -> None:
+        from torchvision.ops import StochasticDepth
+        super().__init__()
+        self.stem = tnn.Conv2d(3, 8, 3, padding=1)
+        self.conv = tnn.Conv2d(8, 8, 3, padding=1)
+        self.drop_path = StochasticDepth(0.2, "row")
+        self.fc = tnn.Linear(8, 10)
+
+    def forward(self, x):
+        y = self.stem(x)
+        return self.fc((y + self.drop_path(self.conv(y))).mean((2, 3)) * 2.0)
+
+
+class DropPath(msnn.Cell):
+    """Drops a sample's whole branch in training, as mindcv's DropPath."""
+
+    def __init__(self, drop_prob: float) -> None:
+        super().__init__()
+        self.keep_prob = 1.0 - drop_prob
+        self.dropout = msnn.Dropout(p=drop_prob)
+
+    def construct(self, x):
+        if self.keep_prob == 1.0 or not self.training:
+            return x
+        return x * self.dropout(ops.ones((x.shape[0],) + (1,) * (x.ndim - 1), x.dtype))
+
+
+class _Twos(msnn.Cell):
+    def construct(self, x):
+        return ops.ones((x.shape[0], 8), x.dtype) * 2.0
+
+
+class _MsDropPath(msnn.Cell):
+    def __init__(self, drop_prob: float) -> None:
+        super().__init__()
+        self.stem = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.conv = msnn.Conv2d(8, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.drop_path = DropPath(drop_prob)
+        self.scale = _Twos()
+        self.fc = msnn.Dense(8, 10)
+
+    def construct(self, x):
+        y = self.stem(x)
+        return self.fc((y + self.drop_path(self.conv(y))).mean((2, 3)) * self.scale(x))
+
+
+def torch_drop_path() -> tnn.Module:
+    return _TorchDropPath()
+
+
+def ms_drop_path() -> msnn.Cell:
+    return _MsDropPath(0.2)
+
+
+def ms_drop_path_other_rate() -> msnn.Cell:
+    return _MsDropPath(0.1)
+
+
 # A 1-D conv net (audio, time series). MindSpore computes its 1-D convs and pools as 2-D ones
 # over a height of 1: nn.Conv1d's weight is (out, in, 1, k), torch's (out, in, k).
 def torch_conv1d() -> tnn.Module:

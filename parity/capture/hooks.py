@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from parity.records import DROPPING_OPS
 from parity.sketch import input_sketch, other_input_sketch
 
 # Operation types that mean the same thing in both frameworks, keyed by class name.
@@ -28,6 +29,7 @@ OPS = {
     "Linear": "dense", "Dense": "dense", "Flatten": "flatten", "Dropout": "dropout",
     "Dropout1d": "dropout", "Dropout2d": "dropout", "Dropout3d": "dropout",
     "DropoutExt": "dropout", "Dropout2dExt": "dropout", "AlphaDropout": "dropout",
+    "StochasticDepth": "droppath", "DropPath": "droppath",
     "Identity": "identity", "Embedding": "embedding", "MultiheadAttention": "attention",
     "LSTM": "lstm", "GRU": "gru", "RNN": "rnn",
     "Sequential": "sequential", "SequentialCell": "sequential",
@@ -40,7 +42,7 @@ ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "
                    "inplace", "negative_slope", "alpha", "p", "keep_prob", "approximate",
                    "output_padding", "mode", "align_corners", "padding_idx", "padding_mode",
                    "num_heads", "batch_first", "track_running_stats", "num_groups",
-                   "count_include_pad", "dim", "axis")
+                   "count_include_pad", "dim", "axis", "drop_prob")
 # Settings a MindSpore cell keeps only in the primitive it calls: (primitive attribute, setting).
 PRIMITIVE_SETTINGS = {"ceil_mode": ("max_pool", "avg_pool"), "count_include_pad": ("avg_pool",),
                       "axis": ("softmax", "log_softmax"), "alpha": ("elu",)}
@@ -51,9 +53,10 @@ def op_type(module: Any) -> str:
 
 
 def dropout_modules(named_modules: Iterable[Tuple[str, Any]]) -> List[Tuple[str, Any]]:
-    """The dropout modules, which the captures run as identity: the two frameworks draw their
-    random masks differently, so no mask can be compared. Their rates are compared instead."""
-    return [(name, module) for name, module in named_modules if op_type(module) == "dropout"]
+    """The dropout and stochastic-depth modules, which the captures run as identity (in eval
+    mode): the two frameworks draw their random masks differently, so no mask can be compared.
+    Their rates are compared instead."""
+    return [(name, module) for name, module in named_modules if op_type(module) in DROPPING_OPS]
 
 
 def json_value(value: Any) -> Any:

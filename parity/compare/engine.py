@@ -26,8 +26,8 @@ from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
                                     with_allowance, worst_elements)
 from parity.compare.tolerance import TolerancePolicy
 from parity.errors import ParityInputError, first_few
-from parity.records import (KIND_RANK, PARAM_KINDS, Comparison, Divergence, Meta, RecordInfo,
-                            TensorStats)
+from parity.records import (DROPPING_OPS, KIND_RANK, PARAM_KINDS, Comparison, Divergence, Meta,
+                            RecordInfo, TensorStats)
 from parity.resources import peak_resident_mb
 from parity.result import CheckResult, RecordDetail
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
@@ -612,7 +612,8 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
     noisy = [c for c in comparisons if c.fp32_noise >= MOSTLY_NOISE]     # NaN: no float64
     if noisy:
         notes.append(_noise_note(noisy))
-    dropouts = [r.name for r in torch_run.records if r.kind == "forward" and r.op == "dropout"]
+    dropouts = [r.name for r in torch_run.records
+                if r.kind == "forward" and r.op in DROPPING_OPS]
     if dropouts:
         notes.append(f"{len(dropouts)} dropout module{'s' if len(dropouts) > 1 else ''} "
                      f"({first_few(dropouts)}) ran as identity on both sides: the frameworks "

@@ -27,6 +27,12 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
         m = dataclasses.replace(m, attrs=_in_one_dimension(m.attrs))
     ta, ma = t.attrs, m.attrs
     rates = different_drop_rates(t, m)
+    if rates is not None and t.op == "droppath":
+        return Diagnosis(cause="DropPath rate differs",
+                         detail=f"torch {t.name} drops a sample's branch with probability "
+                                f"{rates[0]:g}, MindSpore {m.name} with {rates[1]:g} (stochastic "
+                                "depth runs as identity in both captures, so only its rate can "
+                                "differ here).", confidence="certain")
     if rates is not None:
         keep_prob = " MindSpore's nn.Dropout takes keep_prob as its first argument: write " \
             f"nn.Dropout(p={rates[0]:g})." if "p" not in ma else ""
