@@ -274,13 +274,17 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     problems: List[str] = []
     ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
     for name in alignment.unmatched_mindspore:
-        if _norm_group_torch_lacks(name, alignment.unmatched_mindspore, left_out or set(),
-                                   state_dict):
-            continue
+        group = _norm_group_torch_lacks(name, alignment.unmatched_mindspore, state_dict)
+        if group and set(group) <= (left_out or set()):
+            continue        # frozen at the identity torch applies without them
         alike = [f"{alias} to {key}" for alias, key in tied.items()
                  if tuple(state_dict[alias].shape) == ms_shapes[name][0]]
         untied = f": torch ties {', '.join(alike)} (one parameter); tie the port's as well" \
             if alike else ""
+        if group and split_param(name)[1] == "gamma":
+            untied = f": torch's {split_param(name)[0]} has no weight or bias (a norm built " \
+                "with affine=False or elementwise_affine=False); freeze the port's " \
+                f"{' and '.join(group)} (requires_grad=False) at ones and zeros"
         problems.append(f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch "
                         f"tensor (missing key){untied}")
     transferred = set(alignment.mindspore_to_torch.values())
@@ -427,19 +431,20 @@ NORM_GROUPS = ((("gamma", "beta"), ("weight", "bias")),
                 ("running_mean", "running_var", "num_batches_tracked")))
 
 
-def _norm_group_torch_lacks(name: str, unmatched: Sequence[str], left_out: Set[str],
-                            state_dict: Mapping[str, np.ndarray]) -> bool:
-    """Whether ``name`` belongs to a group of frozen norm parameters at their initial values
-    (``left_out``) none of which found a torch tensor, while torch holds nothing for that group
-    in the module of the same name: a BatchNorm(affine=False), not a weights file that lost
-    one of its running statistics (that is a missing key)."""
+def _norm_group_torch_lacks(name: str, unmatched: Sequence[str],
+                            state_dict: Mapping[str, np.ndarray]) -> List[str]:
+    """The group of norm parameters ``name`` belongs to (gamma and beta, or the running
+    statistics) if none of it found a torch tensor while torch holds nothing for that group in
+    the module of the same name (a BatchNorm(affine=False), not a weights file that lost one of
+    its running statistics: that is a missing key); else []."""
     module, role = split_param(name)
     for group, torch_roles in NORM_GROUPS:
         if role in group:
             names = [f"{module}.{member}" for member in group]
-            return all(n in unmatched and n in left_out for n in names) and \
+            lacks = all(n in unmatched for n in names) and \
                 not any(f"{module}.{torch_role}" in state_dict for torch_role in torch_roles)
-    return False
+            return names if lacks else []
+    return []
 
 
 def frozen_norm_defaults(net) -> Set[str]:

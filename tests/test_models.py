@@ -178,7 +178,11 @@ def test_transfer_takes_the_same_name_first_and_leaves_out_only_what_it_is_told(
     assert plan_transfer(state_dict, specs, left_out={"bn.gamma", "bn.beta"}) == {
         "ls.gamma": "ls.gamma", "act.w": "act.weight", "bn.moving_mean": "bn.running_mean",
         "bn.moving_variance": "bn.running_var"}
-    with pytest.raises(ParityInputError, match=r"bn\.gamma \(8,\) receives no torch tensor"):
+    # trainable there: torch's norm has no weight or bias, and the refusal says to freeze them
+    with pytest.raises(ParityInputError, match=r"bn\.gamma \(8,\) receives no torch tensor "
+                       r"\(missing key\): torch's bn has no weight or bias \(a norm built with "
+                       r"affine=False or elementwise_affine=False\); freeze the port's bn\.gamma "
+                       r"and bn\.beta \(requires_grad=False\)"):
         plan_transfer(state_dict, specs)
     # a weights file that lost one running statistic: a missing key, frozen initial values or
     # not (convert-weights wrote such a file without a word)
