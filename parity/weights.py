@@ -315,8 +315,11 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         seen[torch_name] = ms_name
         t_shape, (m_shape, m_dtype) = tuple(state_dict[torch_name].shape), ms_shapes[ms_name]
         if layout(t_shape) != layout(m_shape):
+            transposed = ", its transpose: the port holds the weight as (in, out) for x @ W; " \
+                "parity transfers no transposes: hold it as (out, in) and compute x @ W.T, " \
+                "as nn.Dense does" if len(t_shape) == 2 and t_shape[::-1] == m_shape else ""
             problems.append(f"{torch_name}: torch shape {t_shape} but MindSpore {ms_name} "
-                            f"expects {m_shape}")
+                            f"expects {m_shape}{transposed}")
             misfits.append((t_shape, m_shape))
         t_dtype = str(state_dict[torch_name].dtype)
         if t_dtype != m_dtype:
