@@ -596,6 +596,25 @@ def test_stochastic_depth_runs_as_identity_and_its_rate_is_compared(ms_model, fi
     assert "ran as identity on both sides" in " ".join(result.meta.notes)
 
 
+@pytest.mark.parametrize("ms_model", ["ms_projected", "ms_projected_transposed"])
+def test_a_ports_own_dense_cell_is_checked_and_blamed_as_a_dense(ms_model):
+    """The port's own dense cell (no op type parity knows) stands for torch's Linear: computing
+    x @ W.T + b it passes; using the square weight transposed it is blamed as a dense layer
+    computing otherwise (was "different operation: torch proj is dense, MindSpore proj is
+    module")."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_projected(), getattr(tiny, ms_model)(), image_size=16)
+    assert result.passed == (ms_model == "ms_projected"), result.diagnosis
+    if not result.passed:
+        assert (result.first_divergence.name, result.first_divergence.kind) == \
+            ("proj", "forward")
+        assert result.diagnosis.cause == "dense computes something different"
+        assert "torch proj is dense, MindSpore proj a cell of its own class, whose construct " \
+            "computes otherwise from the same weights (a weight used transposed" in \
+            result.diagnosis.detail
+
+
 def test_parameters_named_or_held_otherwise_by_mindspore_are_transferred():
     """A LayerScale's gamma named so on both sides, nn.PReLU's weight (MindSpore's w), a
     BatchNorm(affine=False), whose MindSpore side keeps a frozen gamma of ones and beta of

@@ -438,6 +438,53 @@ def ms_drop_path_other_rate() -> msnn.Cell:
     return _MsDropPath(0.1)
 
 
+# A net with a square projection, and ports of it as a dense cell of their own: one computes
+# x @ W.T + b as nn.Dense does, the other x @ W + b (the weight used transposed).
+class _TorchProjected(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = tnn.Conv2d(3, 8, 3, stride=4, padding=1)
+        self.proj = tnn.Linear(8, 8)
+        self.fc = tnn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(self.proj(self.conv(x).mean((2, 3))).relu())
+
+
+class _OwnDense(msnn.Cell):
+    def __init__(self, transposed: bool) -> None:
+        super().__init__()
+        self.weight = mindspore.Parameter(mindspore.Tensor(np.zeros((8, 8), np.float32)))
+        self.bias = mindspore.Parameter(mindspore.Tensor(np.zeros(8, np.float32)))
+        self.transposed = transposed
+
+    def construct(self, x):
+        return ops.matmul(x, self.weight if self.transposed else self.weight.T) + self.bias
+
+
+class _MsProjected(msnn.Cell):
+    def __init__(self, transposed: bool) -> None:
+        super().__init__()
+        self.conv = msnn.Conv2d(3, 8, 3, stride=4, pad_mode="pad", padding=1, has_bias=True)
+        self.proj = _OwnDense(transposed)
+        self.fc = msnn.Dense(8, 10)
+
+    def construct(self, x):
+        return self.fc(ops.relu(self.proj(self.conv(x).mean((2, 3)))))
+
+
+def torch_projected() -> tnn.Module:
+    return _TorchProjected()
+
+
+def ms_projected() -> msnn.Cell:
+    return _MsProjected(transposed=False)
+
+
+def ms_projected_transposed() -> msnn.Cell:
+    return _MsProjected(transposed=True)
+
+
 # A 1-D conv net (audio, time series). MindSpore computes its 1-D convs and pools as 2-D ones
 # over a height of 1: nn.Conv1d's weight is (out, in, 1, k), torch's (out, in, k).
 def torch_conv1d() -> tnn.Module:

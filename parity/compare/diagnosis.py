@@ -117,10 +117,7 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         if given is not None:
             return given
     if t.op != m.op:
-        return Diagnosis(cause="different operation",
-                         detail=f"torch {t.name} is {t.op or '?'}, MindSpore {m.name} is "
-                                f"{m.op or '?'}; everything before it matched.",
-                         confidence="guess")
+        return _different_operation(t, m)
     if t.op == m.op == "tanh":
         found = kernels.tanh_cause(first.name, a, b)
         if found is not None:
@@ -296,6 +293,27 @@ def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
         return _random_step(torch_run, ms_run, comparisons) or \
             _ill_conditioned(first, t, torch_run) or found
     return found
+
+
+def _different_operation(t: RecordInfo, m: RecordInfo) -> Diagnosis:
+    """Two modules of different op types whose output is the first to differ. One of a class
+    parity has no op type for ("module": the port's own dense cell, say) is most often that
+    class computing otherwise from the same weights."""
+    own_class = {"torch": (t, "module", "forward"), "MindSpore": (m, "cell", "construct")}
+    known = [side for side, (record, _, _) in own_class.items() if record.op not in ("", "module")]
+    if len(known) == 1:
+        other = "MindSpore" if known[0] == "torch" else "torch"
+        record, what, method = own_class[other]
+        typed = own_class[known[0]][0]
+        return Diagnosis(cause=f"{typed.op} computes something different",
+                         detail=f"{known[0]} {typed.name} is {typed.op}, {other} {record.name} a "
+                                f"{what} of its own class, whose {method} computes otherwise "
+                                "from the same weights (a weight used transposed, a bias left "
+                                "out, another formula); everything before it matched.",
+                         confidence="guess")
+    return Diagnosis(cause="different operation",
+                     detail=f"torch {t.name} is {t.op or '?'}, MindSpore {m.name} is "
+                            f"{m.op or '?'}; everything before it matched.", confidence="guess")
 
 
 def _random_step(torch_run: RunReader, ms_run: RunReader,
