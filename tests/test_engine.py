@@ -615,6 +615,22 @@ def test_a_ports_own_dense_cell_is_checked_and_blamed_as_a_dense(ms_model):
             result.diagnosis.detail
 
 
+@pytest.mark.parametrize("ms_model, first, cause, named", [
+    ("ms_frozen_norm", None, None, None),
+    ("ms_frozen_norm_batch_statistics", "1", "BatchNorm statistics differ",
+     "torch 1 normalises with its running statistics (a FrozenBatchNorm2d, or one in eval "
+     "mode), MindSpore 1 with the batch's: pass use_batch_statistics=False"),
+])
+def test_a_frozen_batchnorm_is_checked_and_one_using_batch_statistics_named(ms_model, first,
+                                                                           cause, named):
+    """torchvision's FrozenBatchNorm2d is a BatchNorm always using its running statistics: the
+    port using batch statistics for it was blamed on "a module of its own class"."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_frozen_norm(), getattr(tiny, ms_model)(), image_size=16)
+    _assert_named_at_forward(result, first, cause, named)
+
+
 def test_parameters_named_or_held_otherwise_by_mindspore_are_transferred():
     """A LayerScale's gamma named so on both sides, nn.PReLU's weight (MindSpore's w), a
     BatchNorm(affine=False), whose MindSpore side keeps a frozen gamma of ones and beta of

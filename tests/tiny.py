@@ -485,6 +485,37 @@ def ms_projected_transposed() -> msnn.Cell:
     return _MsProjected(transposed=True)
 
 
+# A conv net with torchvision's FrozenBatchNorm2d (detection backbones use it: running
+# statistics always, weight and bias as buffers), and its port: a BatchNorm2d using its running
+# statistics with gamma and beta frozen; one variant leaves use_batch_statistics None.
+def torch_frozen_norm() -> tnn.Module:
+    import torch
+    from torchvision.ops.misc import FrozenBatchNorm2d
+    net = tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1), FrozenBatchNorm2d(8), tnn.ReLU(),
+                         tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))
+    generator = torch.Generator().manual_seed(0)
+    for name, low, high in (("running_mean", -0.5, 0.5), ("running_var", 0.5, 2.0),
+                            ("weight", 0.5, 1.5), ("bias", -0.5, 0.5)):
+        getattr(net[1], name).copy_(torch.empty(8).uniform_(low, high, generator=generator))
+    return net
+
+
+def _ms_frozen_norm(batch_statistics: Optional[bool]) -> msnn.Cell:
+    norm = msnn.BatchNorm2d(8, use_batch_statistics=batch_statistics)
+    norm.gamma.requires_grad = norm.beta.requires_grad = False
+    return msnn.SequentialCell([
+        msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True), norm, msnn.ReLU(),
+        GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
+
+
+def ms_frozen_norm() -> msnn.Cell:
+    return _ms_frozen_norm(batch_statistics=False)
+
+
+def ms_frozen_norm_batch_statistics() -> msnn.Cell:
+    return _ms_frozen_norm(batch_statistics=None)
+
+
 # A 1-D conv net (audio, time series). MindSpore computes its 1-D convs and pools as 2-D ones
 # over a height of 1: nn.Conv1d's weight is (out, in, 1, k), torch's (out, in, k).
 def torch_conv1d() -> tnn.Module:

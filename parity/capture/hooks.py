@@ -18,6 +18,7 @@ OPS = {
     "Conv1dTranspose": "convtranspose1d", "Conv2dTranspose": "convtranspose2d",
     "Upsample": "upsample", "UpsamplingBilinear2d": "upsample", "UpsamplingNearest2d": "upsample",
     "BatchNorm1d": "batchnorm1d", "BatchNorm2d": "batchnorm2d", "LayerNorm": "layernorm",
+    "FrozenBatchNorm2d": "batchnorm2d",
     "GroupNorm": "groupnorm",
     "ReLU": "relu", "ReLU6": "relu6", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid",
     "Tanh": "tanh", "Softmax": "softmax", "LogSoftmax": "logsoftmax", "LeakyReLU": "leakyrelu",
@@ -78,12 +79,30 @@ def module_attrs(module: Any) -> Dict[str, Any]:
         if hasattr(value, "asnumpy"):          # MindSpore Parameter / Tensor
             value = value.asnumpy()
         attrs[name] = json_value(value)
+    statistics = _batch_statistics(module)
+    if statistics is not None:
+        attrs["batch_statistics"] = statistics
     for name, primitives in PRIMITIVE_SETTINGS.items():
         for primitive in primitives:
             value = getattr(getattr(module, primitive, None), name, None)
             if name not in attrs and isinstance(value, (bool, int, float, tuple)):
                 attrs[name] = json_value(value)
     return attrs
+
+
+def _batch_statistics(module: Any) -> Optional[bool]:
+    """Whether a BatchNorm normalises with the batch's statistics in the step (else with its
+    running ones): torch's in training mode or keeping none, never torchvision's
+    FrozenBatchNorm2d; MindSpore's as use_batch_statistics says, or as its training flag when
+    that is None. None for other modules."""
+    if type(module).__name__ == "FrozenBatchNorm2d":
+        return False
+    if not op_type(module).startswith("batchnorm"):
+        return None
+    if hasattr(module, "use_batch_statistics"):                     # MindSpore
+        chosen = module.use_batch_statistics
+        return bool(module.training) if chosen is None else bool(chosen)
+    return bool(module.training) or getattr(module, "running_mean", None) is None
 
 
 # attrs of a "grad" record that is the gradient w.r.t. a module's output, not a parameter's

@@ -99,13 +99,22 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                 "in eval mode. The training step agrees; inference would not. "
                                 "Pass use_batch_statistics=True.", confidence="certain")
     if m.op.startswith("batchnorm") and t.op.startswith("batchnorm"):
-        if ta.get("training") and ma.get("use_batch_statistics") is False:
+        if ta.get("batch_statistics") is False and ma.get("batch_statistics"):
+            return Diagnosis(cause="BatchNorm statistics differ",
+                             detail=f"torch {t.name} normalises with its running statistics "
+                                    "(a FrozenBatchNorm2d, or one in eval mode), MindSpore "
+                                    f"{m.name} with the batch's: pass use_batch_statistics=False "
+                                    "(and freeze its gamma and beta where torch's are buffers).",
+                             confidence="certain")
+        if ta.get("batch_statistics", ta.get("training")) and \
+                ma.get("use_batch_statistics") is False:
             return Diagnosis(cause="MindSpore network not in training mode",
                              detail=f"{m.name} has use_batch_statistics=False: it normalises "
                                     "with its running statistics even in training, where torch "
                                     "uses batch statistics; leave it None.",
                              confidence="certain")
-        if ta.get("training") and ma.get("training") is False:
+        if ta.get("batch_statistics", ta.get("training")) and ma.get("training") is False and \
+                ma.get("use_batch_statistics") is None:
             return Diagnosis(cause="MindSpore network not in training mode",
                              detail=f"{m.name} normalised with its running statistics while "
                                     "torch used batch statistics; call net.set_train(True).",
