@@ -491,7 +491,8 @@ def test_modules_run_in_another_order_are_named(torch_model, ms_model, moved, el
      "MindSpore encoder.self_attn batch_first=False"),
     ("torch_lstm", "ms_lstm", None, None, None),
     ("torch_lstm", "ms_lstm_sequence_first", "rnn.out0", "LSTM batch_first differs",
-     "pass batch_first=True to the MindSpore layer")])
+     "torch rnn has batch_first=True, MindSpore rnn batch_first=False: with False the first "
+     "dimension is read as the sequence")])
 def test_a_sequence_layer_set_up_otherwise_is_named(torch_model, ms_model, first, cause, named):
     """The same weights split into other heads, or the batch read as the sequence, were told
     "module computes something different" (a guess), and an LSTM's "extra operation in the

@@ -7,6 +7,7 @@ argument to write.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -377,6 +378,8 @@ def _sequence_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     if not t.op == m.op or t.op not in SEQUENCE_OPS:
         return None
     ta, ma = t.attrs, m.attrs
+    # named by module: an LSTM's first output is the record rnn.out0
+    t, m = (dataclasses.replace(r, name=re.sub(r"\.out\d+$", "", r.name)) for r in (t, m))
     if ta.get("batch_first") is not None and ma.get("batch_first") is not None and \
             ta["batch_first"] != ma["batch_first"]:
         return Diagnosis(cause=f"{SEQUENCE_OPS[t.op]} batch_first differs",
