@@ -279,14 +279,14 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
             continue        # frozen at the identity torch applies without them
         alike = [f"{alias} to {key}" for alias, key in tied.items()
                  if tuple(state_dict[alias].shape) == ms_shapes[name][0]]
-        untied = f": torch ties {', '.join(alike)} (one parameter); tie the port's as well" \
+        advice = f": torch ties {', '.join(alike)} (one parameter); tie the port's as well" \
             if alike else ""
         if group and split_param(name)[1] == "gamma":
-            untied = f": torch's {split_param(name)[0]} has no weight or bias (a norm built " \
+            advice = f": torch's {split_param(name)[0]} has no weight or bias (a norm built " \
                 "with affine=False or elementwise_affine=False); freeze the port's " \
                 f"{' and '.join(group)} (requires_grad=False) at ones and zeros"
         problems.append(f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch "
-                        f"tensor (missing key){untied}")
+                        f"tensor (missing key){advice}")
     transferred = set(alignment.mindspore_to_torch.values())
     for name in alignment.unmatched_torch:
         if _a_tie_the_file_lost(state_dict, name, alignment.mindspore_to_torch, port_ties):

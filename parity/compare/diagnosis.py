@@ -299,18 +299,17 @@ def _different_operation(t: RecordInfo, m: RecordInfo) -> Diagnosis:
     """Two modules of different op types whose output is the first to differ. One of a class
     parity has no op type for ("module": the port's own dense cell, say) is most often that
     class computing otherwise from the same weights."""
-    own_class = {"torch": (t, "module", "forward"), "MindSpore": (m, "cell", "construct")}
-    known = [side for side, (record, _, _) in own_class.items() if record.op not in ("", "module")]
-    if len(known) == 1:
-        other = "MindSpore" if known[0] == "torch" else "torch"
-        record, what, method = own_class[other]
-        typed = own_class[known[0]][0]
+    torch_side, ms_side = ("torch", t, "module", "forward"), ("MindSpore", m, "cell", "construct")
+    unknown = [side for side in (torch_side, ms_side) if side[1].op in ("", "module")]
+    if len(unknown) == 1:
+        own, _, what, method = unknown[0]
+        typed_side, typed = (torch_side if unknown[0] is ms_side else ms_side)[:2]
         return Diagnosis(cause=f"{typed.op} computes something different",
-                         detail=f"{known[0]} {typed.name} is {typed.op}, {other} {record.name} a "
-                                f"{what} of its own class, whose {method} computes otherwise "
-                                "from the same weights (a weight used transposed, a bias left "
-                                "out, another formula); everything before it matched.",
-                         confidence="guess")
+                         detail=f"{typed_side} {typed.name} is {typed.op}, {own} "
+                                f"{unknown[0][1].name} a {what} of its own class, whose {method} "
+                                "computes otherwise from the same weights (a weight used "
+                                "transposed, a bias left out, another formula); everything "
+                                "before it matched.", confidence="guess")
     return Diagnosis(cause="different operation",
                      detail=f"torch {t.name} is {t.op or '?'}, MindSpore {m.name} is "
                             f"{m.op or '?'}; everything before it matched.", confidence="guess")
