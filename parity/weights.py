@@ -252,6 +252,13 @@ def _the_state_dict(path: Path, loaded: Dict) -> Dict:
     return loaded
 
 
+# An integer or boolean torch tensor no MindSpore parameter takes is a constant the port holds
+# as a plain tensor (Swin's relative_position_index, BERT's position_ids, GPT-2's causal mask):
+# it is left out of the transfer, listed as an unmatched torch buffer, and a port computing it
+# otherwise shows in the forward. No parameter is integer, so none is left out so.
+CONSTANT_TABLES = "biu"
+
+
 def plan_transfer(state_dict: Mapping[str, np.ndarray],
                   mindspore_params: Sequence[Tuple[str, Tuple[int, ...], str]],
                   overrides: Optional[Mapping[str, str]] = None,
@@ -291,6 +298,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     for name in alignment.unmatched_torch:
         if _a_tie_the_file_lost(state_dict, name, alignment.mindspore_to_torch, port_ties):
             continue
+        if state_dict[name].dtype.kind in CONSTANT_TABLES:
+            continue        # a constant the port computes itself (CONSTANT_TABLES)
         module, role = split_param(name)
         shape = tuple(state_dict[name].shape)
         why = f": the MindSpore layer taking {module}.weight has no bias (nn.Conv2d and " \

@@ -632,6 +632,18 @@ def test_a_frozen_batchnorm_is_checked_and_one_using_batch_statistics_named(ms_m
     _assert_named_at_forward(result, first, cause, named)
 
 
+def test_an_index_buffer_the_port_holds_as_a_plain_tensor_is_left_out_and_listed():
+    """A relative-position bias indexed by an integer torch buffer (Swin), which the port
+    computes as a plain tensor: the transfer refused the correct port ("torch tensor index
+    (4, 4) is used by no MindSpore parameter (extra key)"); it passes now, the buffer listed
+    as having no MindSpore counterpart."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_relative_bias(), tiny.ms_relative_bias(), image_size=16)
+    assert result.passed, result.diagnosis
+    assert result.unmatched == {"torch buffer": ("index",)}
+
+
 def test_parameters_named_or_held_otherwise_by_mindspore_are_transferred():
     """A LayerScale's gamma named so on both sides, nn.PReLU's weight (MindSpore's w), a
     BatchNorm(affine=False), whose MindSpore side keeps a frozen gamma of ones and beta of

@@ -145,6 +145,21 @@ def test_transfer_refuses_extra_key():
         plan_transfer(state_dict, specs)
 
 
+def test_an_integer_or_boolean_constant_the_port_computes_itself_is_left_out():
+    """Swin's relative_position_index, BERT's position_ids, GPT-2's causal mask: integer and
+    boolean torch buffers a port holds as plain tensors, not parameters. The transfer refused
+    such a port ("extra key"); a float tensor without a taker is still refused."""
+    state_dict, specs = _specs()
+    state_dict["layer1.0.index"] = np.arange(16, dtype=np.int64).reshape(4, 4)
+    state_dict["layer1.0.mask"] = np.tril(np.ones((4, 4), bool))
+    plan = plan_transfer(state_dict, specs)
+    assert "layer1.0.index" not in plan.values() and "layer1.0.mask" not in plan.values()
+    state_dict["layer1.0.table"] = np.zeros(7, np.float32)
+    with pytest.raises(ParityInputError, match=r"1 problem\(s\): torch tensor layer1\.0\.table "
+                                               r"\(7,\) is used by no MindSpore parameter"):
+        plan_transfer(state_dict, specs)
+
+
 def test_transfer_refuses_wrong_shape():
     state_dict, specs = _specs()
     state_dict["fc.weight"] = np.zeros((11, 512), np.float32)

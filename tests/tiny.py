@@ -516,6 +516,49 @@ def ms_frozen_norm_batch_statistics() -> msnn.Cell:
     return _ms_frozen_norm(batch_statistics=None)
 
 
+# Attention over a feature map's positions with a learned relative-position bias, indexed as
+# Swin does by an integer buffer (torch) the port holds as a plain tensor.
+RELATIVE_INDEX = np.add.outer(np.arange(4), np.arange(4))       # 4×4, into a table of 7
+
+
+class _TorchRelativeBias(tnn.Module):
+    def __init__(self) -> None:
+        import torch
+        super().__init__()
+        self.conv = tnn.Conv2d(3, 4, 3, stride=4, padding=1)
+        self.table = tnn.Parameter(torch.linspace(-0.3, 0.3, 7))
+        self.register_buffer("index", torch.from_numpy(RELATIVE_INDEX))
+        self.fc = tnn.Linear(16, 10)
+
+    def forward(self, x):
+        y = self.conv(x).flatten(2)                                  # N, 4, 16
+        bias = self.table[self.index].repeat(4, 4)                  # 16, 16
+        return self.fc((y.transpose(1, 2) @ y / 4 + bias).softmax(-1).mean(1))
+
+
+class _MsRelativeBias(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = msnn.Conv2d(3, 4, 3, stride=4, pad_mode="pad", padding=1, has_bias=True)
+        self.table = mindspore.Parameter(mindspore.Tensor(np.zeros(7, np.float32)))
+        self.index = mindspore.Tensor(RELATIVE_INDEX)
+        self.fc = msnn.Dense(16, 10)
+
+    def construct(self, x):
+        y = self.conv(x)
+        y = y.reshape(y.shape[0], 4, 16)
+        bias = ops.tile(self.table[self.index], (4, 4))
+        return self.fc(ops.softmax(ops.matmul(y.transpose(0, 2, 1), y) / 4 + bias, -1).mean(1))
+
+
+def torch_relative_bias() -> tnn.Module:
+    return _TorchRelativeBias()
+
+
+def ms_relative_bias() -> msnn.Cell:
+    return _MsRelativeBias()
+
+
 # A 1-D conv net (audio, time series). MindSpore computes its 1-D convs and pools as 2-D ones
 # over a height of 1: nn.Conv1d's weight is (out, in, 1, k), torch's (out, in, k).
 def torch_conv1d() -> tnn.Module:
