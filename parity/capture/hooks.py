@@ -24,6 +24,7 @@ OPS = {
     "Tanh": "tanh", "Softmax": "softmax", "LogSoftmax": "logsoftmax", "LeakyReLU": "leakyrelu",
     "SELU": "selu", "SeLU": "selu", "Hardswish": "hardswish", "HSwish": "hardswish",
     "Hardsigmoid": "hardsigmoid", "HSigmoid": "hardsigmoid", "ELU": "elu",
+    "Mish": "mish",
     "MaxPool1d": "maxpool1d", "AvgPool1d": "avgpool1d", "AdaptiveAvgPool1d": "adaptiveavgpool1d",
     "MaxPool2d": "maxpool2d", "AvgPool2d": "avgpool2d",
     "AdaptiveAvgPool2d": "globalavgpool", "GlobalAvgPool": "globalavgpool",

@@ -575,6 +575,11 @@ def _next_modules_backward(t: RecordInfo, torch_run: RunReader,
                          detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
                                 f"w.r.t. {after.name}'s (a SELU) matches: {kernels.SELU_GRADIENT}",
                          confidence="certain")
+    if after.op == "mish":
+        return Diagnosis(cause="MindSpore's CPU Mish gradient is inaccurate",
+                         detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
+                                f"w.r.t. {after.name}'s (a Mish) matches: {kernels.MISH_GRADIENT}",
+                         confidence="likely")
     few = _values_per_channel(after)
     cancels = few is not None and few <= FEW_VALUES_PER_CHANNEL
     return Diagnosis(cause=f"{after.name}'s backward differs",
