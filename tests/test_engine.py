@@ -548,12 +548,16 @@ def test_a_conv_net_ported_with_mindspores_defaults_is_named(ms_model, first, ca
      "torch 3 has ceil_mode=True, MindSpore 3 ceil_mode=False"),
     ("ms_grouped_pools_padding_counted", "4", "avgpool2d count_include_pad differs",
      "torch 4 has count_include_pad=False, MindSpore 4 count_include_pad=True"),
+    ("ms_grouped_pools_max_pool_stride_left_out", "3", "maxpool2d stride differs",
+     "torch 3 stride=2, MindSpore 3 stride=1 (MindSpore's nn.MaxPool2d defaults to stride 1, "
+     "torch's to the kernel size)"),
 ])
 def test_settings_kept_in_mindspores_primitives_are_compared(ms_model, first, cause, named):
     """GroupNorm's num_groups, a softmax's axis, a pool's ceil_mode and count_include_pad:
     each differing one was "computes something different" (a guess), the ceil_mode "output
     shape differs" (a guess). MindSpore's pools and nn.Softmax keep theirs in the primitive
-    they call, where the capture reads them."""
+    they call, where the capture reads them. A MaxPool2d's stride left to MindSpore's default
+    (1) is told so, as an AvgPool2d's was."""
     import parity
     from tests import tiny
     result = parity.check(tiny.torch_grouped_pools(), getattr(tiny, ms_model)(), image_size=16)

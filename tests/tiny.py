@@ -334,6 +334,11 @@ def ms_grouped_pools_floor() -> msnn.Cell:
     return _ms_grouped_pools(max_pool=msnn.MaxPool2d(3, 2))
 
 
+def ms_grouped_pools_max_pool_stride_left_out() -> msnn.Cell:
+    """nn.MaxPool2d's stride left out: MindSpore's defaults to 1, torch's to the kernel size."""
+    return _ms_grouped_pools(max_pool=msnn.MaxPool2d(3, pad_mode="pad", ceil_mode=True))
+
+
 def ms_grouped_pools_padding_counted() -> msnn.Cell:
     return _ms_grouped_pools(avg_pool=msnn.AvgPool2d(3, 1, pad_mode="pad", padding=1))
 

@@ -17,6 +17,9 @@ from parity.compare.structure import (batch_statistics_in_eval_on_torch_only,
 from parity.records import Diagnosis, RecordInfo
 
 NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
+# MindSpore's pools, whose stride defaults to 1 (torch's to the kernel size).
+POOLS = {"maxpool1d": "MaxPool1d", "avgpool1d": "AvgPool1d", "maxpool2d": "MaxPool2d",
+         "avgpool2d": "AvgPool2d"}
 # The modules whose MindSpore pad_mode='same' pads otherwise than torch's explicit padding.
 WINDOWED = {"conv1d": "Conv1d", "conv2d": "Conv2d", "maxpool1d": "MaxPool1d",
             "maxpool2d": "MaxPool2d"}
@@ -129,8 +132,8 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                  or m.op.startswith("convtranspose")):
             continue
         if key in ta and key in ma and _as_pair(ta[key]) != _as_pair(ma[key]):
-            default = " (MindSpore's nn.AvgPool2d defaults to stride 1, torch's to the kernel " \
-                "size)" if key == "stride" and m.op == "avgpool2d" and \
+            default = f" (MindSpore's nn.{POOLS[m.op]} defaults to stride 1, torch's to the " \
+                "kernel size)" if key == "stride" and m.op in POOLS and \
                 _as_pair(ma[key]) == (1, 1) else ""
             return Diagnosis(cause=f"{m.op or 'module'} {key} differs",
                              detail=f"torch {t.name} {key}={ta[key]}, MindSpore {m.name} "
