@@ -598,7 +598,8 @@ def test_stochastic_depth_runs_as_identity_and_its_rate_is_compared(ms_model, fi
     from tests import tiny
     result = parity.check(tiny.torch_drop_path(), getattr(tiny, ms_model)(), image_size=16)
     _assert_named_at_forward(result, first, cause, named)
-    assert "ran as identity on both sides" in " ".join(result.meta.notes)
+    assert "1 dropout or stochastic-depth module (drop_path) ran as identity on both sides" in \
+        " ".join(result.meta.notes)
 
 
 @pytest.mark.parametrize("ms_model", ["ms_projected", "ms_projected_transposed"])

@@ -612,10 +612,12 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
     noisy = [c for c in comparisons if c.fp32_noise >= MOSTLY_NOISE]     # NaN: no float64
     if noisy:
         notes.append(_noise_note(noisy))
-    dropouts = [r.name for r in torch_run.records
-                if r.kind == "forward" and r.op in DROPPING_OPS]
+    dropping = [r for r in torch_run.records if r.kind == "forward" and r.op in DROPPING_OPS]
+    dropouts = [r.name for r in dropping]
     if dropouts:
-        notes.append(f"{len(dropouts)} dropout module{'s' if len(dropouts) > 1 else ''} "
+        kind = "dropout" if all(r.op == "dropout" for r in dropping) else \
+            "dropout or stochastic-depth"
+        notes.append(f"{len(dropouts)} {kind} module{'s' if len(dropouts) > 1 else ''} "
                      f"({first_few(dropouts)}) ran as identity on both sides: the frameworks "
                      "draw different random masks, so their rates are compared instead")
     unused = policy.unused_overrides()
