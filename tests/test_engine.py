@@ -564,6 +564,23 @@ def test_settings_kept_in_mindspores_primitives_are_compared(ms_model, first, ca
     _assert_named_at_forward(result, first, cause, named)
 
 
+@pytest.mark.parametrize("ms_model, first, cause, named", [
+    ("ms_map_normed", None, None, None),
+    ("ms_map_normed_last_axis", "1", "LayerNorm normalises over other dimensions",
+     "torch 1 normalises over dimensions 1 to 3 of its 4-D input (normalized_shape (8, 16, "
+     "16)), MindSpore 1 from dimension 3 (begin_norm_axis=-1; its default -1 is the last "
+     "only); write begin_norm_axis=1"),
+])
+def test_a_layernorm_over_other_dimensions_is_named(ms_model, first, cause, named):
+    """torch's LayerNorm([8, 16, 16]) normalises each sample's whole map; MindSpore's
+    nn.LayerNorm((8, 16, 16), begin_params_axis=1) left at begin_norm_axis=-1 runs, and
+    normalises each row alone (was "layernorm computes something different", a guess)."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_map_normed(), getattr(tiny, ms_model)(), image_size=16)
+    _assert_named_at_forward(result, first, cause, named)
+
+
 @pytest.mark.parametrize("ms_model", ["ms_flattened", "ms_flattened_channels_last"])
 def test_a_feature_map_flattened_channels_last_is_named(ms_model):
     """The port flattens the conv's output channels-last before its dense layer: the first

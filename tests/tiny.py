@@ -343,6 +343,29 @@ def ms_grouped_pools_padding_counted() -> msnn.Cell:
     return _ms_grouped_pools(avg_pool=msnn.AvgPool2d(3, 1, pad_mode="pad", padding=1))
 
 
+# A conv net normalising each sample's whole feature map (LayerNorm over (C, H, W)), and its
+# port; one variant leaves begin_norm_axis at -1, normalising each row of the map alone.
+def torch_map_normed() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1), tnn.LayerNorm([8, 16, 16]),
+                          tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))
+
+
+def _ms_map_normed(begin_norm_axis: int) -> msnn.Cell:
+    return msnn.SequentialCell([
+        msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True),
+        msnn.LayerNorm((8, 16, 16), begin_norm_axis=begin_norm_axis, begin_params_axis=1,
+                       epsilon=1e-5),
+        GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
+
+
+def ms_map_normed() -> msnn.Cell:
+    return _ms_map_normed(begin_norm_axis=1)
+
+
+def ms_map_normed_last_axis() -> msnn.Cell:
+    return _ms_map_normed(begin_norm_axis=-1)
+
+
 # A conv net whose dense layer takes the feature map flattened, and its port; one variant
 # flattens it channels-last (N, H, W, C), as code written for NHWC images does.
 class _TorchFlattened(tnn.Module):

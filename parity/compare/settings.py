@@ -95,6 +95,15 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                          detail=f"torch {t.name} eps={t_eps:g}, MindSpore {m.name} "
                                 f"{keyword}={m_eps:g}; set {keyword}={t_eps:g}.",
                          confidence="certain")
+    spans = _layer_norm_spans(t, m)
+    if spans is not None:
+        return Diagnosis(cause="LayerNorm normalises over other dimensions",
+                         detail=f"torch {t.name} normalises over dimensions {spans[0]} to "
+                                f"{len(t.shape) - 1} of its {len(t.shape)}-D input "
+                                f"(normalized_shape {tuple(ta['normalized_shape'])}), MindSpore "
+                                f"{m.name} from dimension {spans[1]} (begin_norm_axis="
+                                f"{ma['begin_norm_axis']}; its default -1 is the last only); "
+                                f"write begin_norm_axis={spans[0]}.", confidence="certain")
     if batch_statistics_in_eval_on_torch_only(t, m):
         return Diagnosis(cause="BatchNorm eval-mode statistics differ",
                          detail=f"torch {t.name} has track_running_stats=False: it keeps no "
@@ -338,6 +347,18 @@ def _same_named_setting_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosi
                                     f"{m.name} {key}={ms_value}; set {key}={torch_value}"
                                     f"{advice}.", confidence="certain")
     return None
+
+
+def _layer_norm_spans(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[int, int]]:
+    """The first dimension each LayerNorm normalises from, where they differ: torch's the last
+    len(normalized_shape) dimensions, MindSpore's from begin_norm_axis on."""
+    shape, axis = t.attrs.get("normalized_shape"), m.attrs.get("begin_norm_axis")
+    rank = len(t.shape)
+    if t.op != m.op or t.op != "layernorm" or not isinstance(shape, list) or \
+            not isinstance(axis, int) or not rank:
+        return None
+    spans = rank - len(shape), axis % rank
+    return spans if spans[0] != spans[1] else None
 
 
 def _same_value(a, b) -> bool:
