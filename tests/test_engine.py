@@ -795,6 +795,28 @@ def test_a_backward_that_differs_is_placed_after_the_gradient_that_matched(
         assert named in result.diagnosis.detail
 
 
+@pytest.mark.parametrize("ms_model", ["ms_dense_activation_mlp", "ms_dense_activation_twice_mlp"])
+def test_a_dense_layer_with_its_activation_inside_pairs_with_torchs_two_modules(ms_model):
+    """MindSpore's nn.Dense(activation="relu") for torch's Linear then ReLU: the layer is
+    recorded before its activation, so it pairs with the Linear and its activation with the
+    ReLU (the correct port had failed as "extra operation in the port: MindSpore runs
+    0.activation"). A GELU inside the Dense before torch's ReLU is that extra operation."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    batch = (rng.standard_normal((4, tiny.FEATURES), dtype=np.float32), rng.integers(0, 5, 4))
+    result = parity.check(tiny.torch_relu_mlp(), getattr(tiny, ms_model)(), inputs=batch)
+    if ms_model == "ms_dense_activation_mlp":
+        assert result.passed, result.diagnosis
+        assert result.unmatched == {}
+    else:
+        assert (result.first_divergence.name, result.first_divergence.kind) == ("1", "forward")
+        assert result.diagnosis.cause == "extra operation in the port"
+        assert "MindSpore runs 0.activation" in result.diagnosis.detail
+
+
 @pytest.mark.parametrize("ms_model", ["ms_mish_mlp", "ms_mish_mlp_by_expm1"])
 def test_mindspores_inaccurate_cpu_mish_gradient_is_named(ms_model):
     """MindSpore 2.8.0's CPU Mish gradient is off by up to 9e-4 where 2 < x < 8: the gradient

@@ -1225,6 +1225,18 @@ def ms_tanh_mlp_slightly_scaled() -> msnn.Cell:
     return _ms_mlp(_SlightlyScaledTanh())
 
 
+def ms_dense_activation_mlp() -> msnn.Cell:
+    """torch's Linear then ReLU as MindSpore's idiom: nn.Dense(activation="relu")."""
+    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES, activation="relu"),
+                                msnn.Dense(FEATURES, 5)])
+
+
+def ms_dense_activation_twice_mlp() -> msnn.Cell:
+    """nn.Dense(activation="gelu") and then the ReLU torch runs: one activation too many."""
+    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES, activation="gelu"), msnn.ReLU(),
+                                msnn.Dense(FEATURES, 5)])
+
+
 def torch_mish_mlp() -> tnn.Module:
     return _torch_mlp(tnn.Mish())
 

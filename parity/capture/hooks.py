@@ -176,16 +176,65 @@ def output_recorder(name: str, module: Any, record: Callable[..., None],
     return hook
 
 
+def activation_inside(module: Any) -> Optional[Any]:
+    """The activation cell MindSpore's nn.Dense(activation="relu") applies inside its
+    construct, where torch runs an activation module after its Linear; None for other modules
+    and for an activation given as a primitive, which no hook sees."""
+    inner = getattr(module, "activation", None)
+    if getattr(module, "activation_flag", False) and hasattr(inner, "register_forward_pre_hook"):
+        return inner
+    return None
+
+
+def pre_activation_recorder(name: str, module: Any, record: Callable[..., None],
+                            to_numpy: Callable[[Any], Optional[np.ndarray]],
+                            watch: Callable[..., None], sketches: Dict[str, Dict[str, Any]],
+                            input_shapes: Dict[str, Tuple[int, ...]]) -> Callable:
+    """A forward pre-hook on the activation inside ``module`` recording its input, the layer's
+    output before the activation, as ``module``'s forward record (and gradient), in the shape
+    the layer returns (nn.Dense flattens a 3-D input to 2-D around its matmul and activation).
+    The layer then pairs with torch's Linear, and its activation, recorded as a module of its
+    own, with the activation module torch runs next: a correct port had failed as "extra
+    operation in the port". The layer's output, the activation's, is that module's record."""
+    op, attrs = op_type(module), module_attrs(module)
+
+    def hook(_cell, args, kwargs=None) -> None:
+        sketched = sketches.pop(name, None)
+        call_attrs = attrs if sketched is None else {**attrs, **sketched}
+        shape = input_shapes.pop(name)[:-1] + tuple(args[0].shape[-1:])
+        record(name, "forward", to_numpy(args[0]).reshape(shape), op=op, attrs=call_attrs)
+        watch(name, args[0], shape)
+    return hook
+
+
+def _input_shape_keeper(name: str, input_shapes: Dict[str, Tuple[int, ...]]) -> Callable:
+    def hook(_module, args, kwargs=None) -> None:
+        input_shapes[name] = tuple(args[0].shape)
+    return hook
+
+
 def recording_hooks(modules: Iterable[Tuple[str, Any]], record: Callable[..., None],
                     to_numpy: Callable[[Any], Optional[np.ndarray]],
-                    watch: Callable[[str, Any], None]) -> List:
-    """Handles of the hooks recording every named module's outputs (and input sketches)."""
+                    watch: Callable[..., None]) -> List:
+    """Handles of the hooks recording every named module's outputs (and input sketches).
+
+    ``watch(record_name, tensor, shape=None)`` hooks the tensor's gradient, recorded in
+    ``shape`` when given."""
     sketches: Dict[str, Dict[str, Any]] = {}
+    input_shapes: Dict[str, Tuple[int, ...]] = {}
     handles = []
     for name, module in modules:
         if name:
             handles.append(module.register_forward_pre_hook(
                 input_sketcher(name, sketches, to_numpy), with_kwargs=True))
-            handles.append(module.register_forward_hook(
-                output_recorder(name, module, record, to_numpy, watch, sketches)))
+            inner = activation_inside(module)
+            if inner is None:
+                handles.append(module.register_forward_hook(
+                    output_recorder(name, module, record, to_numpy, watch, sketches)))
+                continue
+            handles.append(module.register_forward_pre_hook(
+                _input_shape_keeper(name, input_shapes), with_kwargs=True))
+            handles.append(inner.register_forward_pre_hook(
+                pre_activation_recorder(name, module, record, to_numpy, watch, sketches,
+                                        input_shapes), with_kwargs=True))
     return handles

@@ -122,9 +122,11 @@ def _hooks(net, record: Callable[..., None], loss_scale: float) -> List:
     def to_numpy(tensor):
         return tensor.asnumpy() if hasattr(tensor, "asnumpy") else None
 
-    def watch(name: str, tensor) -> None:
+    def watch(name: str, tensor, shape=None) -> None:
         def on_gradient(grad) -> None:          # returns None: the gradient is unchanged
-            record(name, "grad", _unscaled(grad.asnumpy(), loss_scale), attrs=ACTIVATION)
+            gradient = _unscaled(grad.asnumpy(), loss_scale)
+            record(name, "grad", gradient if shape is None else gradient.reshape(shape),
+                   attrs=ACTIVATION)
         try:
             tensor.register_hook(on_gradient)
         except RuntimeError as error:

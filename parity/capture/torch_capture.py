@@ -109,10 +109,11 @@ def _forward_hooks(model, record: Callable[..., None]) -> List:
     def to_numpy(tensor):
         return tensor.detach().cpu().numpy() if isinstance(tensor, torch.Tensor) else None
 
-    def watch(name: str, tensor) -> None:
+    def watch(name: str, tensor, shape=None) -> None:
         if tensor.requires_grad:
-            tensor.register_hook(lambda grad: record(name, "grad", to_numpy(grad),
-                                                     attrs=ACTIVATION))
+            tensor.register_hook(lambda grad: record(
+                name, "grad", to_numpy(grad if shape is None else grad.reshape(shape)),
+                attrs=ACTIVATION))
 
     return recording_hooks(model.named_modules(), record, to_numpy, watch)
 
