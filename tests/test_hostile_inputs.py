@@ -984,6 +984,37 @@ def test_an_interrupt_a_library_swallowed_still_ends_the_command_by_it(tiny_run,
         "output was left behind\n"))
 
 
+def test_a_finaliser_failing_after_an_interrupt_is_not_printed(tiny_run, monkeypatch, capsys):
+    """Ctrl-C cut a pyparsing ``Forward``'s constructor short (matplotlib builds its parsers
+    while the HTML report is drawn): the half-built object failed in its __del__ as the
+    interrupt unwound, and Python printed "Exception ignored in: <function Forward.__del__"
+    with a traceback beside parity's one line (a fresh-clone CI run, 1 s into a compare)."""
+    from parity import cli
+
+    class HalfBuilt:
+        def __init__(self):
+            cli._Interrupts._handle(signal.SIGINT, None)
+            self.expr = None
+
+        def __del__(self):
+            self.expr
+
+    def interrupted_in_a_constructor(args):
+        HalfBuilt()
+        return cli.EXIT_PASS
+
+    monkeypatch.setattr(cli._Interrupts, "received", None)
+    monkeypatch.setattr(cli._Interrupts, "ends_at_once", True)     # restored: _main clears it
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)    # Python's, not pytest's
+    monkeypatch.setattr(signal, "signal", lambda *args: None)          # this process's stay
+    cli._Interrupts.install()
+    monkeypatch.setitem(cli.COMMANDS, "compare", interrupted_in_a_constructor)
+    code = cli._main(["compare", str(tiny_run / "torch"), str(tiny_run / "mindspore")],
+                     debug=False)
+    assert (code, capsys.readouterr().err) == (
+        130, "parity: interrupted; no partial output was left behind\n")
+
+
 def test_a_capture_ends_with_the_parity_run_that_started_it(tmp_path):
     """``parity run`` killed (it cannot clean up): its capture, in a session of its own that
     no terminal signal reaches, is interrupted, removes its partial directory and ends. The
