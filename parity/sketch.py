@@ -20,6 +20,7 @@ _SIGNS = np.random.default_rng(0).choice(np.array([-1, 1], np.float32), size=(SK
 # -inf (torch's TransformerEncoderLayer turns a boolean padding mask into one before its
 # attention sees it), -1e9, or -10000 (BERT's).
 MASKED_AT_OR_BELOW = -1e4
+MAGNITUDE_BLOCK = 1 << 16
 
 
 def input_sketch(array: Optional[np.ndarray]) -> Optional[List[float]]:
@@ -33,6 +34,20 @@ def input_sketch(array: Optional[np.ndarray]) -> Optional[List[float]]:
     projections = (flat[:whole].reshape(-1, SKETCH_PERIOD) @ _SIGNS).sum(axis=0, dtype=np.float64)
     projections += flat[whole:] @ _SIGNS[:flat.size - whole]
     return [float(np.sqrt(np.dot(flat, flat))), *(float(v) for v in projections)]
+
+
+def magnitude(array: np.ndarray) -> float:
+    """Σ|x| of a float32 array, a block at a time (a block's copy, not the array's): with the
+    sketch's norm, what no reordering of the values changes, while their projections change
+    at once (parity/compare/reorder.py). Float32 sums, pairwise per block: 5e-9 of it off the
+    float64 sum over 6.4 million normal values, 3.7 ms against 8.4 ms widened."""
+    flat = array.reshape(-1)
+    block = np.empty(min(flat.size, MAGNITUDE_BLOCK), np.float32)
+    total = 0.0
+    for start in range(0, flat.size, MAGNITUDE_BLOCK):
+        values = flat[start:start + MAGNITUDE_BLOCK]
+        total += float(np.abs(values, out=block[:values.size]).sum())
+    return total
 
 
 def other_input_sketch(array: Optional[np.ndarray]) -> Optional[Dict[str, Any]]:

@@ -758,3 +758,67 @@ def test_an_elu_of_another_alpha_is_named(torch_alpha, ms_alpha, named):
     else:
         assert (diagnosis.cause, diagnosis.confidence) == ("elu alpha differs", "certain")
         assert named in diagnosis.detail, diagnosis.detail
+
+
+def _fed(values):
+    """A forward record whose first input was ``values``, sketched as the captures sketch it."""
+    from parity.sketch import input_sketch, magnitude
+    return RecordInfo(name="fuse", kind="forward", shape=(2, 8), dtype="float32", order=1,
+                      shard="s", key="fuse", op="conv2d",
+                      attrs={"input_sketch": input_sketch(values),
+                             "input_magnitude": magnitude(values)})
+
+
+def _normalised(x, axes):
+    return ((x - x.mean(axes, keepdims=True)) / x.std(axes, keepdims=True)).astype(np.float32)
+
+
+def test_an_input_in_another_order_keeps_its_sums_and_one_normalised_otherwise_does_not():
+    """The same values in another order keep the norm and the sum of magnitudes to rounding;
+    values normalised over other axes keep the norm, not the magnitude (both have the same
+    size and an O(1) difference in their projections)."""
+    from parity.compare import reorder
+    x = np.random.default_rng(0).standard_normal((2, 10, 16, 16)).astype(np.float32)
+    channels = _normalised(x, (1,))
+    swapped = np.ascontiguousarray(np.concatenate([channels[:, 4:], channels[:, :4]], 1))
+    assert reorder.sums_difference(_fed(channels), _fed(swapped)) <= reorder.SAME_SUMS
+    assert reorder.sums_difference(_fed(channels), _fed(_normalised(x, (2, 3)))) > \
+        10 * reorder.SAME_SUMS
+    unsummed = dataclasses.replace(_fed(channels), attrs={"input_sketch": [1.0, 0.0, 0.0]})
+    assert reorder.sums_difference(unsummed, _fed(swapped)) is None   # a capture of before
+
+
+@pytest.mark.parametrize("ms_order, described", [
+    ((0, 1, 2, 3, 4, 5, 6, 7), None),
+    ((3, 4, 5, 6, 7, 0, 1, 2), "MindSpore's channels start at torch's channel 3 of 8: two parts "
+                               "concatenated in the other order (torch's first 3 come last)"),
+    ((0, 4, 1, 5, 2, 6, 3, 7), "MindSpore's channels hold torch's in another order "
+                               "(MindSpore's→torch's: 0→0, 1→4, 2→1, 3→5, 4→2, 5→6, …): a "
+                               "shuffle"),
+])
+def test_an_output_in_another_order_is_matched_slice_by_slice(ms_order, described):
+    """Channels rotated (two parts concatenated the other way round) or shuffled over another
+    grouping; the same values in their own order are no reordering."""
+    from parity.compare import reorder
+    torch_out = np.random.default_rng(2).standard_normal((2, 8, 5, 5)).astype(np.float32)
+    torch_out[:, 2] = 0                              # a dead channel: slices of equal keys
+    noise = np.float32(1e-7) * torch_out[:, list(ms_order)]      # another kernel's rounding
+    ms_out = torch_out[:, list(ms_order)] + noise
+    found = reorder.permutation(torch_out, ms_out)
+    if described is None:
+        assert found is None
+    else:
+        axis, order = found
+        assert (axis, order.tolist()) == (1, list(ms_order))
+        assert described in reorder.describe(axis, 4, order)
+
+
+def test_values_that_differ_are_no_reordering():
+    from parity.compare import reorder
+    rng = np.random.default_rng(3)
+    torch_out = rng.standard_normal((2, 8, 5, 5)).astype(np.float32)
+    ms_out = torch_out[:, ::-1].copy()
+    ms_out[1, 6, 2, 2] += 0.05                      # one value off, in a reversed map
+    assert reorder.permutation(torch_out, ms_out) is None
+    assert reorder.permutation(torch_out, torch_out[:, ::-1] * 2) is None
+    assert reorder.permutation(torch_out, torch_out[:, :, ::-1].copy())[0] == 2

@@ -551,13 +551,15 @@ def test_a_conv_net_ported_with_mindspores_defaults_is_named(ms_model, first, ca
     ("ms_grouped_pools_max_pool_stride_left_out", "3", "maxpool2d stride differs",
      "torch 3 stride=2, MindSpore 3 stride=1 (MindSpore's nn.MaxPool2d defaults to stride 1, "
      "torch's to the kernel size)"),
+    ("ms_grouped_pools_shuffled_in_four", "5", "channelshuffle groups differs",
+     "torch 5 has groups=2, MindSpore 5 groups=4; set groups=2"),
 ])
 def test_settings_kept_in_mindspores_primitives_are_compared(ms_model, first, cause, named):
     """GroupNorm's num_groups, a softmax's axis, a pool's ceil_mode and count_include_pad:
     each differing one was "computes something different" (a guess), the ceil_mode "output
     shape differs" (a guess). MindSpore's pools and nn.Softmax keep theirs in the primitive
     they call, where the capture reads them. A MaxPool2d's stride left to MindSpore's default
-    (1) is told so, as an AvgPool2d's was."""
+    (1) is told so, as an AvgPool2d's was; a ChannelShuffle's groups (a guess too)."""
     import parity
     from tests import tiny
     result = parity.check(tiny.torch_grouped_pools(), getattr(tiny, ms_model)(), image_size=16)
@@ -596,6 +598,33 @@ def test_a_feature_map_flattened_channels_last_is_named(ms_model):
             ("layout between modules differs", "likely")
         assert "conv's output (2, 4, 4, 4) as laid out in torch, transposed (0, 2, 3, 1) " \
             "(channels last) in MindSpore" in result.diagnosis.detail
+
+
+@pytest.mark.parametrize("torch_model, ms_model, first, cause, named", [
+    ("torch_concatenated", "ms_concatenated", None, None, None),
+    ("torch_concatenated", "ms_concatenated_swapped", "fuse", "input in another order",
+     "fuse's input holds torch's values in another order: its norm and its sum of magnitudes "
+     "agree"),
+    ("torch_branched", "ms_branched", None, None, None),
+    ("torch_branched", "ms_branched_swapped", "branches", "output in another order",
+     "branches returns torch's values in another order while its input matched: MindSpore's "
+     "channels start at torch's channel 4 of 10: two parts concatenated in the other order "
+     "(torch's first 4 come last)"),
+])
+def test_values_in_another_order_are_named(torch_model, ms_model, first, cause, named):
+    """Two branches concatenated the other way round (torch.cat([a, b]) ported as
+    ops.cat((b, a))), in the model's forward or in a module's: every value is right, in
+    another order. It was "computation between modules differs" at the conv they feed, and
+    "module computes something different" (a guess) at the module concatenating them."""
+    import parity
+    from tests import tiny
+    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
+                          image_size=16)
+    assert result.passed == (cause is None), result.diagnosis
+    if cause is not None:
+        assert (result.first_divergence.name, result.first_divergence.kind) == (first, "forward")
+        assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "likely")
+        assert named in result.diagnosis.detail, result.diagnosis.detail
 
 
 @pytest.mark.parametrize("ms_model, first, cause, named", [

@@ -16,6 +16,7 @@ import mindspore  # noqa: F401  (before torch)
 import mindspore.nn as msnn
 import mindspore.ops as ops
 import numpy as np
+import torch
 import torch.nn as tnn
 
 from models.resnet_mindspore import GlobalAvgPool
@@ -298,23 +299,27 @@ def ms_layer_scale_eval_statistics() -> msnn.Cell:
 
 # A conv net whose settings MindSpore spells alike but keeps, for pools and nn.Softmax, inside
 # the primitive its cell calls: GroupNorm's num_groups, a softmax over the channels, a pool
-# with ceil_mode and one not counting its padding. Each variant leaves one to MindSpore's
-# default (or another value); the weights have the same shapes either way.
+# with ceil_mode and one not counting its padding; and a ChannelShuffle's groups. Each variant
+# leaves one to MindSpore's default (or another value); the weights have the same shapes
+# either way.
 def torch_grouped_pools() -> tnn.Module:
     return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1), tnn.GroupNorm(4, 8), tnn.Softmax(dim=1),
                           tnn.MaxPool2d(3, 2, ceil_mode=True),
                           tnn.AvgPool2d(3, 1, padding=1, count_include_pad=False),
+                          tnn.ChannelShuffle(2), tnn.Conv2d(8, 8, 1),
                           tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))
 
 
 def _ms_grouped_pools(norm: Optional[msnn.Cell] = None, softmax: Optional[msnn.Cell] = None,
                       max_pool: Optional[msnn.Cell] = None,
-                      avg_pool: Optional[msnn.Cell] = None) -> msnn.Cell:
+                      avg_pool: Optional[msnn.Cell] = None,
+                      shuffle: Optional[msnn.Cell] = None) -> msnn.Cell:
     return msnn.SequentialCell([
         msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True),
         norm or msnn.GroupNorm(4, 8), softmax or msnn.Softmax(axis=1),
         max_pool or msnn.MaxPool2d(3, 2, pad_mode="pad", ceil_mode=True),
         avg_pool or msnn.AvgPool2d(3, 1, pad_mode="pad", padding=1, count_include_pad=False),
+        shuffle or msnn.ChannelShuffle(2), msnn.Conv2d(8, 8, 1, has_bias=True),
         GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
 
 
@@ -324,6 +329,10 @@ def ms_grouped_pools() -> msnn.Cell:
 
 def ms_grouped_pools_two_groups() -> msnn.Cell:
     return _ms_grouped_pools(norm=msnn.GroupNorm(2, 8))
+
+
+def ms_grouped_pools_shuffled_in_four() -> msnn.Cell:
+    return _ms_grouped_pools(shuffle=msnn.ChannelShuffle(4))
 
 
 def ms_grouped_pools_last_axis_softmax() -> msnn.Cell:
@@ -402,6 +411,90 @@ def ms_flattened() -> msnn.Cell:
 
 def ms_flattened_channels_last() -> msnn.Cell:
     return _MsFlattened(channels_last=True)
+
+
+# A conv net concatenating two branches for its next conv, in its own forward or in a module's,
+# and its ports; one variant concatenates them the other way round.
+class _TorchBranches(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.left = tnn.Conv2d(8, 4, 3, padding=1)
+        self.right = tnn.Conv2d(8, 6, 1)
+
+    def forward(self, x):
+        return torch.cat([self.left(x), self.right(x)], 1)
+
+
+class _TorchConcatenated(tnn.Module):
+    def __init__(self, in_a_module: bool) -> None:
+        super().__init__()
+        self.stem = tnn.Conv2d(3, 8, 3, padding=1)
+        self.branches = _TorchBranches() if in_a_module else tnn.ModuleDict(
+            {"left": tnn.Conv2d(8, 4, 3, padding=1), "right": tnn.Conv2d(8, 6, 1)})
+        self.fuse = tnn.Conv2d(10, 8, 3, stride=2, padding=1)
+        self.fc = tnn.Linear(8, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        y = self.branches(x) if isinstance(self.branches, _TorchBranches) else \
+            torch.cat([self.branches["left"](x), self.branches["right"](x)], 1)
+        return self.fc(torch.relu(self.fuse(y)).mean((2, 3)))
+
+
+class _MsBranches(msnn.Cell):
+    def __init__(self, swapped: bool) -> None:
+        super().__init__()
+        self.left = msnn.Conv2d(8, 4, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.right = msnn.Conv2d(8, 6, 1, has_bias=True)
+        self.swapped = swapped
+
+    def construct(self, x):
+        a, b = self.left(x), self.right(x)
+        return ops.cat((b, a) if self.swapped else (a, b), 1)
+
+
+class _MsConcatenated(msnn.Cell):
+    def __init__(self, in_a_module: bool, swapped: bool = False) -> None:
+        super().__init__()
+        self.stem = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.branches = _MsBranches(swapped and in_a_module)
+        self.fuse = msnn.Conv2d(10, 8, 3, stride=2, pad_mode="pad", padding=1, has_bias=True)
+        self.fc = msnn.Dense(8, 10)
+        self.swapped_here = swapped and not in_a_module
+        self.in_a_module = in_a_module
+
+    def construct(self, x):
+        x = ops.relu(self.stem(x))
+        if self.in_a_module:
+            y = self.branches(x)
+        else:
+            a, b = self.branches.left(x), self.branches.right(x)
+            y = ops.cat((b, a) if self.swapped_here else (a, b), 1)
+        return self.fc(ops.relu(self.fuse(y)).mean((2, 3)))
+
+
+def torch_concatenated() -> tnn.Module:
+    return _TorchConcatenated(in_a_module=False)
+
+
+def torch_branched() -> tnn.Module:
+    return _TorchConcatenated(in_a_module=True)
+
+
+def ms_concatenated() -> msnn.Cell:
+    return _MsConcatenated(in_a_module=False)
+
+
+def ms_concatenated_swapped() -> msnn.Cell:
+    return _MsConcatenated(in_a_module=False, swapped=True)
+
+
+def ms_branched() -> msnn.Cell:
+    return _MsConcatenated(in_a_module=True)
+
+
+def ms_branched_swapped() -> msnn.Cell:
+    return _MsConcatenated(in_a_module=True, swapped=True)
 
 
 # A residual block with stochastic depth on its branch (torchvision's StochasticDepth; the port

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from parity.records import DROPPING_OPS
-from parity.sketch import input_sketch, other_input_sketch
+from parity.sketch import input_sketch, magnitude, other_input_sketch
 
 # Operation types that mean the same thing in both frameworks, keyed by class name.
 OPS = {
@@ -24,7 +24,7 @@ OPS = {
     "Tanh": "tanh", "Softmax": "softmax", "LogSoftmax": "logsoftmax", "LeakyReLU": "leakyrelu",
     "SELU": "selu", "SeLU": "selu", "Hardswish": "hardswish", "HSwish": "hardswish",
     "Hardsigmoid": "hardsigmoid", "HSigmoid": "hardsigmoid", "ELU": "elu",
-    "Mish": "mish",
+    "Mish": "mish", "ChannelShuffle": "channelshuffle",
     "MaxPool1d": "maxpool1d", "AvgPool1d": "avgpool1d", "AdaptiveAvgPool1d": "adaptiveavgpool1d",
     "MaxPool2d": "maxpool2d", "AvgPool2d": "avgpool2d",
     "AdaptiveAvgPool2d": "globalavgpool", "GlobalAvgPool": "globalavgpool",
@@ -129,13 +129,15 @@ def input_sketcher(name: str, sketches: Dict[str, Dict[str, Any]],
     """A forward pre-hook (given keyword arguments too) keeping the sketches of ``module``'s
     inputs for its output hook, as they enter: before an in-place ReLU overwrites them.
 
-    The first input's is ``input_sketch``; each further tensor input's, by position ("1", "2")
-    or keyword, goes under ``other_inputs``. An input passed again (attention's query, key and
-    value, one tensor) is sketched once. MindSpore calls it without keyword arguments inside
-    a construct compiled with @jit (2.8.0)."""
+    The first input's is ``input_sketch`` and its ``magnitude``; each further tensor input's,
+    by position ("1", "2") or keyword, goes under ``other_inputs``. An input passed again
+    (attention's query, key and value, one tensor) is sketched once. MindSpore calls it
+    without keyword arguments inside a construct compiled with @jit (2.8.0)."""
     def hook(_module, args, kwargs=None) -> None:
-        first = input_sketch(to_numpy(args[0])) if args else None
-        attrs: Dict[str, Any] = {} if first is None else {"input_sketch": first}
+        array = to_numpy(args[0]) if args else None
+        first = input_sketch(array)
+        attrs: Dict[str, Any] = {} if first is None else \
+            {"input_sketch": first, "input_magnitude": magnitude(array)}
         others: Dict[str, Any] = {}
         by_identity: Dict[int, Any] = {}
         for key, value in [*((str(i), v) for i, v in enumerate(args[1:], 1)),

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from parity.compare import functional, inputs, kernels, loss, optimizer, sums
+from parity.compare import functional, inputs, kernels, loss, optimizer, reorder, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.settings import settings_cause
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
@@ -105,6 +105,20 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         where = f"{parent}'s forward" if parent else "the model's own forward"
         before = "" if fed_from is t else \
             f" before it calls {fed_from.name}, whose input already differs,"
+        sums = reorder.sums_difference(t, m)
+        if sums is not None and sums <= max(reorder.SAME_SUMS, passed_on) and \
+                fed >= 100 * max(reorder.SAME_SUMS, passed_on):
+            return Diagnosis(cause="input in another order",
+                             detail=f"{m.name}'s input holds torch's values in another order: "
+                                    "its norm and its sum of magnitudes agree "
+                                    f"{f'to {sums:.1g}' if sums else 'exactly'}, its values "
+                                    f"differ by {fed:.2g} of its norm, while every "
+                                    "module output before it matched. Parts concatenated in "
+                                    "the other order (torch.cat([a, b]) ported as "
+                                    "ops.cat((b, a))), a channel shuffle over another group "
+                                    "count, or a reshape or transpose over other axes, in "
+                                    f"{where}{before} are the likely cause.",
+                             confidence="likely")
         return Diagnosis(cause="computation between modules differs",
                          detail=f"{m.name}'s input already differs from torch's ({fed:.2g} of "
                                 "its norm) while every module output before it matched: the "
@@ -116,6 +130,13 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
             t, m, torch_run, ms_run, max(passed_on, INPUT_SHARE * first.rms / first.ref_rms))
         if given is not None:
             return given
+    permuted = reorder.permutation(a, b)
+    if permuted is not None:
+        axis, order = permuted
+        return Diagnosis(cause="output in another order",
+                         detail=f"{m.name} returns torch's values in another order while its "
+                                f"input matched: {reorder.describe(axis, a.ndim, order)}, "
+                                f"inside {m.name}.", confidence="likely")
     if t.op != m.op:
         return _different_operation(t, m)
     if t.op == m.op == "tanh":

@@ -326,6 +326,7 @@ SAME_NAMED_SETTINGS = {
                                                   "pad_mode='pad')"),
     "count_include_pad": (("avgpool",), None, ""),
     "num_groups": (("groupnorm",), None, " (the weights have the same shapes either way)"),
+    "groups": (("channelshuffle",), None, ""),
     "alpha": (("elu",), None, "; MindSpore 2.8.0's nn.ELU runs only alpha=1.0 on CPU (\"alpha "
                               "must be 1.0f\"), so write it out there: ops.where(x > 0, x, "
                               "alpha * ops.expm1(x))"),
@@ -333,8 +334,8 @@ SAME_NAMED_SETTINGS = {
 
 
 def _same_named_setting_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
-    """A setting both frameworks name alike (ceil_mode, count_include_pad, num_groups) that
-    differs between two modules of one kind."""
+    """A setting both frameworks name alike (ceil_mode, count_include_pad, num_groups, a
+    ChannelShuffle's groups) that differs between two modules of one kind."""
     family = op_family(t.op)
     if family != op_family(m.op):
         return None

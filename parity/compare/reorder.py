@@ -1,0 +1,80 @@
+"""Values that are torch's in another order: two parts concatenated the other way round
+(``torch.cat([a, b])`` ported as ``ops.cat((b, a))``), a channel shuffle over another group
+count, a reshape or transpose over other axes. Every value is right and the next weights meet
+the wrong ones: an O(1) error that says nothing of its cause until the order is seen.
+
+A module's input is known only by its sketch (parity/sketch.py): no reordering changes its
+norm or its sum of magnitudes, while its ±1 projections change by about its norm. Its output
+is stored whole: its slices along an axis can be matched one to one.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import numpy as np
+
+from parity.records import RecordInfo
+
+# The norm and the sum of magnitudes of the same values agree this closely on the two sides:
+# the norm's float32 sum depends on the order (3.6e-5 of it over 6.4 million values, see
+# compare/functional.py), the magnitude's to 5e-9 (parity/sketch.py). Values normalised over
+# other axes keep their norm and not their magnitude: standard normal maps of (8, 256, 56, 56)
+# normalised over the channels against over each map, 1.9e-7 and 9.4e-4 apart; of (2, 10, 16,
+# 16), 2.2e-6 and 2.9e-2 (numpy, seed 0). Rolled along the channels: 0 and 2.4e-9.
+SAME_SUMS = 1e-4
+# Values this far apart (relative to the largest) are the same values: float32 rounding of
+# one computation against another, not an O(1) error.
+SAME_VALUES = 1e-4
+
+
+def sums_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
+    """How far apart the norms and the sums of magnitudes of the module's first input are on
+    the two sides, relative to torch's; None without both (a capture from before the sums)."""
+    sketches = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
+    sums = t.attrs.get("input_magnitude"), m.attrs.get("input_magnitude")
+    if not all(sketches) or None in sums or not sketches[0][0] or not sums[0]:
+        return None
+    return max(abs(sketches[0][0] - sketches[1][0]) / sketches[0][0],
+               abs(sums[0] - sums[1]) / sums[0])
+
+
+def permutation(a: np.ndarray, b: np.ndarray) -> Optional[Tuple[int, np.ndarray]]:
+    """The axis along which ``b``'s slices are ``a``'s in another order, with the order:
+    ``b``'s slice j is ``a``'s ``order[j]``; None when there is none. The batch axis is left
+    out (the inputs it came from matched)."""
+    if a.shape != b.shape or a.ndim < 2 or a.dtype.kind != "f":
+        return None
+    scale = float(np.abs(a).max())
+    if not np.isfinite(scale) or scale == 0:
+        return None
+    key = np.random.default_rng(0).standard_normal
+    for axis in range(1, a.ndim):
+        count = a.shape[axis]
+        if count < 2:
+            continue
+        rows = [np.moveaxis(x, axis, 0).reshape(count, -1) for x in (a, b)]
+        projection = key(rows[0].shape[1])      # a slice's key: identical slices share it
+        orders = [np.argsort(r @ projection, kind="stable") for r in rows]
+        if np.abs(rows[0][orders[0]] - rows[1][orders[1]]).max() > SAME_VALUES * scale:
+            continue
+        order = np.empty(count, np.int64)
+        order[orders[1]] = orders[0]
+        if not np.array_equal(order, np.arange(count)):
+            return axis, order
+    return None
+
+
+def describe(axis: int, ndim: int, order: np.ndarray) -> str:
+    """The reordering in words: a rotation is two parts concatenated in the other order."""
+    count = len(order)
+    what = "channel" if (axis, ndim) == (1, 4) else f"index along axis {axis}"
+    shift = int(order[0])
+    if np.array_equal(order, (np.arange(count) + shift) % count):
+        return (f"MindSpore's {what}s start at torch's {what} {shift} of {count}: two parts "
+                f"concatenated in the other order (torch's first {shift} come last), as "
+                "torch.cat([a, b]) ported as ops.cat((b, a)) makes")
+    pairs = ", ".join(f"{j}→{int(i)}" for j, i in list(enumerate(order))[:6])
+    more = ", …" if count > 6 else ""
+    return (f"MindSpore's {what}s hold torch's in another order (MindSpore's→torch's: "
+            f"{pairs}{more}): a shuffle, reshape or transpose over another grouping")
