@@ -9,7 +9,6 @@ any pair. Whatever stays unmatched is listed, never dropped silently.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import OrderedDict
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -21,10 +20,11 @@ MINDSPORE_PARAM_ROLES = {"gamma": "weight", "beta": "bias", "moving_mean": "runn
                          "moving_variance": "running_var", "embedding_table": "weight",
                          "w": "weight"}
 GENERIC_OP = "module"
-# A module whose output has another number of elements on each side (a stride, padding or
-# kernel that differs) is still paired when it is the same module, well below any same-shape
-# match: the first divergence is then named where the shape changed, not left unmatched.
-# Outputs that only differ in layout (the same number of elements) stay unmatched as before.
+# A module whose output has another shape on each side (a stride, padding or kernel that
+# differs; pad widths given top and bottom first, which transposes a square map's) is still
+# paired when it is the same module, well below any same-shape match: the first divergence is
+# then named where the shape changed, not left unmatched. Outputs that differ only by size-1
+# dimensions (a flatten keeping (2, 8, 1, 1)) stay unmatched.
 SHAPE_DIFFERS = 0.25
 
 
@@ -145,13 +145,13 @@ class _Site(NamedTuple):
     normalised: str
     op: str
     shape: Tuple[int, ...]
-    size: int
+    layout: Tuple[int, ...]
 
     @classmethod
     def of(cls, record: RecordInfo) -> "_Site":
         base, _, call = record.name.partition("#")
         return cls(record.name, base, call, normalise(record.name), record.op,
-                   tuple(record.shape), math.prod(record.shape))
+                   tuple(record.shape), layout(record.shape))
 
 
 def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequence[RecordInfo],
@@ -172,7 +172,7 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
         if t.shape != m.shape:
             same_module = pinned_here if pinned_here is not None else \
                 t.op == m.op != GENERIC_OP and t.normalised == m.normalised and t.call == m.call
-            return SHAPE_DIFFERS if same_module and t.size != m.size else 0.0
+            return SHAPE_DIFFERS if same_module and t.layout != m.layout else 0.0
         if pinned_here is not None:
             return 10.0 if pinned_here else 0.0
         if t.op == m.op:

@@ -190,8 +190,10 @@ def test_forward_alignment_by_order_op_and_shape():
 
 def test_a_module_whose_output_size_differs_is_paired_but_a_reshape_is_not():
     """The same module (op and name) with another number of output elements is paired, so the
-    first divergence is where the shape changed; one whose output only has another layout, as
-    a flatten keeping (2, 8, 1, 1) where torch's gives (2, 8), stays unmatched."""
+    first divergence is where the shape changed, with as many elements too (a pad's widths
+    in another order: they were left unmatched, and "operations run in another order" named);
+    one whose output only has another layout, as a flatten keeping (2, 8, 1, 1) where torch's
+    gives (2, 8), stays unmatched."""
     torch_records = [_forward("conv", "conv2d", (2, 8, 4, 4), 0),
                      _forward("pool", "avgpool2d", (2, 8, 2, 2), 1),
                      _forward("flatten", "flatten", (2, 8), 2),
@@ -207,6 +209,10 @@ def test_a_module_whose_output_size_differs_is_paired_but_a_reshape_is_not():
                _forward("avg_pool_other", "avgpool2d", (2, 8, 3, 3), 1)]
     assert "avg_pool_other" not in align_forward(torch_records, renamed,
                                                  param_map={}).mindspore_to_torch
+    # as many elements in another shape: a pad given its widths top and bottom first
+    padded = [_forward("pad", "reflectionpad2d", (2, 8, 17, 19), 0)]
+    transposed = [_forward("pad", "reflectionpad2d", (2, 8, 19, 17), 0)]
+    assert align_forward(padded, transposed, param_map={}).mindspore_to_torch == {"pad": "pad"}
 
 
 class _Run:
@@ -821,4 +827,7 @@ def test_values_that_differ_are_no_reordering():
     ms_out[1, 6, 2, 2] += 0.05                      # one value off, in a reversed map
     assert reorder.permutation(torch_out, ms_out) is None
     assert reorder.permutation(torch_out, torch_out[:, ::-1] * 2) is None
+    not_finite = torch_out[:, ::-1].copy()
+    not_finite[0, 0, 0, 0] = np.nan                 # NaN compares false with any bound
+    assert reorder.permutation(torch_out, not_finite) is None
     assert reorder.permutation(torch_out, torch_out[:, :, ::-1].copy())[0] == 2

@@ -567,6 +567,26 @@ def test_settings_kept_in_mindspores_primitives_are_compared(ms_model, first, ca
 
 
 @pytest.mark.parametrize("ms_model, first, cause, named", [
+    ("ms_padded", None, None, None),
+    ("ms_padded_replicating", "1", "different operation",
+     "torch 1 is reflectionpad2d, MindSpore 1 is replicationpad2d"),
+    ("ms_padded_with_zeros", "4", "constantpad2d value differs",
+     "torch 4 has value=0.5, MindSpore 4 value=0"),
+    ("ms_padded_top_first", "1", "reflectionpad2d padding differs",
+     "torch 1 pads (1, 2, 0, 1), MindSpore 1 (0, 1, 1, 2) (the last dimension's two sides "
+     "first"),
+])
+def test_pad_modules_are_compared(ms_model, first, cause, named):
+    """Pad modules had no op type: a ReplicationPad2d for a ReflectionPad2d was "module padding
+    differs" (certain), from the two ways the frameworks keep the same widths (MindSpore's
+    nn.ReflectionPad2d: ((top, bottom), (left, right))); a ConstantPad2d's value was a guess."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_padded(), getattr(tiny, ms_model)(), image_size=16)
+    _assert_named_at_forward(result, first, cause, named)
+
+
+@pytest.mark.parametrize("ms_model, first, cause, named", [
     ("ms_map_normed", None, None, None),
     ("ms_map_normed_last_axis", "1", "LayerNorm normalises over other dimensions",
      "torch 1 normalises over dimensions 1 to 3 of its 4-D input (normalized_shape (8, 16, "

@@ -352,6 +352,42 @@ def ms_grouped_pools_padding_counted() -> msnn.Cell:
     return _ms_grouped_pools(avg_pool=msnn.AvgPool2d(3, 1, pad_mode="pad", padding=1))
 
 
+# A conv net padding its maps with reflected, replicated and constant values by pad modules,
+# and its ports: correct (MindSpore's pad cells take torch's widths), replicating for
+# reflecting, padding with 0 for 0.5, or given the widths top and bottom first.
+def torch_padded() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1), tnn.ReflectionPad2d((1, 2, 0, 1)),
+                          tnn.Conv2d(8, 8, 3), tnn.ReplicationPad2d(1),
+                          tnn.ConstantPad2d(1, 0.5), tnn.AdaptiveAvgPool2d(1), tnn.Flatten(),
+                          tnn.Linear(8, 10))
+
+
+def _ms_padded(reflect: Optional[msnn.Cell] = None,
+               constant: Optional[msnn.Cell] = None) -> msnn.Cell:
+    return msnn.SequentialCell([
+        msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True),
+        reflect or msnn.ReflectionPad2d((1, 2, 0, 1)),
+        msnn.Conv2d(8, 8, 3, pad_mode="valid", has_bias=True), msnn.ReplicationPad2d(1),
+        constant or msnn.ConstantPad2d(1, 0.5), GlobalAvgPool(), msnn.Flatten(),
+        msnn.Dense(8, 10)])
+
+
+def ms_padded() -> msnn.Cell:
+    return _ms_padded()
+
+
+def ms_padded_replicating() -> msnn.Cell:
+    return _ms_padded(reflect=msnn.ReplicationPad2d((1, 2, 0, 1)))
+
+
+def ms_padded_with_zeros() -> msnn.Cell:
+    return _ms_padded(constant=msnn.ZeroPad2d(1))
+
+
+def ms_padded_top_first() -> msnn.Cell:
+    return _ms_padded(reflect=msnn.ReflectionPad2d((0, 1, 1, 2)))
+
+
 # A conv net normalising each sample's whole feature map (LayerNorm over (C, H, W)), and its
 # port; one variant leaves begin_norm_axis at -1, normalising each row of the map alone.
 def torch_map_normed() -> tnn.Module:

@@ -36,6 +36,10 @@ OPS = {
     "LSTM": "lstm", "GRU": "gru", "RNN": "rnn",
     "Sequential": "sequential", "SequentialCell": "sequential",
     "ModuleList": "list", "CellList": "list",
+    # the pad modules, by the values they pad with (a ZeroPad2d is a ConstantPad2d of 0)
+    **{f"{kind}Pad{n}d": f"{values}pad{n}d" for n in (1, 2, 3) for kind, values in (
+        ("Reflection", "reflection"), ("Replication", "replication"), ("Circular", "circular"),
+        ("Constant", "constant"), ("Zero", "constant"))},
 }
 
 # Module settings worth recording: they let the diagnosis name a cause instead of guessing.
@@ -45,7 +49,7 @@ ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "
                    "output_padding", "mode", "align_corners", "padding_idx", "padding_mode",
                    "num_heads", "batch_first", "track_running_stats", "num_groups",
                    "count_include_pad", "dim", "axis", "drop_prob", "normalized_shape",
-                   "begin_norm_axis")
+                   "begin_norm_axis", "value")
 # Settings a MindSpore cell keeps only in the primitive it calls: (primitive attribute, setting).
 PRIMITIVE_SETTINGS = {"ceil_mode": ("max_pool", "avg_pool"), "count_include_pad": ("avg_pool",),
                       "axis": ("softmax", "log_softmax"), "alpha": ("elu",)}

@@ -15,6 +15,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from parity.records import RecordInfo
+from parity.sketch import magnitude
 
 # The norm and the sum of magnitudes of the same values agree this closely on the two sides:
 # the norm's float32 sum depends on the order (3.6e-5 of it over 6.4 million values, see
@@ -45,9 +46,10 @@ def permutation(a: np.ndarray, b: np.ndarray) -> Optional[Tuple[int, np.ndarray]
     out (the inputs it came from matched)."""
     if a.shape != b.shape or a.ndim < 2 or a.dtype.kind != "f":
         return None
-    scale = float(np.abs(a).max())
-    if not np.isfinite(scale) or scale == 0:
-        return None
+    scale, magnitudes = float(np.abs(a).max()), (magnitude(a), magnitude(b))
+    if not np.isfinite(scale) or scale == 0 or \
+            not abs(magnitudes[0] - magnitudes[1]) <= SAME_SUMS * magnitudes[0]:
+        return None         # not the same values: no slices to match (and no NaN to miss)
     key = np.random.default_rng(0).standard_normal
     for axis in range(1, a.ndim):
         count = a.shape[axis]
@@ -56,7 +58,7 @@ def permutation(a: np.ndarray, b: np.ndarray) -> Optional[Tuple[int, np.ndarray]
         rows = [np.moveaxis(x, axis, 0).reshape(count, -1) for x in (a, b)]
         projection = key(rows[0].shape[1])      # a slice's key: identical slices share it
         orders = [np.argsort(r @ projection, kind="stable") for r in rows]
-        if np.abs(rows[0][orders[0]] - rows[1][orders[1]]).max() > SAME_VALUES * scale:
+        if not np.abs(rows[0][orders[0]] - rows[1][orders[1]]).max() <= SAME_VALUES * scale:
             continue
         order = np.empty(count, np.int64)
         order[orders[1]] = orders[0]

@@ -27,7 +27,7 @@ WINDOWED = {"conv1d": "Conv1d", "conv2d": "Conv2d", "maxpool1d": "MaxPool1d",
 
 def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     """The cause the two modules' recorded settings prove, or None."""
-    if t.op == m.op and t.op.endswith("1d"):
+    if t.op == m.op and t.op.endswith("1d") and op_family(t.op) not in PADS:
         m = dataclasses.replace(m, attrs=_in_one_dimension(m.attrs))
     ta, ma = t.attrs, m.attrs
     rates = different_drop_rates(t, m)
@@ -133,12 +133,13 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                     "torch used batch statistics; call net.set_train(True).",
                              confidence="certain")
     by_module_kind = _upsample_cause(t, m) or _transposed_conv_cause(t, m) or \
-        _sequence_cause(t, m) or _softmax_axis_cause(t, m) or _same_named_setting_cause(t, m)
+        _sequence_cause(t, m) or _softmax_axis_cause(t, m) or _same_named_setting_cause(t, m) \
+        or _pad_widths_cause(t, m)
     if by_module_kind is not None:
         return by_module_kind
     for key in ("stride", "padding", "kernel_size", "dilation"):
         if key == "padding" and (str(ma.get("pad_mode", "pad")).lower() != "pad"
-                                 or m.op.startswith("convtranspose")):
+                                 or m.op.startswith("convtranspose") or op_family(m.op) in PADS):
             continue
         if key in ta and key in ma and _as_pair(ta[key]) != _as_pair(ma[key]):
             default = f" (MindSpore's nn.{POOLS[m.op]} defaults to stride 1, torch's to the " \
@@ -327,6 +328,7 @@ SAME_NAMED_SETTINGS = {
     "count_include_pad": (("avgpool",), None, ""),
     "num_groups": (("groupnorm",), None, " (the weights have the same shapes either way)"),
     "groups": (("channelshuffle",), None, ""),
+    "value": (("constantpad",), None, ""),
     "alpha": (("elu",), None, "; MindSpore 2.8.0's nn.ELU runs only alpha=1.0 on CPU (\"alpha "
                               "must be 1.0f\"), so write it out there: ops.where(x > 0, x, "
                               "alpha * ops.expm1(x))"),
@@ -348,6 +350,36 @@ def _same_named_setting_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosi
                                     f"{m.name} {key}={ms_value}; set {key}={torch_value}"
                                     f"{advice}.", confidence="certain")
     return None
+
+
+PADS = ("reflectionpad", "replicationpad", "circularpad", "constantpad")
+
+
+def _pad_widths(padding) -> Optional[Tuple[int, ...]]:
+    """A pad module's widths as torch orders them, the last dimension's two first: (left,
+    right, top, bottom). MindSpore's nn.ReflectionPad2d keeps ((top, bottom), (left, right)),
+    its other pads torch's order."""
+    if not isinstance(padding, list):
+        return None
+    if all(isinstance(pair, list) for pair in padding):
+        return tuple(width for pair in reversed(padding) for width in pair)
+    return tuple(padding)
+
+
+def _pad_widths_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+    """Two pad modules of one kind padding other widths (compared in one order: MindSpore's
+    nn.ReflectionPad2d(1) keeps [[1, 1], [1, 1]], torch's (1, 1, 1, 1), the same widths)."""
+    family = op_family(t.op)
+    if family not in PADS or family != op_family(m.op):
+        return None
+    widths = _pad_widths(t.attrs.get("padding")), _pad_widths(m.attrs.get("padding"))
+    if None in widths or widths[0] == widths[1]:
+        return None
+    return Diagnosis(cause=f"{m.op} padding differs",
+                     detail=f"torch {t.name} pads {widths[0]}, MindSpore {m.name} {widths[1]} "
+                            "(the last dimension's two sides first, as torch orders them: "
+                            "left, right, top, bottom); write the widths in torch's order, as "
+                            "MindSpore's pad cells take them.", confidence="certain")
 
 
 def _layer_norm_spans(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[int, int]]:
