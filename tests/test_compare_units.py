@@ -766,6 +766,23 @@ def test_an_elu_of_another_alpha_is_named(torch_alpha, ms_alpha, named):
         assert named in diagnosis.detail, diagnosis.detail
 
 
+def test_a_conv3d_padding_of_six_is_torchs_padding_of_three():
+    """MindSpore's nn.Conv3d takes its padding as one number or six (head, tail, top, bottom,
+    left, right); torch's (1, 1, 1) is MindSpore's (1, 1, 1, 1, 1, 1), and a dilation that
+    differs behind it was "conv3d padding differs"."""
+    import mindspore.nn as msnn
+    import torch.nn as tnn
+
+    from parity.capture.hooks import module_attrs, op_type
+    from parity.compare.settings import settings_cause
+    torch_conv = tnn.Conv3d(2, 4, 3, padding=1)
+    ms_conv = msnn.Conv3d(2, 4, 3, pad_mode="pad", padding=(1, 1, 1, 1, 1, 1), dilation=2)
+    t, m = (dataclasses.replace(_forward("conv", op_type(module), (2, 4, 8, 8, 8), 0),
+                                attrs=module_attrs(module)) for module in (torch_conv, ms_conv))
+    diagnosis = settings_cause(t, m)
+    assert (diagnosis.cause, diagnosis.confidence) == ("conv3d dilation differs", "certain")
+
+
 def _fed(values):
     """A forward record whose first input was ``values``, sketched as the captures sketch it."""
     from parity.sketch import input_sketch, magnitude

@@ -587,6 +587,36 @@ def test_pad_modules_are_compared(ms_model, first, cause, named):
 
 
 @pytest.mark.parametrize("ms_model, first, cause, named", [
+    ("ms_volume", None, None, None),
+    ("ms_volume_same_padded", ("4", "forward"), "Conv3d pad_mode='same' with stride > 1",
+     "MindSpore 4 pads back/bottom/right only, torch 4 pads both sides (padding=1): the "
+     "window shifts one pixel. Use pad_mode='pad', padding=1."),
+    ("ms_volume_pool_stride_left_out", ("3", "forward"), "maxpool3d stride differs",
+     "(MindSpore's nn.MaxPool3d defaults to stride 1, torch's to the kernel size)"),
+    ("ms_volume_momentum_unconverted", ("1.running_mean", "buffer"),
+     "BatchNorm momentum convention", "so 1 needs BatchNorm3d(momentum=0.9), not momentum=0.1"),
+])
+def test_a_3d_conv_net_is_compared_as_a_2d_one(ms_model, first, cause, named):
+    """3-D layers had no op types: a strided Conv3d at pad_mode='same' was "conv3d computes
+    something different" (a guess), a MaxPool3d's stride left to MindSpore's default 1 was
+    left unmatched and the next conv's "output shape differs" named, and an unconverted
+    BatchNorm3d momentum was told to need BatchNorm2d(...)."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_volume(), getattr(tiny, ms_model)(),
+                          inputs=(rng.standard_normal((2, 2, 8, 8, 8)).astype(np.float32),
+                                  rng.integers(0, 5, 2)))
+    assert result.passed == (cause is None), result.diagnosis
+    if cause is not None:
+        assert (result.first_divergence.name, result.first_divergence.kind) == first
+        assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "certain")
+        assert named in result.diagnosis.detail, result.diagnosis.detail
+
+
+@pytest.mark.parametrize("ms_model, first, cause, named", [
     ("ms_map_normed", None, None, None),
     ("ms_map_normed_last_axis", "1", "LayerNorm normalises over other dimensions",
      "torch 1 normalises over dimensions 1 to 3 of its 4-D input (normalized_shape (8, 16, "

@@ -388,6 +388,40 @@ def ms_padded_top_first() -> msnn.Cell:
     return _ms_padded(reflect=msnn.ReflectionPad2d((0, 1, 1, 2)))
 
 
+# A 3-D conv net over volumes (N×C×D×H×W), and its ports: correct, the strided conv left at
+# pad_mode='same', the max pool's stride left to MindSpore's default 1, the BatchNorm3d's
+# momentum written as torch's.
+def torch_volume() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv3d(2, 4, 3, padding=1), tnn.BatchNorm3d(4), tnn.ReLU(),
+                          tnn.MaxPool3d(2), tnn.Conv3d(4, 4, 3, stride=2, padding=1),
+                          tnn.AdaptiveAvgPool3d(1), tnn.Flatten(), tnn.Linear(4, 5))
+
+
+def _ms_volume(pool: Optional[msnn.Cell] = None, conv: Optional[msnn.Cell] = None,
+               momentum: float = 0.9) -> msnn.Cell:
+    return msnn.SequentialCell([
+        msnn.Conv3d(2, 4, 3, pad_mode="pad", padding=1, has_bias=True),
+        msnn.BatchNorm3d(4, momentum=momentum), msnn.ReLU(), pool or msnn.MaxPool3d(2, 2),
+        conv or msnn.Conv3d(4, 4, 3, stride=2, pad_mode="pad", padding=1, has_bias=True),
+        msnn.AdaptiveAvgPool3d(1), msnn.Flatten(), msnn.Dense(4, 5)])
+
+
+def ms_volume() -> msnn.Cell:
+    return _ms_volume()
+
+
+def ms_volume_same_padded() -> msnn.Cell:
+    return _ms_volume(conv=msnn.Conv3d(4, 4, 3, stride=2, has_bias=True))
+
+
+def ms_volume_pool_stride_left_out() -> msnn.Cell:
+    return _ms_volume(pool=msnn.MaxPool3d(2))
+
+
+def ms_volume_momentum_unconverted() -> msnn.Cell:
+    return _ms_volume(momentum=0.1)
+
+
 # A conv net normalising each sample's whole feature map (LayerNorm over (C, H, W)), and its
 # port; one variant leaves begin_norm_axis at -1, normalising each row of the map alone.
 def torch_map_normed() -> tnn.Module:

@@ -669,6 +669,11 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
                      confidence="likely" if own_step else "guess")
 
 
+def _norm_class(op: str) -> str:
+    """MindSpore's class for a BatchNorm op type: batchnorm3d -> BatchNorm3d."""
+    return f"BatchNorm{op[-2:]}" if op[-2:] in ("1d", "2d", "3d") else "BatchNorm2d"
+
+
 def _buffer_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                   ms_run: RunReader) -> Diagnosis:
     module = first.name.rpartition(".")[0]
@@ -683,7 +688,7 @@ def _buffer_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
             return Diagnosis(cause="BatchNorm momentum convention",
                              detail=f"torch momentum={t_m:g} weights the new batch statistic; "
                                     f"MindSpore's momentum weights the old value, so {module} "
-                                    f"needs BatchNorm2d(momentum={1 - t_m:g}), not "
+                                    f"needs {_norm_class(t_bn.op)}(momentum={1 - t_m:g}), not "
                                     f"momentum={1 - m_stored:g}.", confidence="certain")
     if first.name.endswith("running_var") and t_bn is not None:
         found = _biased_variance(first, t, m, t_bn, torch_run, ms_run)

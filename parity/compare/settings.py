@@ -19,10 +19,12 @@ from parity.records import Diagnosis, RecordInfo
 NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
 # MindSpore's pools, whose stride defaults to 1 (torch's to the kernel size).
 POOLS = {"maxpool1d": "MaxPool1d", "avgpool1d": "AvgPool1d", "maxpool2d": "MaxPool2d",
-         "avgpool2d": "AvgPool2d"}
+         "avgpool2d": "AvgPool2d", "maxpool3d": "MaxPool3d", "avgpool3d": "AvgPool3d"}
 # The modules whose MindSpore pad_mode='same' pads otherwise than torch's explicit padding.
-WINDOWED = {"conv1d": "Conv1d", "conv2d": "Conv2d", "maxpool1d": "MaxPool1d",
-            "maxpool2d": "MaxPool2d"}
+WINDOWED = {"conv1d": "Conv1d", "conv2d": "Conv2d", "conv3d": "Conv3d", "maxpool1d": "MaxPool1d",
+            "maxpool2d": "MaxPool2d", "maxpool3d": "MaxPool3d"}
+# the sides MindSpore's pad_mode='same' puts the odd row or column on
+SAME_PADDED_ENDS = {"1d": "the end", "2d": "bottom/right", "3d": "back/bottom/right"}
 
 
 def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
@@ -61,12 +63,12 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
         stride = ma.get("stride", 1)
         strided = any(s > 1 for s in (stride if isinstance(stride, list) else [stride]))
         if strided or op_family(m.op) == "maxpool":
-            ends = "the end" if m.op.endswith("1d") else "bottom/right"
+            padding = _one_if_even(ta.get("padding"))
             return Diagnosis(
                 cause=f"{what} pad_mode='same' with stride > 1",
-                detail=f"MindSpore {m.name} pads {ends} only, torch {t.name} pads both "
-                       f"sides (padding={ta.get('padding')}): the window shifts one pixel. Use "
-                       f"pad_mode='pad', padding={ta.get('padding')}.", confidence="certain")
+                detail=f"MindSpore {m.name} pads {SAME_PADDED_ENDS[m.op[-2:]]} only, torch "
+                       f"{t.name} pads both sides (padding={padding}): the window shifts one "
+                       f"pixel. Use pad_mode='pad', padding={padding}.", confidence="certain")
         unlike_torch = _same_padding_unlike_torch(ta, ma)
         if unlike_torch is not None:
             return Diagnosis(
@@ -192,6 +194,14 @@ def _padding_mode_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                             "pad_mode='valid'.", confidence="certain")
 
 
+def _one_if_even(padding):
+    """torch's padding as MindSpore takes it: one number when every side's is the same
+    (MindSpore's nn.Conv3d takes one or six, not torch's three)."""
+    if isinstance(padding, list) and padding and all(p == padding[0] for p in padding):
+        return padding[0]
+    return padding
+
+
 def _explicit_padding(padding) -> str:
     """MindSpore's arguments for torch's explicit conv padding."""
     rows, columns = _as_pair(padding)
@@ -309,12 +319,15 @@ def _gelu_form(approximate) -> Optional[str]:
 
 def _as_pair(value) -> Tuple:
     """Spatial settings in one shape: 1 -> (1, 1); MindSpore's (top, bottom, left, right)
-    padding -> (top, left) when symmetric; MaxPool's 3-entry padding -> its last two."""
+    padding -> (top, left) when symmetric, nn.Conv3d's six the same way; a 3-entry setting
+    (MaxPool's padding, a 3-D module's) -> its last two."""
     if not isinstance(value, list):
         return (value, value)
     flat = tuple(value)
     if len(flat) == 4 and flat[0] == flat[1] and flat[2] == flat[3]:
         return (flat[0], flat[2])
+    if len(flat) == 6 and flat[::2] == flat[1::2]:         # nn.Conv3d's (head, tail, top, ...)
+        return (flat[2], flat[4])
     if len(flat) == 3:
         return flat[1:]
     return flat if len(flat) > 1 else flat * 2
