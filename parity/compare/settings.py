@@ -46,11 +46,12 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                          detail=f"torch {t.name} drops {rates[0]:g} of its inputs, MindSpore "
                                 f"{m.name} {rates[1]:g}.{keep_prob}", confidence="certain")
     if different_operations(t, m):
+        example = " (ReLU and ReLU6 agree below 6)" if {t.op, m.op} == {"relu", "relu6"} else ""
         return Diagnosis(cause="different operation",
                          detail=f"torch {t.name} is {t.op}, MindSpore {m.name} is {m.op}: "
                                 "use the same operation. One batch through random initial "
-                                "weights need not show the difference (ReLU and ReLU6 agree "
-                                "below 6).", confidence="certain")
+                                f"weights need not show the difference{example}.",
+                         confidence="certain")
     forms = _gelu_form(ta.get("approximate")), _gelu_form(ma.get("approximate"))
     if t.op == m.op == "gelu" and None not in forms and forms[0] != forms[1]:
         return Diagnosis(cause="GELU approximation differs",
