@@ -971,17 +971,24 @@ def test_an_interrupt_a_library_swallowed_still_ends_the_command_by_it(tiny_run,
         Dropped()
         return cli.EXIT_PASS
 
+    code = _compare_running(swallowing, tiny_run, monkeypatch)
+    assert (code, capsys.readouterr().err) == (130, (
+        "parity: interrupted; the command had finished: its outputs are whole; no partial "
+        "output was left behind\n"))
+
+
+def _compare_running(command, tiny_run, monkeypatch) -> int:
+    """``parity compare``'s exit code with ``command`` run as its work, in this process, with
+    parity's interrupt handling installed (and undone after the test)."""
+    from parity import cli
     monkeypatch.setattr(cli._Interrupts, "received", None)
     monkeypatch.setattr(cli._Interrupts, "ends_at_once", True)     # restored: _main clears it
     monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)    # Python's, not pytest's
     monkeypatch.setattr(signal, "signal", lambda *args: None)          # this process's stay
     cli._Interrupts.install()
-    monkeypatch.setitem(cli.COMMANDS, "compare", swallowing)
-    code = cli._main(["compare", str(tiny_run / "torch"), str(tiny_run / "mindspore")],
+    monkeypatch.setitem(cli.COMMANDS, "compare", command)
+    return cli._main(["compare", str(tiny_run / "torch"), str(tiny_run / "mindspore")],
                      debug=False)
-    assert (code, capsys.readouterr().err) == (130, (
-        "parity: interrupted; the command had finished: its outputs are whole; no partial "
-        "output was left behind\n"))
 
 
 def test_a_finaliser_failing_after_an_interrupt_is_not_printed(tiny_run, monkeypatch, capsys):
@@ -1003,14 +1010,7 @@ def test_a_finaliser_failing_after_an_interrupt_is_not_printed(tiny_run, monkeyp
         HalfBuilt()
         return cli.EXIT_PASS
 
-    monkeypatch.setattr(cli._Interrupts, "received", None)
-    monkeypatch.setattr(cli._Interrupts, "ends_at_once", True)     # restored: _main clears it
-    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)    # Python's, not pytest's
-    monkeypatch.setattr(signal, "signal", lambda *args: None)          # this process's stay
-    cli._Interrupts.install()
-    monkeypatch.setitem(cli.COMMANDS, "compare", interrupted_in_a_constructor)
-    code = cli._main(["compare", str(tiny_run / "torch"), str(tiny_run / "mindspore")],
-                     debug=False)
+    code = _compare_running(interrupted_in_a_constructor, tiny_run, monkeypatch)
     assert (code, capsys.readouterr().err) == (
         130, "parity: interrupted; no partial output was left behind\n")
 
