@@ -50,13 +50,13 @@ def permutation(a: np.ndarray, b: np.ndarray) -> Optional[Tuple[int, np.ndarray]
     if not np.isfinite(scale) or scale == 0 or \
             not abs(magnitudes[0] - magnitudes[1]) <= SAME_SUMS * magnitudes[0]:
         return None         # not the same values: no slices to match (and no NaN to miss)
-    key = np.random.default_rng(0).standard_normal
+    random_weights = np.random.default_rng(0).standard_normal
     for axis in range(1, a.ndim):
         count = a.shape[axis]
         if count < 2:
             continue
         rows = [np.moveaxis(x, axis, 0).reshape(count, -1) for x in (a, b)]
-        projection = key(rows[0].shape[1])      # a slice's key: identical slices share it
+        projection = random_weights(rows[0].shape[1])   # a slice's key: equal slices share it
         orders = [np.argsort(r @ projection, kind="stable") for r in rows]
         if not np.abs(rows[0][orders[0]] - rows[1][orders[1]]).max() <= SAME_VALUES * scale:
             continue

@@ -64,7 +64,7 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
         stride = ma.get("stride", 1)
         strided = any(s > 1 for s in (stride if isinstance(stride, list) else [stride]))
         if strided or op_family(m.op) == "maxpool":
-            padding = _one_if_even(ta.get("padding"))
+            padding = _one_if_all_equal(ta.get("padding"))
             return Diagnosis(
                 cause=f"{what} pad_mode='same' with stride > 1",
                 detail=f"MindSpore {m.name} pads {SAME_PADDED_ENDS[m.op[-2:]]} only, torch "
@@ -195,7 +195,7 @@ def _padding_mode_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                             "pad_mode='valid'.", confidence="certain")
 
 
-def _one_if_even(padding):
+def _one_if_all_equal(padding):
     """torch's padding as MindSpore takes it: one number when every side's is the same
     (MindSpore's nn.Conv3d takes one or six, not torch's three)."""
     if isinstance(padding, list) and padding and all(p == padding[0] for p in padding):
