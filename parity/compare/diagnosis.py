@@ -105,9 +105,8 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         where = f"{parent}'s forward" if parent else "the model's own forward"
         before = "" if fed_from is t else \
             f" before it calls {fed_from.name}, whose input already differs,"
-        sums = reorder.sums_difference(t, m)
-        if sums is not None and sums <= max(reorder.SAME_SUMS, passed_on) and \
-                fed >= 100 * max(reorder.SAME_SUMS, passed_on):
+        sums = reorder.reordered_input(t, m, fed, passed_on)
+        if sums is not None:
             return Diagnosis(cause="input in another order",
                              detail=f"{m.name}'s input holds torch's values in another order: "
                                     "its norm and its sum of magnitudes agree "

@@ -40,6 +40,17 @@ def sums_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
                abs(sums[0] - sums[1]) / sums[0])
 
 
+def reordered_input(t: RecordInfo, m: RecordInfo, differs_by: float,
+                    passed_on: float) -> Optional[float]:
+    """How far apart the sums of the module's first input are when it holds torch's values in
+    another order: they agree to rounding, or to the difference ``passed_on`` from earlier
+    records, while its values differ (``differs_by`` of its norm) a hundred times more; else
+    None."""
+    same = max(SAME_SUMS, passed_on)
+    sums = sums_difference(t, m)
+    return sums if sums is not None and sums <= same and differs_by >= 100 * same else None
+
+
 def permutation(a: np.ndarray, b: np.ndarray) -> Optional[Tuple[int, np.ndarray]]:
     """The axis along which ``b``'s slices are ``a``'s in another order, with the order:
     ``b``'s slice j is ``a``'s ``order[j]``; None when there is none. The batch axis is left
