@@ -508,14 +508,16 @@ def test_a_sequence_layer_set_up_otherwise_is_named(torch_model, ms_model, first
     _assert_named_at_forward(result, first, cause, named)
 
 
-def _assert_named_at_forward(result, first: str, cause: str, named: str) -> None:
-    """A correct port (cause None) passes; a bugged one first diverges at the forward output of
-    ``first``, and the settings recorded there name ``cause`` for certain."""
+def _assert_named_at_forward(result, first: str, cause: str, named: str, *,
+                             kind: str = "forward", confidence: str = "certain") -> None:
+    """A correct port (cause None) passes; a bugged one first diverges at the ``kind`` record
+    (its forward output) of ``first``, and the diagnosis names ``cause`` (for certain: the
+    settings recorded there prove it)."""
     assert result.passed == (cause is None), result.diagnosis
     if cause is not None:
-        assert (result.first_divergence.name, result.first_divergence.kind) == (first, "forward")
-        assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "certain")
-        assert named in result.diagnosis.detail
+        assert (result.first_divergence.name, result.first_divergence.kind) == (first, kind)
+        assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, confidence)
+        assert named in result.diagnosis.detail, result.diagnosis.detail
 
 
 @pytest.mark.parametrize("ms_model, first, cause, named", [
@@ -610,11 +612,8 @@ def test_a_3d_conv_net_is_compared_as_a_2d_one(ms_model, first, cause, named):
     result = parity.check(tiny.torch_volume(), getattr(tiny, ms_model)(),
                           inputs=(rng.standard_normal((2, 2, 8, 8, 8)).astype(np.float32),
                                   rng.integers(0, 5, 2)))
-    assert result.passed == (cause is None), result.diagnosis
-    if cause is not None:
-        assert (result.first_divergence.name, result.first_divergence.kind) == first
-        assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "certain")
-        assert named in result.diagnosis.detail, result.diagnosis.detail
+    name, kind = first or (None, "forward")
+    _assert_named_at_forward(result, name, cause, named, kind=kind)
 
 
 @pytest.mark.parametrize("ms_model, first, cause, named", [
@@ -671,11 +670,7 @@ def test_values_in_another_order_are_named(torch_model, ms_model, first, cause, 
     from tests import tiny
     result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
                           image_size=16)
-    assert result.passed == (cause is None), result.diagnosis
-    if cause is not None:
-        assert (result.first_divergence.name, result.first_divergence.kind) == (first, "forward")
-        assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "likely")
-        assert named in result.diagnosis.detail, result.diagnosis.detail
+    _assert_named_at_forward(result, first, cause, named, confidence="likely")
 
 
 @pytest.mark.parametrize("ms_model, first, cause, named", [
