@@ -348,3 +348,53 @@ def test_the_synchronous_capture_leaves_mindspores_heap_whole():
                           timeout=300)
     assert done.returncode == 0, done.stderr[-500:]
     assert "(2, 128)" in done.stdout
+
+
+def test_rerounded_batch_norms_sum_each_channel_one_value_after_another():
+    """Within sequential_channel_sums (torch's rerounded steps) a BatchNorm on batch statistics
+    passes back dx moved by γ/σ · (sequential float32 Σdy − Σdy)/n in each channel and a bias
+    gradient moved by sequential float32 Σdy − Σdy, as a kernel summing one value after another
+    would; one using its running statistics is left as it is, and so is everything after."""
+    import torch
+
+    from parity.capture.sequential_sums import sequential_channel_sums
+    torch.manual_seed(0)
+    conv, bn, fc = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), \
+        torch.nn.Linear(4, 3)
+    frozen = torch.nn.BatchNorm2d(4).eval()
+    x = torch.randn(2, 3, 32, 32)
+
+    def step():
+        seen = {}
+        for param in (*conv.parameters(), *bn.parameters(), *frozen.parameters()):
+            param.grad = None
+        h = conv(x)
+        h.register_hook(lambda g: seen.__setitem__("dx", g.numpy().copy()))
+        y = bn(h)
+        y.register_hook(lambda g: seen.__setitem__("dy", g.numpy().copy()))
+        fc(frozen(torch.relu(y)).mean((2, 3))).sum().backward()
+        return seen, {name: p.grad.numpy().copy() for name, p in
+                      (("bias", bn.bias), ("frozen", frozen.bias), ("conv", conv.weight))}
+
+    plain, plain_grads = step()
+    with sequential_channel_sums(torch.nn.Sequential(conv, bn, frozen)):
+        moved, moved_grads = step()
+    after, after_grads = step()
+
+    rows = plain["dy"].transpose(0, 2, 3, 1).reshape(-1, 4)
+    off = np.add.accumulate(rows, axis=0, dtype=np.float32)[-1].astype(np.float64) - \
+        rows.sum(axis=0, dtype=np.float64)
+    assert np.abs(off).max() > 0
+    sigma = np.sqrt(conv(x).detach().numpy().astype(np.float64).var(axis=(0, 2, 3)) + bn.eps)
+    shift = (np.abs(bn.weight.detach().numpy()) / sigma * off / rows.shape[0]).reshape(1, 4, 1, 1)
+    eps = np.finfo(np.float32).eps
+    np.testing.assert_allclose(moved["dx"] - plain["dx"],
+                               np.broadcast_to(-shift, plain["dx"].shape), rtol=1e-2,
+                               atol=4 * eps * np.abs(plain["dx"]).max())
+    np.testing.assert_allclose(moved_grads["bias"] - plain_grads["bias"], off, rtol=1e-3,
+                               atol=4 * eps * np.abs(plain_grads["bias"]).max())
+    assert np.array_equal(moved_grads["frozen"], plain_grads["frozen"])
+    for name in plain_grads:
+        assert np.array_equal(after_grads[name], plain_grads[name]), name
+    assert np.array_equal(after["dx"], plain["dx"])
+

@@ -397,6 +397,28 @@ def test_a_lucky_float64_draw_past_batch_norm_over_two_values_fails_no_correct_p
         ("layer4.1.bn1", "forward")
 
 
+def test_a_batch_norm_before_a_mean_over_space_passes_its_correct_port(tmp_path):
+    """The last BatchNorm of a U-Net-like classifier normalises 8,192 values a channel, and the
+    mean over space after it hands it nearly one gradient value per channel: what its backward
+    leaves of each channel's mean is rounding, which the conv before sums over every position.
+    MindSpore's kernel leaves ten times more of it than torch's, and the correct port failed at
+    decode.0.weight's gradient (12.9x torch's float32 error) until torch's rerounded steps
+    rounded those means as a sequential float32 sum would (capture/sequential_sums.py)."""
+    import torch
+
+    import parity
+    from tests import tiny
+    torch.manual_seed(0)
+    run = tmp_path / "run"
+    result = parity.check(tiny.torch_pooled_unet(), tiny.ms_pooled_unet(), image_size=64,
+                          out=run)
+    assert result.passed, result.failure_message(count=3)
+    torch_run = RunReader.open(run / "torch")
+    for name in ("decode.0.weight", "decode.1.bias"):
+        draws = torch_run.record(name, "grad")
+        assert draws.fp32_spread_rms > 10 * draws.fp32_noise_rms, name
+
+
 def test_a_transformer_encoder_layer_is_matched_output_for_output():
     """Each framework's own encoder layer: every forward record has its counterpart (the
     attention's output was unmatched while torch's (output, None) was named as two outputs)."""

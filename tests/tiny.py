@@ -1,8 +1,9 @@
 """Tiny pairs in both frameworks, fast enough for the plugin, API and end-to-end tests: a conv
 net (and its ported variants), one with layers whose MindSpore defaults differ, token-id
-classifiers (one with an attention mask, one with tied weights), a segmenter and a small U-Net,
-small MLPs, a net with an auxiliary head, a Transformer encoder layer, and nets a user might
-hand over as they are: built in float64, torch.compile'd, held as ``self.module``."""
+classifiers (one with an attention mask, one with tied weights), a segmenter, a small U-Net and
+a U-Net-like classifier pooling right after its last BatchNorm, small MLPs, a net with an
+auxiliary head, a Transformer encoder layer, and nets a user might hand over as they are: built
+in float64, torch.compile'd, held as ``self.module``."""
 
 from __future__ import annotations
 
@@ -1198,6 +1199,58 @@ def ms_unet_same_padding() -> msnn.Cell:
 
 def ms_unet_align_corners() -> msnn.Cell:
     return _MsUNet(align_corners=True)
+
+
+# A U-Net-like classifier: its last BatchNorm, over 8,192 values a channel at batch 2, 64², is
+# followed by a mean over space, so the gradient reaching it is nearly one value per channel.
+class _TorchPooledUNet(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False), tnn.BatchNorm2d(8),
+                                   tnn.ReLU())
+        self.pool = tnn.MaxPool2d(2)
+        self.middle = tnn.Sequential(tnn.Conv2d(8, 16, 3, padding=1, bias=False),
+                                     tnn.BatchNorm2d(16), tnn.ReLU())
+        self.up = tnn.ConvTranspose2d(16, 8, 2, stride=2)
+        self.decode = tnn.Sequential(tnn.Conv2d(16, 8, 3, padding=1, bias=False),
+                                     tnn.BatchNorm2d(8), tnn.ReLU())
+        self.fc = tnn.Linear(8, 10)
+
+    def forward(self, x):
+        import torch
+        skip = self.down(x)
+        decoded = self.decode(torch.cat([skip, self.up(self.middle(self.pool(skip)))], 1))
+        return self.fc(decoded.mean((2, 3)))
+
+
+class _MsPooledUNet(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = _ms_conv_bn_relu(3, 8)
+        self.pool = msnn.MaxPool2d(2, 2)
+        self.middle = _ms_conv_bn_relu(8, 16)
+        self.up = msnn.Conv2dTranspose(16, 8, 2, stride=2, has_bias=True)
+        self.decode = _ms_conv_bn_relu(16, 8)
+        self.fc = msnn.Dense(8, 10)
+
+    def construct(self, x):
+        skip = self.down(x)
+        decoded = self.decode(ops.cat((skip, self.up(self.middle(self.pool(skip)))), 1))
+        return self.fc(decoded.mean((2, 3)))
+
+
+def _ms_conv_bn_relu(channels_in: int, channels_out: int) -> msnn.Cell:
+    return msnn.SequentialCell([
+        msnn.Conv2d(channels_in, channels_out, 3, pad_mode="pad", padding=1, has_bias=False),
+        msnn.BatchNorm2d(channels_out, momentum=0.9), msnn.ReLU()])
+
+
+def torch_pooled_unet() -> tnn.Module:
+    return _TorchPooledUNet()
+
+
+def ms_pooled_unet() -> msnn.Cell:
+    return _MsPooledUNet()
 
 
 def torch_unet_bicubic() -> tnn.Module:
