@@ -1132,14 +1132,23 @@ def ms_segmenter() -> msnn.Cell:
 UNET_IMAGE = 8
 
 
+def _torch_conv_bn_relu(channels_in: int, channels_out: int) -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(channels_in, channels_out, 3, padding=1, bias=False),
+                          tnn.BatchNorm2d(channels_out), tnn.ReLU())
+
+
+def _ms_conv_bn_relu(channels_in: int, channels_out: int) -> msnn.Cell:
+    return msnn.SequentialCell([
+        msnn.Conv2d(channels_in, channels_out, 3, pad_mode="pad", padding=1, has_bias=False),
+        msnn.BatchNorm2d(channels_out, momentum=0.9), msnn.ReLU()])
+
+
 class _TorchUNet(tnn.Module):
     def __init__(self, mode: str = "bilinear", align_corners: Optional[bool] = None) -> None:
         super().__init__()
-        self.down = tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False), tnn.BatchNorm2d(8),
-                                   tnn.ReLU())
+        self.down = _torch_conv_bn_relu(3, 8)
         self.pool = tnn.MaxPool2d(2)
-        self.middle = tnn.Sequential(tnn.Conv2d(8, 16, 3, padding=1, bias=False),
-                                     tnn.BatchNorm2d(16), tnn.ReLU())
+        self.middle = _torch_conv_bn_relu(8, 16)
         self.up = tnn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1)
         self.head = tnn.Conv2d(16, SEGMENT_CLASSES, 1)
         self.side = tnn.Conv2d(16, SEGMENT_CLASSES, 1)
@@ -1158,13 +1167,9 @@ class _MsUNet(msnn.Cell):
     def __init__(self, up: Optional[msnn.Cell] = None, align_corners: bool = False,
                  resize: Optional[msnn.Cell] = None) -> None:
         super().__init__()
-        self.down = msnn.SequentialCell([
-            msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1), msnn.BatchNorm2d(8, momentum=0.9),
-            msnn.ReLU()])
+        self.down = _ms_conv_bn_relu(3, 8)
         self.pool = msnn.MaxPool2d(2, 2)
-        self.middle = msnn.SequentialCell([
-            msnn.Conv2d(8, 16, 3, pad_mode="pad", padding=1), msnn.BatchNorm2d(16, momentum=0.9),
-            msnn.ReLU()])
+        self.middle = _ms_conv_bn_relu(8, 16)
         # torch's padding 1 with output_padding 1 crops one row and column before, none after
         self.up = up or msnn.Conv2dTranspose(16, 8, 3, stride=2, pad_mode="pad",
                                              padding=(1, 0, 1, 0), has_bias=True)
@@ -1206,14 +1211,11 @@ def ms_unet_align_corners() -> msnn.Cell:
 class _TorchPooledUNet(tnn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.down = tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False), tnn.BatchNorm2d(8),
-                                   tnn.ReLU())
+        self.down = _torch_conv_bn_relu(3, 8)
         self.pool = tnn.MaxPool2d(2)
-        self.middle = tnn.Sequential(tnn.Conv2d(8, 16, 3, padding=1, bias=False),
-                                     tnn.BatchNorm2d(16), tnn.ReLU())
+        self.middle = _torch_conv_bn_relu(8, 16)
         self.up = tnn.ConvTranspose2d(16, 8, 2, stride=2)
-        self.decode = tnn.Sequential(tnn.Conv2d(16, 8, 3, padding=1, bias=False),
-                                     tnn.BatchNorm2d(8), tnn.ReLU())
+        self.decode = _torch_conv_bn_relu(16, 8)
         self.fc = tnn.Linear(8, 10)
 
     def forward(self, x):
@@ -1238,11 +1240,6 @@ class _MsPooledUNet(msnn.Cell):
         decoded = self.decode(ops.cat((skip, self.up(self.middle(self.pool(skip)))), 1))
         return self.fc(decoded.mean((2, 3)))
 
-
-def _ms_conv_bn_relu(channels_in: int, channels_out: int) -> msnn.Cell:
-    return msnn.SequentialCell([
-        msnn.Conv2d(channels_in, channels_out, 3, pad_mode="pad", padding=1, has_bias=False),
-        msnn.BatchNorm2d(channels_out, momentum=0.9), msnn.ReLU()])
 
 
 def torch_pooled_unet() -> tnn.Module:
