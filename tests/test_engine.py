@@ -419,6 +419,21 @@ def test_a_batch_norm_before_a_mean_over_space_passes_its_correct_port(tmp_path)
         assert draws.fp32_spread_rms > 10 * draws.fp32_noise_rms, name
 
 
+def test_a_group_norm_before_a_mean_over_space_passes_its_correct_port():
+    """The last GroupNorm's beta gradient, 8,192 terms of one sign a channel: MindSpore's was
+    21.8 times a pairwise float32 sum's worst rounding off the sum of its own terms, and the
+    correct port failed as "not the sum of its own terms" until that check allowed what a
+    sequential float32 sum of the same terms rounds (compare/sums.py)."""
+    import torch
+
+    import parity
+    from tests import tiny
+    torch.manual_seed(0)
+    result = parity.check(tiny.torch_pooled_group_norm(), tiny.ms_pooled_group_norm(),
+                          image_size=64)
+    assert result.passed, result.failure_message(count=3)
+
+
 def test_a_transformer_encoder_layer_is_matched_output_for_output():
     """Each framework's own encoder layer: every forward record has its counterpart (the
     attention's output was unmatched while torch's (output, None) was named as two outputs)."""

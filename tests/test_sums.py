@@ -117,3 +117,30 @@ def test_a_layernorm_over_several_axes_is_judged_without_the_allowance(tmp_path)
     result = compare_runs(tmp_path / "torch", tmp_path / "mindspore")
     weight = next(c for c in result.comparisons if (c.kind, c.name) == ("grad", "norm.weight"))
     assert not weight.passed and weight.sum_allowance == 0
+
+
+@pytest.mark.parametrize("signs", ["one", "mixed"])
+def test_a_sum_taken_one_term_after_another_is_its_terms_sum_and_a_wrong_one_is_not(signs):
+    """MindSpore's CPU kernels sum more nearly one value after another than pairwise: its
+    GroupNorm's beta gradient, 8,192 terms of one sign a channel, was 21.8 times a pairwise
+    sum's worst rounding off its own terms, and the correct port failed as "not the sum of its
+    own terms". A sequential float32 sum of the same terms passes now; one off by ten times
+    a pairwise sum's rounding still fails where the terms' signs are mixed, since a sequential
+    sum then rounds about as a pairwise one does."""
+    from parity.compare.optimizer import EPS32
+    from parity.compare.sums import off_own_sum
+    rng = np.random.default_rng(0)
+    # one value per sample and channel where a ReLU passed it, as a mean over space hands back
+    terms = rng.uniform(0.5, 2, (2, 4, 1, 1)) / 4096 * (rng.random((2, 4, 64, 64)) < 0.6)
+    if signs == "mixed":
+        terms *= rng.choice([-1.0, 1.0], terms.shape)
+    rows = np.moveaxis(terms, 1, -1).reshape(-1, 4).astype(np.float32)
+    sequential = np.add.accumulate(rows, axis=0, dtype=np.float32)[-1]
+    exact = terms.sum(axis=(0, 2, 3))
+    pairwise = np.log2(rows.shape[0]) * EPS32 * np.abs(terms).sum(axis=(0, 2, 3))
+    assert off_own_sum(sequential, terms) <= 1
+    if signs == "one":
+        assert np.max(np.abs(sequential - exact) / pairwise) > 2      # past the pairwise bound
+        assert off_own_sum(0.5 * exact, terms) > 1
+    else:
+        assert off_own_sum(exact + 10 * pairwise * np.sign(exact), terms) > 1

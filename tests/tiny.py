@@ -1,9 +1,9 @@
 """Tiny pairs in both frameworks, fast enough for the plugin, API and end-to-end tests: a conv
 net (and its ported variants), one with layers whose MindSpore defaults differ, token-id
-classifiers (one with an attention mask, one with tied weights), a segmenter, a small U-Net and
-a U-Net-like classifier pooling right after its last BatchNorm, small MLPs, a net with an
-auxiliary head, a Transformer encoder layer, and nets a user might hand over as they are: built
-in float64, torch.compile'd, held as ``self.module``."""
+classifiers (one with an attention mask, one with tied weights), a segmenter, a small U-Net, a
+U-Net-like classifier and a GroupNorm net that average over space right after their last norm,
+small MLPs, a net with an auxiliary head, a Transformer encoder layer, and nets a user might
+hand over as they are: built in float64, torch.compile'd, held as ``self.module``."""
 
 from __future__ import annotations
 
@@ -1240,6 +1240,42 @@ class _MsPooledUNet(msnn.Cell):
         decoded = self.decode(ops.cat((skip, self.up(self.middle(self.pool(skip)))), 1))
         return self.fc(decoded.mean((2, 3)))
 
+
+
+class _TorchPooledGroupNorm(tnn.Module):
+    """Two conv-GroupNorm-ReLU blocks and a mean over space: 8,192 values a channel at batch 2,
+    64², the gradient reaching the last GroupNorm nearly one value per channel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = tnn.Sequential(
+            tnn.Conv2d(3, 16, 3, padding=1, bias=False), tnn.GroupNorm(4, 16), tnn.ReLU(),
+            tnn.Conv2d(16, 32, 3, padding=1, bias=False), tnn.GroupNorm(4, 32), tnn.ReLU())
+        self.fc = tnn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+class _MsPooledGroupNorm(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = msnn.SequentialCell([
+            msnn.Conv2d(3, 16, 3, pad_mode="pad", padding=1), msnn.GroupNorm(4, 16), msnn.ReLU(),
+            msnn.Conv2d(16, 32, 3, pad_mode="pad", padding=1), msnn.GroupNorm(4, 32),
+            msnn.ReLU()])
+        self.fc = msnn.Dense(32, 10)
+
+    def construct(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+def torch_pooled_group_norm() -> tnn.Module:
+    return _TorchPooledGroupNorm()
+
+
+def ms_pooled_group_norm() -> msnn.Cell:
+    return _MsPooledGroupNorm()
 
 
 def torch_pooled_unet() -> tnn.Module:
