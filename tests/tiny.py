@@ -1241,6 +1241,13 @@ class _MsPooledUNet(msnn.Cell):
         return self.fc(decoded.mean((2, 3)))
 
 
+def torch_pooled_unet() -> tnn.Module:
+    return _TorchPooledUNet()
+
+
+def ms_pooled_unet() -> msnn.Cell:
+    return _MsPooledUNet()
+
 
 class _TorchPooledGroupNorm(tnn.Module):
     """Two conv-GroupNorm-ReLU blocks and a mean over space: 8,192 values a channel at batch 2,
@@ -1276,14 +1283,6 @@ def torch_pooled_group_norm() -> tnn.Module:
 
 def ms_pooled_group_norm() -> msnn.Cell:
     return _MsPooledGroupNorm()
-
-
-def torch_pooled_unet() -> tnn.Module:
-    return _TorchPooledUNet()
-
-
-def ms_pooled_unet() -> msnn.Cell:
-    return _MsPooledUNet()
 
 
 def torch_unet_bicubic() -> tnn.Module:
