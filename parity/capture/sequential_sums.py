@@ -38,6 +38,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from parity.rounding import sequential_sum_error
+
 
 @contextmanager
 def sequential_channel_sums(model: Any) -> Iterator[None]:
@@ -98,11 +100,7 @@ def _after(calls: List[Optional[Dict[str, Any]]], sums: List[np.ndarray], module
 def _measure(call: Dict[str, Any], dy: Any) -> None:
     """γ/σ · (sequential float32 Σdy − Σdy)/n per channel, for the input's backward, and
     sequential float32 Σdy − Σdy, for the bias gradient (which is Σdy)."""
-    # one row per position: numpy sums along the rows one after another (pairwise only along
-    # a row), the same bits as np.add.accumulate's last, in 60 % of its time
-    rows = dy.detach().movedim(1, -1).reshape(-1, dy.shape[1]).float().numpy()
-    off = rows.sum(axis=0, dtype=np.float32).astype(np.float64) - \
-        rows.sum(axis=0, dtype=np.float64)
+    off = sequential_sum_error(dy.detach().movedim(1, -1).reshape(-1, dy.shape[1]).float().numpy())
     call["shift"] = call["scale"] * off / call["count"]
     call["sums"].append(off)
 

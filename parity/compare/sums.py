@@ -30,6 +30,7 @@ import numpy as np
 
 from parity.compare.optimizer import EPS32
 from parity.compare.structure import op_family
+from parity.rounding import sequential_sum_error
 
 REASON = "MindSpore's gradient is not the sum of its own terms"
 
@@ -81,10 +82,8 @@ def sum_rounding(terms: np.ndarray, channels: int = 1) -> np.ndarray:
     count = terms.size / terms.shape[channels]
     pairwise = np.log2(max(count, 2)) * EPS32 * np.sum(np.abs(terms),
                                                        axis=_reduced_axes(terms, channels))
-    rows = np.moveaxis(terms, channels, -1).reshape(-1, terms.shape[channels])
-    # numpy adds rows one after another (pairwise only along a row): a sequential sum
-    sequential = rows.astype(np.float32).sum(axis=0, dtype=np.float32)
-    return pairwise + float(np.max(np.abs(sequential - rows.sum(axis=0)), initial=0.0))
+    off = sequential_sum_error(np.moveaxis(terms, channels, -1).reshape(-1, terms.shape[channels]))
+    return pairwise + float(np.max(np.abs(off), initial=0.0))
 
 
 def allowed_error(torch_terms: np.ndarray, relative_error: float, channels: int = 1) -> float:
