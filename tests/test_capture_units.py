@@ -398,3 +398,56 @@ def test_rerounded_batch_norms_sum_each_channel_one_value_after_another():
         assert np.array_equal(after_grads[name], plain_grads[name]), name
     assert np.array_equal(after["dx"], plain["dx"])
 
+
+def test_rerounded_group_norms_sum_each_sample_channel_one_value_after_another():
+    """Within sequential_channel_sums a GroupNorm's bias gradient is moved by what sequential
+    float32 sums of dy over each sample's channel leave, and its weight gradient by those of dy·x
+    less μ times those of dy, over σ (the sums MindSpore 2.8.0's kernel takes, one value after
+    another); dx, the layers before and the steps after are left as they are."""
+    import torch
+
+    from parity.capture.sequential_sums import sequential_channel_sums
+    torch.manual_seed(0)
+    conv, gn, fc = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.GroupNorm(2, 4), \
+        torch.nn.Linear(4, 3)
+    x = torch.randn(2, 3, 128, 128) + 1     # μ ≠ 0: γ's two sums cancel
+
+    def step():
+        seen = {}
+        for param in (*conv.parameters(), *gn.parameters()):
+            param.grad = None
+        h = conv(x)
+        h.register_hook(lambda g: seen.__setitem__("dx", g.numpy().copy()))
+        y = gn(h)
+        y.register_hook(lambda g: seen.__setitem__("dy", g.numpy().copy()))
+        fc(torch.relu(y).mean((2, 3))).sum().backward()
+        seen["x"] = h.detach().numpy()
+        return seen, {name: p.grad.numpy().copy() for name, p in
+                      (("weight", gn.weight), ("bias", gn.bias), ("conv", conv.weight))}
+
+    plain, plain_grads = step()
+    with sequential_channel_sums(torch.nn.Sequential(conv, gn)):
+        moved, moved_grads = step()
+    after, after_grads = step()
+
+    def rounding(terms):
+        rows = terms.reshape(2 * 4, -1)
+        return (np.add.accumulate(rows, axis=1, dtype=np.float32)[:, -1].astype(np.float64)
+                - rows.sum(axis=1, dtype=np.float64)).reshape(2, 4)
+    dy, h = plain["dy"], plain["x"]
+    groups = h.astype(np.float64).reshape(2, 2, -1)
+    mean, sigma = (np.repeat(v, 2, axis=1) for v in
+                   (groups.mean(axis=-1), np.sqrt(groups.var(axis=-1) + gn.eps)))
+    dy_sum, dyx_sum = rounding(dy), rounding(dy * h)
+    eps = np.finfo(np.float32).eps
+    for name, off in (("bias", dy_sum.sum(axis=0)),
+                      ("weight", ((dyx_sum - mean * dy_sum) / sigma).sum(axis=0))):
+        grad = plain_grads[name]      # moved by off, then rounded to float32: eps/2 · |grad|
+        assert np.all(np.abs(off) > 10 * eps * np.abs(grad)), name
+        assert np.all(np.abs(moved_grads[name] - grad - off) <= 1e-3 * np.abs(off)
+                      + eps * np.abs(grad)), name
+    assert np.array_equal(moved_grads["conv"], plain_grads["conv"])
+    assert np.array_equal(moved["dx"], plain["dx"])
+    for name in plain_grads:
+        assert np.array_equal(after_grads[name], plain_grads[name]), name
+

@@ -11,7 +11,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import mindspore  # noqa: F401  (before torch)
 import mindspore.nn as msnn
@@ -1253,25 +1253,28 @@ class _TorchPooledGroupNorm(tnn.Module):
     """Two conv-GroupNorm-ReLU blocks and a mean over space: 8,192 values a channel at batch 2,
     64², the gradient reaching the last GroupNorm nearly one value per channel."""
 
-    def __init__(self) -> None:
+    def __init__(self, widths: Tuple[int, int] = (16, 32), groups: int = 4) -> None:
         super().__init__()
         self.features = tnn.Sequential(
-            tnn.Conv2d(3, 16, 3, padding=1, bias=False), tnn.GroupNorm(4, 16), tnn.ReLU(),
-            tnn.Conv2d(16, 32, 3, padding=1, bias=False), tnn.GroupNorm(4, 32), tnn.ReLU())
-        self.fc = tnn.Linear(32, 10)
+            tnn.Conv2d(3, widths[0], 3, padding=1, bias=False), tnn.GroupNorm(groups, widths[0]),
+            tnn.ReLU(),
+            tnn.Conv2d(widths[0], widths[1], 3, padding=1, bias=False),
+            tnn.GroupNorm(groups, widths[1]), tnn.ReLU())
+        self.fc = tnn.Linear(widths[1], 10)
 
     def forward(self, x):
         return self.fc(self.features(x).mean((2, 3)))
 
 
 class _MsPooledGroupNorm(msnn.Cell):
-    def __init__(self) -> None:
+    def __init__(self, widths: Tuple[int, int] = (16, 32), groups: int = 4) -> None:
         super().__init__()
         self.features = msnn.SequentialCell([
-            msnn.Conv2d(3, 16, 3, pad_mode="pad", padding=1), msnn.GroupNorm(4, 16), msnn.ReLU(),
-            msnn.Conv2d(16, 32, 3, pad_mode="pad", padding=1), msnn.GroupNorm(4, 32),
-            msnn.ReLU()])
-        self.fc = msnn.Dense(32, 10)
+            msnn.Conv2d(3, widths[0], 3, pad_mode="pad", padding=1),
+            msnn.GroupNorm(groups, widths[0]), msnn.ReLU(),
+            msnn.Conv2d(widths[0], widths[1], 3, pad_mode="pad", padding=1),
+            msnn.GroupNorm(groups, widths[1]), msnn.ReLU()])
+        self.fc = msnn.Dense(widths[1], 10)
 
     def construct(self, x):
         return self.fc(self.features(x).mean((2, 3)))
@@ -1283,6 +1286,18 @@ def torch_pooled_group_norm() -> tnn.Module:
 
 def ms_pooled_group_norm() -> msnn.Cell:
     return _MsPooledGroupNorm()
+
+
+THIN_GROUP_NORM = {"widths": (4, 8), "groups": 2}
+
+
+def torch_thin_pooled_group_norm() -> tnn.Module:
+    """Four and eight channels: 65,536 values a channel at batch 1, 256², in little time."""
+    return _TorchPooledGroupNorm(**THIN_GROUP_NORM)
+
+
+def ms_thin_pooled_group_norm() -> msnn.Cell:
+    return _MsPooledGroupNorm(**THIN_GROUP_NORM)
 
 
 def torch_unet_bicubic() -> tnn.Module:

@@ -291,9 +291,10 @@ def _rerounded_step(model, initial: Mapping[str, np.ndarray], batch: Batch,
     as the float64 draw and change little. Inputs and buffers stay as they are: a mask's zeros
     and ones, compared exactly, are no rounding of anything. A tied weight is one tensor,
     moved once. ReLU units are those of the float32 step (``masks``), as in the float64 step.
-    Each training BatchNorm's backward rounds its channel means as a sequential float32 sum
-    would (capture/sequential_sums.py): MindSpore's kernel leaves ten times more of that
-    rounding than torch's, and where the layer before adds it up, torch's own draws missed it.
+    Each training BatchNorm's backward rounds its channel means, and each GroupNorm's its
+    weight and bias gradients, as a sequential float32 sum would (capture/sequential_sums.py):
+    MindSpore's kernels leave ten times more of that rounding than torch's, which torch's own
+    draws missed.
     """
     import torch
 
