@@ -159,15 +159,15 @@ def _measure_group_norm(offsets: Dict[str, List[np.ndarray]], module: Any, x: An
     batch, channels = dy.shape[:2]
     dy = dy.detach().float()
     with torch.no_grad():
-        groups = x.double().reshape(batch, module.num_groups, -1)
-        mean = groups.mean(dim=-1)
-        invstd = torch.rsqrt(groups.var(dim=-1, unbiased=False) + module.eps)
+        var, mean = torch.var_mean(x.float().reshape(batch, module.num_groups, -1), dim=-1,
+                                   unbiased=False)
         per_channel = channels // module.num_groups
-        mean, invstd = (t.repeat_interleave(per_channel, dim=1).numpy() for t in (mean, invstd))
+        mean, invstd = (t.repeat_interleave(per_channel, dim=1).double().numpy()
+                        for t in (mean, torch.rsqrt(var + module.eps)))
 
         def rounding(terms: Any) -> np.ndarray:
-            return sequential_sum_error(terms.reshape(batch * channels, -1).numpy().T) \
-                .reshape(batch, channels)
+            rows = terms.reshape(batch * channels, -1).t().contiguous().numpy()
+            return sequential_sum_error(rows).reshape(batch, channels)
         dy_sum = rounding(dy)
         dyx_sum = rounding(dy * x.float())
     offsets["bias"].append(dy_sum.sum(axis=0))
