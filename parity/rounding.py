@@ -1,7 +1,7 @@
 """What a sequential float32 sum rounds: MindSpore's CPU kernels sum more nearly one value after
-another than torch's do (capture/sequential_sums.py measures its BatchNorm and GroupNorm
-backwards, compare/sums.py its GroupNorm's bias gradient), so both torch's rerounded steps and
-the sums' own-rounding check allow for a kernel that adds up so."""
+another than torch's do (capture/sequential_sums.py measures its BatchNorm, LayerNorm and
+GroupNorm backwards, compare/sums.py its GroupNorm's bias gradient), so both torch's rerounded
+steps and the sums' own-rounding check allow for a kernel that adds up so."""
 
 from __future__ import annotations
 

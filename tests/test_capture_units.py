@@ -351,13 +351,13 @@ def test_the_synchronous_capture_leaves_mindspores_heap_whole():
 
 
 def test_rerounded_batch_norms_sum_each_channel_one_value_after_another():
-    """Within sequential_channel_sums (torch's rerounded steps) a BatchNorm on batch statistics
+    """Within sequential_norm_sums (torch's rerounded steps) a BatchNorm on batch statistics
     passes back dx moved by γ/σ · (sequential float32 Σdy − Σdy)/n in each channel and a bias
     gradient moved by sequential float32 Σdy − Σdy, as a kernel summing one value after another
     would; one using its running statistics is left as it is, and so is everything after."""
     import torch
 
-    from parity.capture.sequential_sums import sequential_channel_sums
+    from parity.capture.sequential_sums import sequential_norm_sums
     torch.manual_seed(0)
     conv, bn, fc = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), \
         torch.nn.Linear(4, 3)
@@ -377,7 +377,7 @@ def test_rerounded_batch_norms_sum_each_channel_one_value_after_another():
                       (("bias", bn.bias), ("frozen", frozen.bias), ("conv", conv.weight))}
 
     plain, plain_grads = step()
-    with sequential_channel_sums(torch.nn.Sequential(conv, bn, frozen)):
+    with sequential_norm_sums(torch.nn.Sequential(conv, bn, frozen)):
         moved, moved_grads = step()
     after, after_grads = step()
 
@@ -399,14 +399,65 @@ def test_rerounded_batch_norms_sum_each_channel_one_value_after_another():
     assert np.array_equal(after["dx"], plain["dx"])
 
 
+def test_rerounded_layer_norms_take_each_rows_mean_one_value_after_another():
+    """Within sequential_norm_sums a LayerNorm passes back dx moved by
+    (sequential float32 Σγ·dy − Σγ·dy)/(n·σ) in each normalised row, as a kernel summing one
+    value after another would; its own gradients, and the steps after, are left as they are."""
+    import torch
+
+    from parity.capture.sequential_sums import sequential_norm_sums
+    torch.manual_seed(0)
+    conv, norm = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.LayerNorm([4, 256, 256])
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, 3, 256, 256)
+
+    def step():
+        seen = {}
+        for param in (*conv.parameters(), *norm.parameters()):
+            param.grad = None
+        h = conv(x)
+        h.register_hook(lambda g: seen.__setitem__("dx", g.numpy().copy()))
+        y = norm(h)
+        y.register_hook(lambda g: seen.__setitem__("dy", g.numpy().copy()))
+        torch.relu(y).mean().backward()       # dy of one sign: the sum rounds coherently
+        seen["x"] = h.detach().numpy()
+        return seen, {name: p.grad.numpy().copy() for name, p in
+                      (("weight", norm.weight), ("bias", norm.bias), ("conv", conv.weight))}
+
+    plain, plain_grads = step()
+    with sequential_norm_sums(torch.nn.Sequential(conv, norm)):
+        moved, moved_grads = step()
+    after, after_grads = step()
+
+    rows = (plain["dy"] * norm.weight.detach().numpy()).reshape(2, -1)
+    off = np.add.accumulate(rows, axis=1, dtype=np.float32)[:, -1].astype(np.float64) - \
+        rows.sum(axis=1, dtype=np.float64)
+    sigma = np.sqrt(plain["x"].astype(np.float64).reshape(2, -1).var(axis=1) + norm.eps)
+    shift = (off / sigma / rows.shape[1]).reshape(2, 1, 1, 1)
+    # each dx element moved by the shift and rounded to float32 (eps/2 · |dx|): elementwise,
+    # and in each row's mean, where the roundings average out and the shift stays
+    moved_by = moved["dx"] - plain["dx"]
+    eps = np.finfo(np.float32).eps
+    assert np.all(np.abs(moved_by + shift) <= 1e-2 * np.abs(shift) + eps * np.abs(plain["dx"]))
+    np.testing.assert_allclose(moved_by.reshape(2, -1).mean(axis=1, dtype=np.float64),
+                               -shift.reshape(2), rtol=1e-2)
+    assert not np.array_equal(moved_grads["conv"], plain_grads["conv"])
+    for name in ("weight", "bias"):
+        assert np.array_equal(moved_grads[name], plain_grads[name]), name
+    for name in plain_grads:
+        assert np.array_equal(after_grads[name], plain_grads[name]), name
+    assert np.array_equal(after["dx"], plain["dx"])
+
+
 def test_rerounded_group_norms_sum_each_sample_channel_one_value_after_another():
-    """Within sequential_channel_sums a GroupNorm's bias gradient is moved by what sequential
+    """Within sequential_norm_sums a GroupNorm's bias gradient is moved by what sequential
     float32 sums of dy over each sample's channel leave, and its weight gradient by those of dy·x
     less μ times those of dy, over σ (the sums MindSpore 2.8.0's kernel takes, one value after
     another); dx, the layers before and the steps after are left as they are."""
     import torch
 
-    from parity.capture.sequential_sums import sequential_channel_sums
+    from parity.capture.sequential_sums import sequential_norm_sums
     torch.manual_seed(0)
     conv, gn, fc = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.GroupNorm(2, 4), \
         torch.nn.Linear(4, 3)
@@ -426,7 +477,7 @@ def test_rerounded_group_norms_sum_each_sample_channel_one_value_after_another()
                       (("weight", gn.weight), ("bias", gn.bias), ("conv", conv.weight))}
 
     plain, plain_grads = step()
-    with sequential_channel_sums(torch.nn.Sequential(conv, gn)):
+    with sequential_norm_sums(torch.nn.Sequential(conv, gn)):
         moved, moved_grads = step()
     after, after_grads = step()
 

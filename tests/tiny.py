@@ -1300,6 +1300,51 @@ def ms_thin_pooled_group_norm() -> msnn.Cell:
     return _MsPooledGroupNorm(**THIN_GROUP_NORM)
 
 
+# A LayerNorm over each sample's channels and space, as some ports normalise a feature map
+LAYER_NORM_IMAGE = 256
+
+
+class _TorchPooledLayerNorm(tnn.Module):
+    """Two conv-LayerNorm-ReLU blocks and a mean over space: 524,288 values a sample at 256²
+    in the second LayerNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = tnn.Sequential(
+            tnn.Conv2d(3, 4, 3, padding=1, bias=False),
+            tnn.LayerNorm([4, LAYER_NORM_IMAGE, LAYER_NORM_IMAGE]), tnn.ReLU(),
+            tnn.Conv2d(4, 8, 3, padding=1, bias=False),
+            tnn.LayerNorm([8, LAYER_NORM_IMAGE, LAYER_NORM_IMAGE]), tnn.ReLU())
+        self.fc = tnn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+class _MsPooledLayerNorm(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+
+        def layer_norm(channels: int) -> msnn.Cell:
+            return msnn.LayerNorm((channels, LAYER_NORM_IMAGE, LAYER_NORM_IMAGE),
+                                  begin_norm_axis=1, begin_params_axis=1, epsilon=1e-5)
+        self.features = msnn.SequentialCell([
+            msnn.Conv2d(3, 4, 3, pad_mode="pad", padding=1), layer_norm(4), msnn.ReLU(),
+            msnn.Conv2d(4, 8, 3, pad_mode="pad", padding=1), layer_norm(8), msnn.ReLU()])
+        self.fc = msnn.Dense(8, 10)
+
+    def construct(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+def torch_pooled_layer_norm() -> tnn.Module:
+    return _TorchPooledLayerNorm()
+
+
+def ms_pooled_layer_norm() -> msnn.Cell:
+    return _MsPooledLayerNorm()
+
+
 def torch_unet_bicubic() -> tnn.Module:
     return _TorchUNet(mode="bicubic")
 
