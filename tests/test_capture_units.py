@@ -450,6 +450,32 @@ def test_rerounded_layer_norms_take_each_rows_mean_one_value_after_another():
     assert np.array_equal(after["dx"], plain["dx"])
 
 
+def test_rerounded_norms_leave_a_subclass_normalising_other_axes_as_it_is():
+    """torchvision's LayerNorm2d (ConvNeXt) is a LayerNorm whose forward normalises its input's
+    channels, moved last: drawn as a LayerNorm over its input's last axis, its backward failed
+    (γ of 16 channels against 8 columns; where the two sizes match, the wrong rows would move)."""
+    import torch
+    import torch.nn.functional as F
+
+    from parity.capture.sequential_sums import sequential_norm_sums
+
+    class LayerNorm2d(torch.nn.LayerNorm):
+        def forward(self, x):
+            x = F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight,
+                             self.bias, self.eps)
+            return x.permute(0, 3, 1, 2)
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), LayerNorm2d(16))
+    x = torch.randn(2, 3, 8, 8)
+    net(x).relu().mean().backward()
+    plain = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    with sequential_norm_sums(net):
+        net(x).relu().mean().backward()
+    assert all(torch.equal(p.grad, g) for p, g in zip(net.parameters(), plain))
+
+
 def test_rerounded_group_norms_sum_each_sample_channel_one_value_after_another():
     """Within sequential_norm_sums a GroupNorm's bias gradient is moved by what sequential
     float32 sums of dy over each sample's channel leave, and its weight gradient by those of dy·x

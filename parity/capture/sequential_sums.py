@@ -85,18 +85,24 @@ def sequential_norm_sums(model: Any) -> Iterator[None]:
     import torch
     handles = []
     for module in model.modules():
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and \
+        if _normalises_its_input(module, torch.nn.modules.batchnorm._BatchNorm) and \
                 (module.training or module.running_mean is None):
             handles += _batch_norm_hooks(module)
-        elif isinstance(module, torch.nn.LayerNorm):
+        elif _normalises_its_input(module, torch.nn.LayerNorm):
             handles += _layer_norm_hooks(module)
-        elif isinstance(module, torch.nn.GroupNorm) and module.affine:
+        elif _normalises_its_input(module, torch.nn.GroupNorm) and module.affine:
             handles += _group_norm_hooks(module)
     try:
         yield
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _normalises_its_input(module: Any, norm: type) -> bool:
+    """A ``norm`` whose forward is the norm's own: a subclass's may normalise other axes
+    (torchvision's LayerNorm2d, in ConvNeXt, normalises its input's channels, moved last)."""
+    return isinstance(module, norm) and type(module).forward is norm.forward
 
 
 def _batch_norm_hooks(module: Any) -> List[Any]:
