@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from parity.records import Alignment, RecordInfo
 
@@ -136,6 +136,21 @@ def module_map_from_parameters(param_map: Mapping[str, str]) -> Dict[str, str]:
     return {split_param(ms)[0]: split_param(t)[0] for ms, t in param_map.items()}
 
 
+def _pinned_to_wrappers(pinned: Mapping[str, str], mindspore_modules: Set[str]) -> Dict[str, str]:
+    """The parameters' pins, each moved from a MindSpore module inside one named as its torch
+    module to that one: a cell wrapping a LayerNorm between two transposes, as a port of
+    torchvision's LayerNorm2d (ConvNeXt) writes it, is what gives torch's module's output; the
+    LayerNorm inside it gives the same values channels last, and, where the feature map is as
+    wide and high as it has channels, the same shape (a ConvNeXt-like pair's 32-channel stem at
+    128² failed at 6.4·10⁵× torch's float32 error, paired with the inner LayerNorm)."""
+    moved: Dict[str, str] = {}
+    for ms, torch_name in pinned.items():
+        wraps = ms.startswith(torch_name + ".") and torch_name in mindspore_modules \
+            and torch_name not in pinned
+        moved[torch_name if wraps else ms] = torch_name
+    return moved
+
+
 class _Site(NamedTuple):
     """A forward record as the alignment compares it, worked out once: the alignment scores
     every (torch, MindSpore) pair, 33 thousand for ResNet50."""
@@ -161,9 +176,11 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
 
     Modules that own parameters are pinned by the parameter mapping; an override pins any name.
     """
-    pinned = {**module_map_from_parameters(param_map), **(overrides or {})}
     torch_sites = [_Site.of(r) for r in torch_records]
     ms_sites = [_Site.of(r) for r in mindspore_records]
+    pinned = {**_pinned_to_wrappers(module_map_from_parameters(param_map),
+                                    {m.base for m in ms_sites}),
+              **(overrides or {})}
     targets = [pinned.get(m.name, pinned.get(m.base)) for m in ms_sites]   # None: not pinned
 
     def score(i: int, j: int) -> float:

@@ -479,6 +479,22 @@ def test_a_layer_norm_over_channels_and_space_passes_its_correct_port(tmp_path, 
         assert draws.fp32_spread_rms > 5 * draws.fp32_noise_rms, name
 
 
+def test_a_layer_norm_wrapped_between_transposes_is_paired_by_its_wrapper():
+    """ConvNeXt's stem ported with nn.LayerNorm inside a cell that moves the channels last and
+    back: at 32² its 8 × 8 map has 8 channels, and the inner LayerNorm's output, pinned to
+    torch's LayerNorm2d by their weights, had torch's shape too; the correct port failed there
+    at 6.3·10⁵× torch's float32 error, told "layout between modules differs"."""
+    import torch
+
+    import parity
+    from tests import tiny
+    torch.manual_seed(0)
+    result = parity.check(tiny.torch_patchified(), tiny.ms_patchified(), image_size=32)
+    assert result.passed, result.failure_message(count=3)
+    assert ("1", "1") in {(c.name, c.mindspore_name) for c in result.comparisons
+                          if c.kind == "forward"}
+
+
 def test_a_transformer_encoder_layer_is_matched_output_for_output():
     """Each framework's own encoder layer: every forward record has its counterpart (the
     attention's output was unmatched while torch's (output, None) was named as two outputs)."""

@@ -1300,6 +1300,36 @@ def ms_thin_pooled_group_norm() -> msnn.Cell:
     return _MsPooledGroupNorm(**THIN_GROUP_NORM)
 
 
+# ConvNeXt's stem: a patchifying conv and torchvision's LayerNorm2d (channels moved last), its
+# port a cell wrapping nn.LayerNorm between two transposes; at 32² the feature map is 8 × 8 with
+# 8 channels, so the inner LayerNorm's output has torch's shape too
+class _TorchLayerNorm2d(tnn.LayerNorm):
+    def forward(self, x):
+        x = tnn.functional.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape,
+                                      self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+class _MsLayerNorm2d(msnn.Cell):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.norm = msnn.LayerNorm((channels,), epsilon=1e-5)
+
+    def construct(self, x):
+        return ops.transpose(self.norm(ops.transpose(x, (0, 2, 3, 1))), (0, 3, 1, 2))
+
+
+def torch_patchified() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 4, stride=4), _TorchLayerNorm2d(8), tnn.ReLU(),
+                          tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))
+
+
+def ms_patchified() -> msnn.Cell:
+    return msnn.SequentialCell([msnn.Conv2d(3, 8, 4, stride=4, has_bias=True, pad_mode="valid"),
+                                _MsLayerNorm2d(8), msnn.ReLU(), msnn.AdaptiveAvgPool2d(1),
+                                msnn.Flatten(), msnn.Dense(8, 10)])
+
+
 # A LayerNorm over each sample's channels and space, as some ports normalise a feature map
 LAYER_NORM_IMAGE = 256
 
