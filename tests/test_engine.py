@@ -404,19 +404,27 @@ def test_a_batch_norm_before_a_mean_over_space_passes_its_correct_port(tmp_path)
     MindSpore's kernel leaves ten times more of it than torch's, and the correct port failed at
     decode.0.weight's gradient (12.9x torch's float32 error) until torch's rerounded steps
     rounded those means as a sequential float32 sum would (capture/sequential_sums.py)."""
+    from tests import tiny
+    _passes_on_the_sequential_draw(tmp_path, tiny.torch_pooled_unet, tiny.ms_pooled_unet, 0,
+                                   ("decode.0.weight", "decode.1.bias"), 10, image_size=64)
+
+
+def _passes_on_the_sequential_draw(tmp_path: Path, torch_factory, ms_factory, seed: int,
+                                   gradients, factor: float, **batch) -> None:
+    """The correct port passes, and at ``gradients`` torch's rerounded draw, which carries the
+    sequential sums' rounding (capture/sequential_sums.py), is over ``factor`` times its
+    float64 draw: that draw is what passes it."""
     import torch
 
     import parity
-    from tests import tiny
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     run = tmp_path / "run"
-    result = parity.check(tiny.torch_pooled_unet(), tiny.ms_pooled_unet(), image_size=64,
-                          out=run)
+    result = parity.check(torch_factory(), ms_factory(), out=run, **batch)
     assert result.passed, result.failure_message(count=3)
     torch_run = RunReader.open(run / "torch")
-    for name in ("decode.0.weight", "decode.1.bias"):
+    for name in gradients:
         draws = torch_run.record(name, "grad")
-        assert draws.fp32_spread_rms > 10 * draws.fp32_noise_rms, name
+        assert draws.fp32_spread_rms > factor * draws.fp32_noise_rms, name
 
 
 def test_a_group_norm_before_a_mean_over_space_passes_its_correct_port():
@@ -442,19 +450,11 @@ def test_a_group_norm_over_many_values_passes_its_correct_port(tmp_path, seed):
     rounding does not cancel: the correct port failed at gamma's gradient as "not the sum of its
     own terms" (41.3x at seed 0, 43.4x at seed 2), until torch's rerounded steps took those sums
     so too (capture/sequential_sums.py)."""
-    import torch
-
-    import parity
     from tests import tiny
-    torch.manual_seed(seed)
-    run = tmp_path / "run"
-    result = parity.check(tiny.torch_thin_pooled_group_norm(), tiny.ms_thin_pooled_group_norm(),
-                          batch_size=1, image_size=256, out=run)
-    assert result.passed, result.failure_message(count=3)
-    torch_run = RunReader.open(run / "torch")
-    for name in ("features.4.weight", "features.4.bias"):
-        draws = torch_run.record(name, "grad")
-        assert draws.fp32_spread_rms > 5 * draws.fp32_noise_rms, name
+    _passes_on_the_sequential_draw(tmp_path, tiny.torch_thin_pooled_group_norm,
+                                   tiny.ms_thin_pooled_group_norm, seed,
+                                   ("features.4.weight", "features.4.bias"), 5,
+                                   batch_size=1, image_size=256)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -464,19 +464,11 @@ def test_a_layer_norm_over_channels_and_space_passes_its_correct_port(tmp_path, 
     constant a sample, the conv before sums over every position. The correct port failed at the
     convs' weight gradients (142x torch's float32 error at seed 0, 11.4x at seed 1) until torch's
     rerounded steps took that mean so too (capture/sequential_sums.py)."""
-    import torch
-
-    import parity
     from tests import tiny
-    torch.manual_seed(seed)
-    run = tmp_path / "run"
-    result = parity.check(tiny.torch_pooled_layer_norm(), tiny.ms_pooled_layer_norm(),
-                          batch_size=2, image_size=tiny.LAYER_NORM_IMAGE, out=run)
-    assert result.passed, result.failure_message(count=3)
-    torch_run = RunReader.open(run / "torch")
-    for name in ("features.0.weight", "features.3.weight"):
-        draws = torch_run.record(name, "grad")
-        assert draws.fp32_spread_rms > 5 * draws.fp32_noise_rms, name
+    _passes_on_the_sequential_draw(tmp_path, tiny.torch_pooled_layer_norm,
+                                   tiny.ms_pooled_layer_norm, seed,
+                                   ("features.0.weight", "features.3.weight"), 5,
+                                   batch_size=2, image_size=tiny.LAYER_NORM_IMAGE)
 
 
 def test_a_layer_norm_wrapped_between_transposes_is_paired_by_its_wrapper():
