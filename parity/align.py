@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from parity.records import Alignment, RecordInfo
 
@@ -136,19 +136,36 @@ def module_map_from_parameters(param_map: Mapping[str, str]) -> Dict[str, str]:
     return {split_param(ms)[0]: split_param(t)[0] for ms, t in param_map.items()}
 
 
-def _pinned_to_wrappers(pinned: Mapping[str, str], mindspore_modules: Set[str]) -> Dict[str, str]:
-    """The parameters' pins, each moved from a MindSpore module inside one named as its torch
-    module to that one: a cell wrapping a LayerNorm between two transposes, as a port of
-    torchvision's LayerNorm2d (ConvNeXt) writes it, is what gives torch's module's output; the
-    LayerNorm inside it gives the same values channels last, and, where the feature map is as
-    wide and high as it has channels, the same shape (a ConvNeXt-like pair's 32-channel stem at
-    128² failed at 6.4·10⁵× torch's float32 error, paired with the inner LayerNorm)."""
+def _pinned_to_wrappers(pinned: Mapping[str, str], torch_records: Sequence[RecordInfo],
+                        mindspore_records: Sequence[RecordInfo]) -> Dict[str, str]:
+    """The parameters' pins, each moved from a MindSpore module to the one enclosing it that is
+    named as its torch module, where that one reads torch's module's input and the inner one
+    does not: a cell wrapping a LayerNorm between two transposes, as a port of torchvision's
+    LayerNorm2d (ConvNeXt) writes it. The inner LayerNorm gives the same values channels last,
+    and, where the feature map is as wide and high as it has channels, the same shape (a
+    ConvNeXt-like pair's 32-channel stem at 128² failed at 6.4·10⁵× torch's float32 error,
+    paired with it). A wrapper that reads the same input as the module inside it (an embedding
+    scaled in a cell) leaves the pin inside: that wrapper's own work is what differs."""
+    theirs = {r.name: r for r in torch_records}
+    ours = {r.name: r for r in mindspore_records}
     moved: Dict[str, str] = {}
     for ms, torch_name in pinned.items():
-        wraps = ms.startswith(torch_name + ".") and torch_name in mindspore_modules \
-            and torch_name not in pinned
+        wraps = ms.startswith(torch_name + ".") and torch_name not in pinned and \
+            _reads_input(ours.get(torch_name), theirs.get(torch_name)) and \
+            not _reads_input(ours.get(ms), theirs.get(torch_name))
         moved[torch_name if wraps else ms] = torch_name
     return moved
+
+
+def _reads_input(ms_record: Optional[RecordInfo], torch_record: Optional[RecordInfo]) -> bool:
+    """Whether the first inputs' sketches agree to a hundredth of their norm (another order of
+    the same values is off by about the norm; rounding, by a millionth of it)."""
+    if ms_record is None or torch_record is None:
+        return False
+    a, b = torch_record.attrs.get("input_sketch"), ms_record.attrs.get("input_sketch")
+    if not a or not b or len(a) != len(b) or not a[0]:
+        return False
+    return max(abs(x - y) for x, y in zip(a, b)) <= 1e-2 * a[0]
 
 
 class _Site(NamedTuple):
@@ -178,8 +195,8 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     """
     torch_sites = [_Site.of(r) for r in torch_records]
     ms_sites = [_Site.of(r) for r in mindspore_records]
-    pinned = {**_pinned_to_wrappers(module_map_from_parameters(param_map),
-                                    {m.base for m in ms_sites}),
+    pinned = {**_pinned_to_wrappers(module_map_from_parameters(param_map), torch_records,
+                                    mindspore_records),
               **(overrides or {})}
     targets = [pinned.get(m.name, pinned.get(m.base)) for m in ms_sites]   # None: not pinned
 
