@@ -14,6 +14,7 @@ from collections import OrderedDict
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from parity.records import Alignment, RecordInfo
+from parity.sketch import sketch_distance
 
 # MindSpore parameter names (BatchNorm's, Embedding's table, PReLU's) -> the PyTorch role they play.
 MINDSPORE_PARAM_ROLES = {"gamma": "weight", "beta": "bias", "moving_mean": "running_mean",
@@ -158,14 +159,12 @@ def _pinned_to_wrappers(pinned: Mapping[str, str], torch_records: Sequence[Recor
 
 
 def _reads_input(ms_record: Optional[RecordInfo], torch_record: Optional[RecordInfo]) -> bool:
-    """Whether the first inputs' sketches agree to a hundredth of their norm (another order of
-    the same values is off by about the norm; rounding, by a millionth of it)."""
+    """Whether the first inputs' sketches agree to a hundredth of their norm."""
     if ms_record is None or torch_record is None:
         return False
-    a, b = torch_record.attrs.get("input_sketch"), ms_record.attrs.get("input_sketch")
-    if not a or not b or len(a) != len(b) or not a[0]:
-        return False
-    return max(abs(x - y) for x, y in zip(a, b)) <= 1e-2 * a[0]
+    distance = sketch_distance(torch_record.attrs.get("input_sketch"),
+                               ms_record.attrs.get("input_sketch"))
+    return distance is not None and distance <= 1e-2
 
 
 class _Site(NamedTuple):

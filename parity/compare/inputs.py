@@ -19,7 +19,7 @@ import numpy as np
 
 from parity.records import Diagnosis, RecordInfo
 from parity.rundir import RunReader
-from parity.sketch import input_sketch
+from parity.sketch import input_sketch, sketch_distance
 
 Sketch = Dict[str, Any]
 
@@ -28,10 +28,7 @@ def first_input_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
     """How far the module's first input on the MindSpore side is from torch's, relative to its
     norm; None when either side has no sketch of it (an integer input, a capture from before
     the sketches)."""
-    a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
-    if not a or not b or len(a) != len(b) or not a[0]:
-        return None
-    return max(abs(x - y) for x, y in zip(a, b)) / a[0]
+    return sketch_distance(t.attrs.get("input_sketch"), m.attrs.get("input_sketch"))
 
 
 def _parent(name: str) -> str:
