@@ -455,18 +455,11 @@ def test_rerounded_norms_leave_a_subclass_normalising_other_axes_as_it_is():
     channels, moved last: drawn as a LayerNorm over its input's last axis, its backward failed
     (γ of 16 channels against 8 columns; where the two sizes match, the wrong rows would move)."""
     import torch
-    import torch.nn.functional as F
 
     from parity.capture.sequential_sums import sequential_norm_sums
-
-    class LayerNorm2d(torch.nn.LayerNorm):
-        def forward(self, x):
-            x = F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight,
-                             self.bias, self.eps)
-            return x.permute(0, 3, 1, 2)
-
+    from tests.tiny import TorchLayerNorm2d
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), LayerNorm2d(16))
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), TorchLayerNorm2d(16))
     x = torch.randn(2, 3, 8, 8)
     net(x).relu().mean().backward()
     plain = [p.grad.clone() for p in net.parameters()]

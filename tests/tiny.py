@@ -1303,7 +1303,9 @@ def ms_thin_pooled_group_norm() -> msnn.Cell:
 # ConvNeXt's stem: a patchifying conv and torchvision's LayerNorm2d (channels moved last), its
 # port a cell wrapping nn.LayerNorm between two transposes; at 32² the feature map is 8 × 8 with
 # 8 channels, so the inner LayerNorm's output has torch's shape too
-class _TorchLayerNorm2d(tnn.LayerNorm):
+class TorchLayerNorm2d(tnn.LayerNorm):
+    """torchvision's LayerNorm2d: a LayerNorm over the channels, moved last and back."""
+
     def forward(self, x):
         x = tnn.functional.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape,
                                       self.weight, self.bias, self.eps)
@@ -1320,7 +1322,7 @@ class _MsLayerNorm2d(msnn.Cell):
 
 
 def torch_patchified() -> tnn.Module:
-    return tnn.Sequential(tnn.Conv2d(3, 8, 4, stride=4), _TorchLayerNorm2d(8), tnn.ReLU(),
+    return tnn.Sequential(tnn.Conv2d(3, 8, 4, stride=4), TorchLayerNorm2d(8), tnn.ReLU(),
                           tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))
 
 
