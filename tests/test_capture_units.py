@@ -351,13 +351,13 @@ def test_the_synchronous_capture_leaves_mindspores_heap_whole():
 
 
 def test_rerounded_batch_norms_sum_each_channel_one_value_after_another():
-    """Within sequential_norm_sums (torch's rerounded steps) a BatchNorm on batch statistics
+    """Within sequential_kernel_sums (torch's rerounded steps) a BatchNorm on batch statistics
     passes back dx moved by γ/σ · (sequential float32 Σdy − Σdy)/n in each channel and a bias
     gradient moved by sequential float32 Σdy − Σdy, as a kernel summing one value after another
     would; one using its running statistics is left as it is, and so is everything after."""
     import torch
 
-    from parity.capture.sequential_sums import sequential_norm_sums
+    from parity.capture.sequential_sums import sequential_kernel_sums
     torch.manual_seed(0)
     conv, bn, fc = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), \
         torch.nn.Linear(4, 3)
@@ -377,7 +377,7 @@ def test_rerounded_batch_norms_sum_each_channel_one_value_after_another():
                       (("bias", bn.bias), ("frozen", frozen.bias), ("conv", conv.weight))}
 
     plain, plain_grads = step()
-    with sequential_norm_sums(torch.nn.Sequential(conv, bn, frozen)):
+    with sequential_kernel_sums(torch.nn.Sequential(conv, bn, frozen)):
         moved, moved_grads = step()
     after, after_grads = step()
 
@@ -400,12 +400,12 @@ def test_rerounded_batch_norms_sum_each_channel_one_value_after_another():
 
 
 def test_rerounded_layer_norms_take_each_rows_mean_one_value_after_another():
-    """Within sequential_norm_sums a LayerNorm passes back dx moved by
+    """Within sequential_kernel_sums a LayerNorm passes back dx moved by
     (sequential float32 Σγ·dy − Σγ·dy)/(n·σ) in each normalised row, as a kernel summing one
     value after another would; its own gradients, and the steps after, are left as they are."""
     import torch
 
-    from parity.capture.sequential_sums import sequential_norm_sums
+    from parity.capture.sequential_sums import sequential_kernel_sums
     torch.manual_seed(0)
     conv, norm = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.LayerNorm([4, 256, 256])
     with torch.no_grad():
@@ -426,7 +426,7 @@ def test_rerounded_layer_norms_take_each_rows_mean_one_value_after_another():
                       (("weight", norm.weight), ("bias", norm.bias), ("conv", conv.weight))}
 
     plain, plain_grads = step()
-    with sequential_norm_sums(torch.nn.Sequential(conv, norm)):
+    with sequential_kernel_sums(torch.nn.Sequential(conv, norm)):
         moved, moved_grads = step()
     after, after_grads = step()
 
@@ -450,13 +450,59 @@ def test_rerounded_layer_norms_take_each_rows_mean_one_value_after_another():
     assert np.array_equal(after["dx"], plain["dx"])
 
 
+@pytest.mark.parametrize("channels", [1, 4])
+def test_rerounded_prelus_sum_their_weight_gradient_one_value_after_another(channels):
+    """Within sequential_kernel_sums a PReLU's weight gradient is moved by what a sequential
+    float32 sum of x·dy over x < 0 leaves, over the whole input in memory order for one weight,
+    over each channel's values (samples, then space) for one a channel: MindSpore 2.8.0's CPU
+    kernel sums so. dx, the layers before and the steps after are left as they are."""
+    import torch
+
+    from parity.capture.sequential_sums import sequential_kernel_sums
+    torch.manual_seed(0)
+    conv, prelu = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.PReLU(channels)
+    x = torch.randn(2, 3, 256, 256)
+
+    def step():
+        seen = {}
+        for param in (*conv.parameters(), *prelu.parameters()):
+            param.grad = None
+        h = conv(x)
+        h.register_hook(lambda g: seen.__setitem__("dx", g.numpy().copy()))
+        y = prelu(h)
+        y.register_hook(lambda g: seen.__setitem__("dy", g.numpy().copy()))
+        y.mean().backward()          # dy of one sign: the sum rounds coherently
+        seen["x"] = h.detach().numpy()
+        return seen, {"weight": prelu.weight.grad.numpy().copy(),
+                      "conv": conv.weight.grad.numpy().copy()}
+
+    plain, plain_grads = step()
+    with sequential_kernel_sums(torch.nn.Sequential(conv, prelu)):
+        moved, moved_grads = step()
+    after, after_grads = step()
+
+    terms = np.where(plain["x"] < 0, plain["x"] * plain["dy"], np.float32(0))
+    rows = terms.reshape(-1, 1) if channels == 1 else np.moveaxis(terms, 1, 0).reshape(4, -1).T
+    off = np.add.accumulate(rows, axis=0, dtype=np.float32)[-1].astype(np.float64) - \
+        rows.sum(axis=0, dtype=np.float64)
+    grad = plain_grads["weight"]        # moved by off, then rounded to float32: eps/2 · |grad|
+    eps = np.finfo(np.float32).eps
+    assert np.all(np.abs(off) > 4 * eps * np.abs(grad))
+    assert np.all(np.abs(moved_grads["weight"] - grad - off) <= 1e-3 * np.abs(off)
+                  + eps * np.abs(grad))
+    assert np.array_equal(moved_grads["conv"], plain_grads["conv"])
+    assert np.array_equal(moved["dx"], plain["dx"])
+    for name in plain_grads:
+        assert np.array_equal(after_grads[name], plain_grads[name]), name
+
+
 def test_rerounded_norms_leave_a_subclass_normalising_other_axes_as_it_is():
     """torchvision's LayerNorm2d (ConvNeXt) is a LayerNorm whose forward normalises its input's
     channels, moved last: drawn as a LayerNorm over its input's last axis, its backward failed
     (γ of 16 channels against 8 columns; where the two sizes match, the wrong rows would move)."""
     import torch
 
-    from parity.capture.sequential_sums import sequential_norm_sums
+    from parity.capture.sequential_sums import sequential_kernel_sums
     from tests.tiny import TorchLayerNorm2d
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), TorchLayerNorm2d(16))
@@ -464,19 +510,19 @@ def test_rerounded_norms_leave_a_subclass_normalising_other_axes_as_it_is():
     net(x).relu().mean().backward()
     plain = [p.grad.clone() for p in net.parameters()]
     net.zero_grad()
-    with sequential_norm_sums(net):
+    with sequential_kernel_sums(net):
         net(x).relu().mean().backward()
     assert all(torch.equal(p.grad, g) for p, g in zip(net.parameters(), plain))
 
 
 def test_rerounded_group_norms_sum_each_sample_channel_one_value_after_another():
-    """Within sequential_norm_sums a GroupNorm's bias gradient is moved by what sequential
+    """Within sequential_kernel_sums a GroupNorm's bias gradient is moved by what sequential
     float32 sums of dy over each sample's channel leave, and its weight gradient by those of dy·x
     less μ times those of dy, over σ (the sums MindSpore 2.8.0's kernel takes, one value after
     another); dx, the layers before and the steps after are left as they are."""
     import torch
 
-    from parity.capture.sequential_sums import sequential_norm_sums
+    from parity.capture.sequential_sums import sequential_kernel_sums
     torch.manual_seed(0)
     conv, gn, fc = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.GroupNorm(2, 4), \
         torch.nn.Linear(4, 3)
@@ -496,7 +542,7 @@ def test_rerounded_group_norms_sum_each_sample_channel_one_value_after_another()
                       (("weight", gn.weight), ("bias", gn.bias), ("conv", conv.weight))}
 
     plain, plain_grads = step()
-    with sequential_norm_sums(torch.nn.Sequential(conv, gn)):
+    with sequential_kernel_sums(torch.nn.Sequential(conv, gn)):
         moved, moved_grads = step()
     after, after_grads = step()
 

@@ -471,6 +471,19 @@ def test_a_layer_norm_over_channels_and_space_passes_its_correct_port(tmp_path, 
                                    batch_size=2, image_size=tiny.LAYER_NORM_IMAGE)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_prelu_with_one_weight_passes_its_correct_port(tmp_path, seed):
+    """nn.PReLU()'s one weight has a gradient summed over its whole input, 2,097,152 values at
+    batch 2, 256². MindSpore's kernel sums them one after another in float32, a thousand times
+    further from the exact sum than torch's: the correct port failed there (183x torch's float32
+    error at seed 1, 11.1x at seed 0) until torch's rerounded steps summed so too
+    (capture/sequential_sums.py)."""
+    from tests import tiny
+    _passes_on_the_sequential_draw(tmp_path, tiny.torch_pooled_prelu, tiny.ms_pooled_prelu, seed,
+                                   ("features.1.weight", "features.3.weight"), 5,
+                                   batch_size=2, image_size=256)
+
+
 def test_a_layer_norm_wrapped_between_transposes_is_paired_by_its_wrapper():
     """ConvNeXt's stem ported with nn.LayerNorm inside a cell that moves the channels last and
     back: at 32² its 8 × 8 map has 8 channels, and the inner LayerNorm's output, pinned to

@@ -144,3 +144,16 @@ def test_a_sum_taken_one_term_after_another_is_its_terms_sum_and_a_wrong_one_is_
         assert off_own_sum(0.5 * exact, terms) > 1
     else:
         assert off_own_sum(exact + 10 * pairwise * np.sign(exact), terms) > 1
+
+
+@pytest.mark.parametrize("columns", [1, 3])
+def test_a_sequential_sum_is_taken_one_term_after_another_in_each_column(columns):
+    """numpy sums a single column pairwise (it is one run of memory); a sequential float32 sum
+    of 2,000,000 terms of one sign is another sum: MindSpore's PReLU takes its one weight's
+    gradient so (capture/sequential_sums.py)."""
+    from parity.rounding import sequential_sum_error
+    rows = np.random.default_rng(0).uniform(0, 2e-3, (2_000_000, columns)).astype(np.float32)
+    sequential = np.add.accumulate(rows, axis=0, dtype=np.float32)[-1].astype(np.float64)
+    off = sequential_sum_error(rows)
+    np.testing.assert_array_equal(off, sequential - rows.sum(axis=0, dtype=np.float64))
+    assert np.all(np.abs(off) > 1e-6 * rows.sum(axis=0, dtype=np.float64))   # not pairwise's

@@ -1300,6 +1300,41 @@ def ms_thin_pooled_group_norm() -> msnn.Cell:
     return _MsPooledGroupNorm(**THIN_GROUP_NORM)
 
 
+class _TorchPooledPReLU(tnn.Module):
+    """Two conv-PReLU blocks, one PReLU weight each, and a mean over space: 2,097,152 values in
+    the second PReLU's weight gradient at batch 2, 256²."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = tnn.Sequential(
+            tnn.Conv2d(3, 8, 3, padding=1, bias=False), tnn.PReLU(),
+            tnn.Conv2d(8, 16, 3, padding=1, bias=False), tnn.PReLU())
+        self.fc = tnn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+class _MsPooledPReLU(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = msnn.SequentialCell([
+            msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1), msnn.PReLU(),
+            msnn.Conv2d(8, 16, 3, pad_mode="pad", padding=1), msnn.PReLU()])
+        self.fc = msnn.Dense(16, 10)
+
+    def construct(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+def torch_pooled_prelu() -> tnn.Module:
+    return _TorchPooledPReLU()
+
+
+def ms_pooled_prelu() -> msnn.Cell:
+    return _MsPooledPReLU()
+
+
 # ConvNeXt's stem: a patchifying conv and torchvision's LayerNorm2d (channels moved last), its
 # port a cell wrapping nn.LayerNorm between two transposes; at 32² the feature map is 8 × 8 with
 # 8 channels, so the inner LayerNorm's output has torch's shape too

@@ -21,7 +21,7 @@ from parity.capture.common import (PhaseClock, failure_explained, fingerprint, m
 from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
 from parity.capture.masks import RELU, ReluMasks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
-from parity.capture.sequential_sums import sequential_norm_sums
+from parity.capture.sequential_sums import sequential_kernel_sums
 from parity.capture.spill import SavedTensorSpill
 from parity.config import StepConfig
 from parity.errors import SMALLER_BATCH, ParityInputError, first_few
@@ -292,9 +292,9 @@ def _rerounded_step(model, initial: Mapping[str, np.ndarray], batch: Batch,
     and ones, compared exactly, are no rounding of anything. A tied weight is one tensor,
     moved once. ReLU units are those of the float32 step (``masks``), as in the float64 step.
     Each training BatchNorm's backward rounds its channel means, each LayerNorm's its row
-    means, and each GroupNorm's its weight and bias gradients, as a sequential float32 sum would
-    (capture/sequential_sums.py): MindSpore's kernels leave ten times more of that rounding than
-    torch's, which torch's own draws missed.
+    means, each GroupNorm's its weight and bias gradients, and each PReLU's its weight gradient,
+    as a sequential float32 sum would (capture/sequential_sums.py): MindSpore's kernels leave
+    ten times more of that rounding than torch's, which torch's own draws missed.
     """
     import torch
 
@@ -306,7 +306,7 @@ def _rerounded_step(model, initial: Mapping[str, np.ndarray], batch: Batch,
             for param in trainable:
                 param.copy_(torch.from_numpy(one_rounding_off(param.detach().numpy(), rng)))
         moved = {name: value.numpy().copy() for name, value in model.state_dict().items()}
-        with masks.replayed(model), sequential_norm_sums(model):
+        with masks.replayed(model), sequential_kernel_sums(model):
             _train_step(model, moved, batch, config, _spread_recorder(writer))
 
 
