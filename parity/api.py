@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.batch import Batch
+from parity.capture.batch import checked_batch
 from parity.compare.engine import compare_runs
 from parity.compare.measure import start_helper, worth_a_helper
 from parity.compare.tolerance import TolerancePolicy
@@ -295,8 +295,13 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,
     policy = as_policy(tolerance)
     batch = None
     if inputs is not None:
+        if not isinstance(inputs, (tuple, list)) or len(inputs) != 2:
+            raise ParityInputError("check()'s inputs= is a pair (x, y): the model's input (a "
+                                   "tuple of arrays for a model taking several) and its integer "
+                                   "labels")
         x, y = inputs
-        batch = Batch.of(x if isinstance(x, tuple) else (x,), y)
+        batch = checked_batch([np.asarray(v) for v in (x if isinstance(x, tuple) else (x,))],
+                              np.asarray(y), "check()'s inputs=")
     with tempfile.TemporaryDirectory(prefix="parity-") as scratch:
         root = Path(out) if out is not None else Path(scratch)
         _prepare_run_dir(root, config, "parity.check(...)")

@@ -1381,3 +1381,20 @@ def test_a_mindspore_capture_made_from_another_torch_capture_is_refused(tiny_run
     assert_one_line_error(process, "was captured from another torch capture",
                           f"--reference {other}")
     assert parity_cli("compare", tiny_run / "torch", tiny_run / "mindspore").returncode == 0
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ((np.zeros((2, 3, 16, 16), np.float32),), "inputs= is a pair (x, y)"),
+    ((np.zeros((2, 3, 16, 16), np.float32), np.array([0.7, 1.2])),
+     "y must hold integer class indices, not float64"),
+    ((np.zeros((2, 3, 16, 16), np.float32), np.array([1, 2, 3])),
+     "x (2, 3, 16, 16) and y (3,) must share the batch size"),
+    ((np.zeros((0, 3, 16, 16), np.float32), np.zeros(0, np.int64)), "holds no samples"),
+])
+def test_check_refuses_a_batch_it_cannot_step_on(inputs, message):
+    """check()'s inputs= is held to what --input's .npz is: labels given as floats were
+    truncated to classes, and an x alone failed with 'not enough values to unpack'."""
+    import parity
+    from tests import tiny
+    with pytest.raises(ParityInputError, match=re.escape(message)):
+        parity.check(tiny.torch_tiny(), tiny.ms_tiny(), inputs=inputs)

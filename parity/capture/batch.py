@@ -100,14 +100,22 @@ def load_batch(path: Path) -> Batch:
         what = "neither .npz nor .npy" if "pickled data" in str(error) else str(error)
         raise ParityInputError(f"{path} is not a readable .npz file ({what}); write it with "
                                "numpy.savez(path, x=..., y=...)") from None
+    return checked_batch(inputs, y, str(path))
+
+
+def checked_batch(inputs: Sequence[np.ndarray], y: np.ndarray, source: str) -> Batch:
+    """A user's inputs (x, x1, x2...) and labels y from ``source`` (a file, or check()'s
+    inputs=), refused unless they share a batch size of at least one sample and y holds
+    integers: float labels would be truncated to classes without a word."""
+    keys = ["x"] + [f"x{i}" for i in range(1, len(inputs))]
     if inputs[0].ndim < 2 or y.ndim < 1 or any(x.ndim < 1 or len(x) != len(y) for x in inputs):
         shapes = ", ".join(f"{key} {x.shape}" for key, x in zip(keys, inputs))
-        raise ParityInputError(f"{path}: {shapes} and y {y.shape} must share the batch size "
+        raise ParityInputError(f"{source}: {shapes} and y {y.shape} must share the batch size "
                                "(y holds class indices: one per sample, or per pixel or token)")
     if not np.issubdtype(y.dtype, np.integer):
-        raise ParityInputError(f"{path}: y must hold integer class indices, not {y.dtype}")
+        raise ParityInputError(f"{source}: y must hold integer class indices, not {y.dtype}")
     if len(y) == 0:         # torch steps on it: its mean loss is NaN, and so is every gradient
-        raise ParityInputError(f"{path} holds no samples (x {inputs[0].shape}, y {y.shape}): "
+        raise ParityInputError(f"{source} holds no samples (x {inputs[0].shape}, y {y.shape}): "
                                "a training step needs at least one")
     return Batch.of(inputs, y)
 
