@@ -75,6 +75,45 @@ def test_observer_check_tells_nondeterminism_apart():
     assert check["differing_count"] == 1 and check["deterministic"] is False
 
 
+def test_observer_check_sets_apart_a_kernel_whose_sums_vary_between_calls():
+    """A parameter whose gradient a kernel sums in another order from call to call (MindSpore's
+    CPU PReLU) is listed apart: the step is neither called random nor changed by hooks."""
+    hooked = Fingerprints()
+    hooked("prelu.w", "grad", np.array([1.0], np.float32))
+    hooked("loss", "loss", np.array(1.0, np.float32))
+    values = iter([2.0, 3.0, 4.0, 5.0])
+
+    def rerun(record):
+        record("prelu.w", "grad", np.array([next(values)], np.float32))
+        record("loss", "loss", np.array(1.0, np.float32))
+
+    check = observer_check(hooked, rerun, frozenset({"prelu.w"}), "its sums vary")
+    assert check["differing_count"] == 0 and check["deterministic"] is True
+    assert check["unsteady"] == {"differing": ["prelu.w · grad"], "count": 1,
+                                 "cause": "its sums vary"}
+    check = observer_check(hooked, rerun)
+    assert check["differing_count"] == 1 and check["deterministic"] is False
+
+
+def test_a_port_with_prelus_is_not_called_random(tmp_path):
+    """Eight PReLUs of one shape: MindSpore 2.8.0's kernel searches its thread count over its
+    first calls, and the order of its weight gradients' sums changes between steps (3 to 5 of
+    37 tensors differed between two hook-free steps, three runs of three). The MindSpore step
+    was told "not deterministic", and a run failing elsewhere would have been diagnosed as
+    random; the PReLU weights are now listed apart, with the kernel named."""
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_deep_prelu", "--ms-model",
+                         "tests.tiny:ms_deep_prelu", "--image-size", "64", "--out",
+                         tmp_path / "run", "--json", tmp_path / "r.json", "--quiet")
+    assert process.returncode == 0, process.stderr
+    check = read_json(tmp_path / "run" / "mindspore" / "manifest.json")[
+        "self_checks"]["observer_effect"]
+    assert check["differing_count"] == 0 and check["deterministic"] is True
+    assert all(name.split(" · ")[0].endswith(".w")           # MindSpore's PReLU weights
+               for name in check.get("unsteady", {}).get("differing", []))
+    notes = read_json(tmp_path / "r.json")["meta"]["notes"]
+    assert any(note.startswith("mindspore: hooks change nothing") for note in notes)
+
+
 def test_nan_in_the_weights_is_reported_not_a_crash(tmp_path):
     torch.manual_seed(0)
     state = torch_tiny().state_dict()

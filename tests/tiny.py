@@ -1301,27 +1301,29 @@ def ms_thin_pooled_group_norm() -> msnn.Cell:
 
 
 class _TorchPooledPReLU(tnn.Module):
-    """Two conv-PReLU blocks, one PReLU weight each, and a mean over space: 2,097,152 values in
-    the second PReLU's weight gradient at batch 2, 256²."""
+    """Conv-PReLU blocks, one PReLU weight each, and a mean over space: 2,097,152 values in the
+    second PReLU's weight gradient at batch 2, 256² with the default widths."""
 
-    def __init__(self) -> None:
+    def __init__(self, widths: Tuple[int, ...] = (8, 16)) -> None:
         super().__init__()
-        self.features = tnn.Sequential(
-            tnn.Conv2d(3, 8, 3, padding=1, bias=False), tnn.PReLU(),
-            tnn.Conv2d(8, 16, 3, padding=1, bias=False), tnn.PReLU())
-        self.fc = tnn.Linear(16, 10)
+        blocks = []
+        for before, width in zip((3, *widths), widths):
+            blocks += [tnn.Conv2d(before, width, 3, padding=1, bias=False), tnn.PReLU()]
+        self.features = tnn.Sequential(*blocks)
+        self.fc = tnn.Linear(widths[-1], 10)
 
     def forward(self, x):
         return self.fc(self.features(x).mean((2, 3)))
 
 
 class _MsPooledPReLU(msnn.Cell):
-    def __init__(self) -> None:
+    def __init__(self, widths: Tuple[int, ...] = (8, 16)) -> None:
         super().__init__()
-        self.features = msnn.SequentialCell([
-            msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1), msnn.PReLU(),
-            msnn.Conv2d(8, 16, 3, pad_mode="pad", padding=1), msnn.PReLU()])
-        self.fc = msnn.Dense(16, 10)
+        blocks = []
+        for before, width in zip((3, *widths), widths):
+            blocks += [msnn.Conv2d(before, width, 3, pad_mode="pad", padding=1), msnn.PReLU()]
+        self.features = msnn.SequentialCell(blocks)
+        self.fc = msnn.Dense(widths[-1], 10)
 
     def construct(self, x):
         return self.fc(self.features(x).mean((2, 3)))
@@ -1333,6 +1335,18 @@ def torch_pooled_prelu() -> tnn.Module:
 
 def ms_pooled_prelu() -> msnn.Cell:
     return _MsPooledPReLU()
+
+
+DEEP_PRELU = (8,) * 8
+
+
+def torch_deep_prelu() -> tnn.Module:
+    """Eight PReLUs of one shape: MindSpore's kernel for them searches its thread count."""
+    return _TorchPooledPReLU(DEEP_PRELU)
+
+
+def ms_deep_prelu() -> msnn.Cell:
+    return _MsPooledPReLU(DEEP_PRELU)
 
 
 # ConvNeXt's stem: a patchifying conv and torchvision's LayerNorm2d (channels moved last), its

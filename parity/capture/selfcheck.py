@@ -10,7 +10,7 @@ the numbers (they agree with each other).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import numpy as np
 
@@ -42,21 +42,34 @@ def tee(*records: Callable[..., None]) -> Callable[..., None]:
     return record
 
 
-def differing(a: Fingerprints, b: Fingerprints) -> List[str]:
+def differing(a: Fingerprints, b: Fingerprints,
+              unsteady: FrozenSet[str] = frozenset()) -> Tuple[List[str], List[str]]:
+    """The tensors whose digests differ, as "name · kind": those of parameters not in
+    ``unsteady``, and those of parameters in it."""
     keys = sorted(set(a.digests) | set(b.digests))
-    return [f"{name} · {kind}" for kind, name in keys if a.digests.get((kind, name)) !=
-            b.digests.get((kind, name))]
+    found: Tuple[List[str], List[str]] = ([], [])
+    for kind, name in keys:
+        if a.digests.get((kind, name)) != b.digests.get((kind, name)):
+            found[name in unsteady].append(f"{name} · {kind}")
+    return found
 
 
-def observer_check(hooked: Fingerprints, rerun: Callable[[Fingerprints], None]) -> Dict[str, Any]:
-    """Rerun the step without hooks (twice if needed); a JSON-able verdict for the manifest."""
+def observer_check(hooked: Fingerprints, rerun: Callable[[Fingerprints], None],
+                   unsteady: FrozenSet[str] = frozenset(), why: str = "") -> Dict[str, Any]:
+    """Rerun the step without hooks (twice if needed); a JSON-able verdict for the manifest.
+
+    The gradients and updated values of the parameters in ``unsteady`` come from a kernel
+    whose sums change order from call to call (``why``): where they differ they are listed
+    apart, neither counted as changed by hooks nor as a random step."""
     first = Fingerprints()
     rerun(first)
-    changed = differing(hooked, first)
+    changed, varied = differing(hooked, first, unsteady)
     result: Dict[str, Any] = {"checked": len(hooked.digests), "differing": changed[:50],
                               "differing_count": len(changed), "deterministic": True}
     if changed:
         second = Fingerprints()
         rerun(second)
-        result["deterministic"] = not differing(first, second)
+        result["deterministic"] = not differing(first, second, unsteady)[0]
+    if varied:
+        result["unsteady"] = {"differing": varied[:50], "count": len(varied), "cause": why}
     return result

@@ -245,13 +245,18 @@ def _detail(torch_value: np.ndarray, ms_value: np.ndarray) -> RecordDetail:
 def _observer_note(check: Dict[str, Any], framework: str) -> str:
     if not check:
         return f"{framework}: observer-effect check not run"
+    unsteady = check.get("unsteady") or {"count": 0}
+    apart = "" if not unsteady["count"] else \
+        (f"; {unsteady['count']} others differ, e.g. {', '.join(unsteady['differing'][:3])}: "
+         f"{unsteady['cause']}")
     if not check["differing_count"]:
         return (f"{framework}: hooks change nothing — loss, gradients and updated weights are "
-                f"bit-identical to a hook-free step ({check['checked']} tensors)")
+                f"bit-identical to a hook-free step "
+                f"({check['checked'] - unsteady['count']} tensors{apart})")
     what = "the step is not deterministic (two hook-free steps differ)" \
         if not check["deterministic"] else "the hooks changed the numbers"
     return (f"{framework}: {what}: {check['differing_count']} of {check['checked']} tensors "
-            f"differ from a hook-free step, e.g. {', '.join(check['differing'][:3])}")
+            f"differ from a hook-free step, e.g. {', '.join(check['differing'][:3])}{apart}")
 
 
 def _grad_positions(plan: List[_Planned]) -> Dict[str, float]:
