@@ -494,10 +494,15 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from parity import api
     from parity.weights import convert_weights
     factory = args.ms_model or builtin_pair(args.model).mindspore_factory
-    plan, not_finite = convert_weights(factory, args.torch_weights, args.out,
-                                       num_classes=args.num_classes,
-                                       overrides=api.load_name_map(args.map))
-    print(f"wrote {args.out}: {len(plan)} MindSpore parameters from {args.torch_weights}")
+    transfer, not_finite = convert_weights(factory, args.torch_weights, args.out,
+                                           num_classes=args.num_classes,
+                                           overrides=api.load_name_map(args.map))
+    print(f"wrote {args.out}: {len(transfer.plan)} MindSpore parameters from "
+          f"{args.torch_weights}")
+    if transfer.left_out:
+        print(f"left out {len(transfer.left_out)} torch tensor(s) no MindSpore parameter takes "
+              f"(step counters, integer constants the port holds itself): "
+              f"{first_few(transfer.left_out, separator=', ')}")
     if not_finite:
         print(f"parity: warning: {args.torch_weights} holds values that are not finite, copied "
               f"as they are ({first_few(not_finite, separator='; ')}): the port computes NaN "

@@ -410,11 +410,13 @@ def mindspore_ties(net) -> Dict[str, str]:
 
 @dataclass(frozen=True)
 class Transfer:
-    """What load_into_mindspore did: the names' mapping (MindSpore parameter -> torch key), and
+    """What load_into_mindspore did: the names' mapping (MindSpore parameter -> torch key),
     torch's shape of each parameter MindSpore holds in another shape of the same layout (its
-    Conv1d weight: (out, in, 1, k) for torch's (out, in, k))."""
+    Conv1d weight: (out, in, 1, k) for torch's (out, in, k)), and the torch keys no MindSpore
+    parameter took (step counters, integer constants the port holds itself)."""
     plan: Dict[str, str]
     torch_shapes: Dict[str, Tuple[int, ...]]
+    left_out: List[str]
 
 
 def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
@@ -432,7 +434,8 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
         if tuple(value.shape) != shape:
             torch_shapes[ms_name] = tuple(value.shape)
         params[ms_name].set_data(ms.Tensor(np.ascontiguousarray(value).reshape(shape)))
-    return Transfer(plan, torch_shapes)
+    taken = set(plan.values()) | set(getattr(state_dict, "tied", {}))
+    return Transfer(plan, torch_shapes, [key for key in state_dict if key not in taken])
 
 
 # A norm's frozen parameters at their initial values, which MindSpore keeps where torch has none.
@@ -504,9 +507,9 @@ def not_finite(state_dict: Mapping[str, np.ndarray]) -> List[str]:
 def convert_weights(model_factory: str, torch_weights: Path, out: Path, *,
                     num_classes: Optional[int] = None,
                     overrides: Optional[Mapping[str, str]] = None
-                    ) -> Tuple[Dict[str, str], List[str]]:
+                    ) -> Tuple[Transfer, List[str]]:
     """Write a MindSpore checkpoint (.ckpt) or .safetensors of the port with torch's weights;
-    returns the names' mapping, and the tensors holding NaN or Inf (copied as they are)."""
+    returns the transfer, and the tensors holding NaN or Inf (copied as they are)."""
     from parity.io import atomic_output
     from parity.models_loader import build_mindspore_model
     out = Path(out)
@@ -514,7 +517,7 @@ def convert_weights(model_factory: str, torch_weights: Path, out: Path, *,
         raise ParityInputError(f"--out {out}: use a .ckpt or .safetensors file name")
     state_dict = load_state_dict(torch_weights)
     net = build_mindspore_model(model_factory, num_classes=num_classes)
-    plan = load_into_mindspore(net, state_dict, overrides).plan
+    transfer = load_into_mindspore(net, state_dict, overrides)
     import mindspore as ms
     with atomic_output(out) as tmp:
         if out.suffix == ".safetensors":
@@ -522,4 +525,4 @@ def convert_weights(model_factory: str, torch_weights: Path, out: Path, *,
             save_file({n: p.asnumpy() for n, p in net.parameters_and_names()}, str(tmp))
         else:
             ms.save_checkpoint(net, str(tmp))
-    return plan, not_finite(state_dict)
+    return transfer, not_finite(state_dict)

@@ -55,6 +55,18 @@ def test_ckpt_loads_with_no_parameter_left_unloaded(tmp_path):
     np.testing.assert_array_equal(net.fc.weight.asnumpy(), state["fc.weight"].numpy())
 
 
+def test_convert_weights_says_which_torch_tensors_it_left_out(tmp_path):
+    """ResNet18's 20 BatchNorm step counters have no MindSpore parameter: the conversion said
+    only how many parameters it wrote."""
+    _resnet18_weights(tmp_path / "w.pth")
+    process = parity_cli("convert-weights", "--model", "resnet18", "--num-classes", "10",
+                         "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+    assert process.returncode == 0, process.stderr
+    assert "wrote" in process.stdout and "102 MindSpore parameters" in process.stdout
+    assert "left out 20 torch tensor(s) no MindSpore parameter takes" in process.stdout
+    assert "layer1.0.bn1.num_batches_tracked" in process.stdout
+
+
 @pytest.mark.parametrize("zipped", [True, False], ids=["zip", "legacy"])
 @pytest.mark.parametrize("name, wrap", [
     ("pytorch_model.bin", lambda state: state),                             # Hugging Face's
