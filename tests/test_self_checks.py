@@ -98,7 +98,7 @@ def test_observer_check_sets_apart_a_kernel_whose_sums_vary_between_calls():
 def test_a_port_with_prelus_is_not_called_random(tmp_path):
     """Eight PReLUs of one shape: MindSpore 2.8.0's kernel searches its thread count over its
     first calls, and the order of its weight gradients' sums changes between steps (3 to 5 of
-    37 tensors differed between two hook-free steps, three runs of three). The MindSpore step
+    37 tensors differed between two hook-free steps, in four runs of four). The MindSpore step
     was told "not deterministic", and a run failing elsewhere would have been diagnosed as
     random; the PReLU weights are now listed apart, with the kernel named."""
     process = parity_cli("run", "--torch-model", "tests.tiny:torch_deep_prelu", "--ms-model",
