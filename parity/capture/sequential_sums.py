@@ -169,7 +169,7 @@ def _after(calls: List[Optional[Dict[str, Any]]], sums: List[np.ndarray], module
 def _measure(call: Dict[str, Any], dy: Any) -> None:
     """γ/σ · (sequential float32 Σdy − Σdy)/n per channel, for the input's backward, and
     sequential float32 Σdy − Σdy, for the bias gradient (which is Σdy)."""
-    off = sequential_sum_error(dy.detach().movedim(1, -1).reshape(-1, dy.shape[1]).float().numpy())
+    off = sequential_sum_error(_channel_rows(dy.detach().float()))
     shape = [1] * dy.dim()
     shape[1] = -1
     call["shift"] = (call["scale"] * off / call["count"]).reshape(shape)
@@ -262,11 +262,15 @@ def _measure_prelu(offsets: List[np.ndarray], module: Any, x: Any, dy: Any) -> N
     import torch
     with torch.no_grad():
         terms = torch.where(x < 0, x.float() * dy.detach().float(), torch.zeros(()))
-        if module.weight.numel() == 1:
-            rows = terms.reshape(-1, 1)
-        else:
-            rows = terms.transpose(0, 1).reshape(terms.shape[1], -1).t()
-        offsets.append(sequential_sum_error(rows.contiguous().numpy()))
+        rows = terms.reshape(-1, 1).numpy() if module.weight.numel() == 1 else \
+            _channel_rows(terms)
+        offsets.append(sequential_sum_error(rows))
+
+
+def _channel_rows(values: Any) -> np.ndarray:
+    """One column a channel (axis 1), its values down the rows in the order a kernel walks
+    them through memory: sample after sample, position after position."""
+    return values.movedim(1, -1).reshape(-1, values.shape[1]).numpy()
 
 
 def _moved_by(offsets: List[np.ndarray], grad: Any) -> Any:
