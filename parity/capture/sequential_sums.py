@@ -198,9 +198,8 @@ def _measure_layer_norm(call: Dict[str, Any], module: Any, dy: Any) -> None:
     if module.weight is not None:
         terms = terms * module.weight.detach().float()
     invstd = call["invstd"]
-    count = terms.numel() // invstd.size
-    rows = terms.reshape(-1, count).t().contiguous().numpy()
-    call["shift"] = sequential_sum_error(rows).reshape(invstd.shape) * invstd / count
+    rows = _runs_as_columns(terms, invstd.size)
+    call["shift"] = sequential_sum_error(rows).reshape(invstd.shape) * invstd / len(rows)
 
 
 def _group_norm_hooks(module: Any) -> List[Any]:
@@ -233,12 +232,8 @@ def _measure_group_norm(offsets: Dict[str, List[np.ndarray]], module: Any, x: An
         per_channel = channels // module.num_groups
         mean, invstd = (t.repeat_interleave(per_channel, dim=1).double().numpy()
                         for t in (mean, torch.rsqrt(var + module.eps)))
-
-        def rounding(terms: Any) -> np.ndarray:
-            rows = terms.reshape(batch * channels, -1).t().contiguous().numpy()
-            return sequential_sum_error(rows).reshape(batch, channels)
-        dy_sum = rounding(dy)
-        dyx_sum = rounding(dy * x.float())
+        dy_sum, dyx_sum = (sequential_sum_error(_runs_as_columns(terms, batch * channels))
+                           .reshape(batch, channels) for terms in (dy, dy * x.float()))
     offsets["bias"].append(dy_sum.sum(axis=0))
     offsets["weight"].append(((dyx_sum - mean * dy_sum) * invstd).sum(axis=0))
 
@@ -265,6 +260,12 @@ def _measure_prelu(offsets: List[np.ndarray], module: Any, x: Any, dy: Any) -> N
         rows = terms.reshape(-1, 1).numpy() if module.weight.numel() == 1 else \
             _channel_rows(terms)
         offsets.append(sequential_sum_error(rows))
+
+
+def _runs_as_columns(values: Any, runs: int) -> np.ndarray:
+    """``values`` cut into ``runs`` runs of consecutive values (a LayerNorm's rows, a
+    GroupNorm's sample channels), each run one column, its values down the rows in order."""
+    return values.reshape(runs, -1).t().numpy()
 
 
 def _channel_rows(values: Any) -> np.ndarray:
