@@ -783,6 +783,26 @@ def test_a_conv3d_padding_of_six_is_torchs_padding_of_three():
     assert (diagnosis.cause, diagnosis.confidence) == ("conv3d dilation differs", "certain")
 
 
+def test_every_conv_setting_that_differs_is_named_at_once():
+    """A port with dilation 1 and padding 1 for torch's dilation 2, padding 2 (the same output
+    shape) was told only "conv2d padding differs": fixing that alone still fails, and a second run
+    was needed to learn the dilation."""
+    import mindspore.nn as msnn
+    import torch.nn as tnn
+
+    from parity.capture.hooks import module_attrs, op_type
+    from parity.compare.settings import settings_cause
+    torch_conv = tnn.Conv2d(4, 4, 3, padding=2, dilation=2)
+    ms_conv = msnn.Conv2d(4, 4, 3, pad_mode="pad", padding=1, dilation=1)
+    t, m = (dataclasses.replace(_forward("conv2", op_type(module), (2, 4, 8, 8), 0),
+                                attrs=module_attrs(module)) for module in (torch_conv, ms_conv))
+    diagnosis = settings_cause(t, m)
+    assert (diagnosis.cause, diagnosis.confidence) == ("conv2d padding and dilation differ",
+                                                       "certain")
+    assert "padding=[2, 2]" in diagnosis.detail and "dilation=[2, 2]" in diagnosis.detail, \
+        diagnosis.detail
+
+
 def _fed(values):
     """A forward record whose first input was ``values``, sketched as the captures sketch it."""
     from parity.sketch import input_sketch, magnitude

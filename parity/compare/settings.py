@@ -140,17 +140,16 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
         or _pad_widths_cause(t, m)
     if by_module_kind is not None:
         return by_module_kind
-    for key in ("stride", "padding", "kernel_size", "dilation"):
-        if key == "padding" and (str(ma.get("pad_mode", "pad")).lower() != "pad"
-                                 or m.op.startswith("convtranspose") or op_family(m.op) in PADS):
-            continue
-        if key in ta and key in ma and _as_pair(ta[key]) != _as_pair(ma[key]):
-            default = f" (MindSpore's nn.{POOLS[m.op]} defaults to stride 1, torch's to the " \
-                "kernel size)" if key == "stride" and m.op in POOLS and \
-                _as_pair(ma[key]) == (1, 1) else ""
-            return Diagnosis(cause=f"{m.op or 'module'} {key} differs",
-                             detail=f"torch {t.name} {key}={ta[key]}, MindSpore {m.name} "
-                                    f"{key}={ma[key]}{default}.", confidence="certain")
+    differing = [key for key in ("stride", "padding", "kernel_size", "dilation")
+                 if key in ta and key in ma and _as_pair(ta[key]) != _as_pair(ma[key])
+                 and not (key == "padding" and (str(ma.get("pad_mode", "pad")).lower() != "pad"
+                                                or m.op.startswith("convtranspose")
+                                                or op_family(m.op) in PADS))]
+    if differing:
+        verb = "differs" if len(differing) == 1 else "differ"
+        return Diagnosis(cause=f"{m.op or 'module'} {' and '.join(differing)} {verb}",
+                         detail="; ".join(_setting_difference(key, t, m) for key in differing)
+                         + ".", confidence="certain")
     padding = ta.get("padding", 0)
     if t.op == m.op and op_family(m.op) in ("conv", "maxpool", "avgpool") and \
             str(ma.get("pad_mode", "")).lower() == "valid" and not isinstance(padding, str) \
@@ -160,6 +159,14 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                 f"torch {t.name} padding={padding}. Use pad_mode='pad', "
                                 f"padding={padding}.", confidence="certain")
     return None
+
+
+def _setting_difference(key: str, t: RecordInfo, m: RecordInfo) -> str:
+    ta, ma = t.attrs, m.attrs
+    told = f"torch {t.name} {key}={ta[key]}, MindSpore {m.name} {key}={ma[key]}"
+    if key == "stride" and m.op in POOLS and _as_pair(ma[key]) == (1, 1):
+        told += f" (MindSpore's nn.{POOLS[m.op]} defaults to stride 1, torch's to the kernel size)"
+    return told
 
 
 def _in_one_dimension(attrs: Dict) -> Dict:
