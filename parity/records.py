@@ -134,7 +134,8 @@ class Comparison(TensorStats):
     mindspore_name: str = ""
     # relative error allowed for ReLU units flipped by float32 noise before it (parity/kinks.py)
     flip_allowance: float = 0.0
-    # relative error allowed for a BatchNorm weight/bias gradient whose sum cancels (engine)
+    # relative error allowed for a gradient that is a sum over batch and space (a norm layer's
+    # weight or bias, a conv's or dense layer's bias) and for what the step makes of it (engine)
     sum_allowance: float = 0.0
     # relative error allowed for a loss that is the cross entropy of each side's own logits: the
     # two logits' losses apart (compare/loss.py)

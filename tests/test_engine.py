@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from parity.rundir import RunReader
@@ -930,6 +931,27 @@ def test_a_biased_conv_before_batch_norm_passes():
         assert result.passed, (init, result.diagnosis)
         bias = result.records[(result.records.name == "0.bias") & (result.records.kind == "grad")]
         assert bias.sum_allowance.iloc[0] == 0, init
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_an_updated_bias_summed_over_many_rows_is_judged_with_its_gradients_sum(seed):
+    """MindSpore 2.8.0's CPU dense layer sums its bias gradient over the rows one after another
+    in float32 (to the bit, measured), about 170 times torch's error over 2²⁰ rows: the gradient,
+    its update and momentum buffer passed with that sum's allowance, but the updated bias, lr
+    times the same error, was judged without it and failed the correct port (36 times torch's
+    float32 error at 8 × 65,536 tokens)."""
+    import parity
+    from tests import tiny
+    generator = np.random.default_rng(seed)
+    tokens = generator.integers(0, 4, (8, 32768)).astype(np.int64)
+    labels = generator.integers(0, 5, 8).astype(np.int64)
+    result = parity.check(tiny.torch_token_mixer(), tiny.ms_token_mixer(), inputs=(tokens, labels),
+                          seed=seed)
+    assert result.passed, result.diagnosis
+    bias = result.records[result.records.name == "mix.bias"].set_index("kind")
+    # both are lr times the error allowed in the gradient (relative to each one's own size)
+    allowed = bias.sum_allowance * bias.ref_rms
+    assert allowed["weight"] > 0 and allowed["weight"] == pytest.approx(allowed["update"], rel=1e-3)
 
 
 def test_a_bias_gradient_that_is_not_the_sum_of_its_terms_names_the_layers_backward():

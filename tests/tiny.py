@@ -926,6 +926,37 @@ def ms_encoder_layer_sequence_first() -> msnn.Cell:
     return _MsEncoderLayer(batch_first=False)
 
 
+# A dense layer over every token of a long sequence: its bias gradient sums batch × tokens rows.
+class _TorchTokenMixer(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = tnn.Embedding(4, 2 * WIDTH)
+        self.mix = tnn.Linear(2 * WIDTH, 2 * WIDTH)
+        self.head = tnn.Linear(2 * WIDTH, 5)
+
+    def forward(self, tokens):
+        return self.head(self.mix(self.embed(tokens)).tanh().mean(1))
+
+
+class _MsTokenMixer(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = msnn.Embedding(4, 2 * WIDTH)
+        self.mix = msnn.Dense(2 * WIDTH, 2 * WIDTH)
+        self.head = msnn.Dense(2 * WIDTH, 5)
+
+    def construct(self, tokens):
+        return self.head(self.mix(self.embed(tokens)).tanh().mean(1))
+
+
+def torch_token_mixer() -> tnn.Module:
+    return _TorchTokenMixer()
+
+
+def ms_token_mixer() -> msnn.Cell:
+    return _MsTokenMixer()
+
+
 # An LSTM over token ids, its last step classified.
 class _TorchLstm(tnn.Module):
     def __init__(self) -> None:

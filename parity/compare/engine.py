@@ -336,8 +336,8 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
                            initial: Optional[SafetensorsFile]
                            ) -> Tuple[List[Comparison], int]:
     """Failing gradients that are sums over batch and space (a BatchNorm's, GroupNorm's or
-    LayerNorm's weight and bias, a conv's or dense layer's bias; their updates and momentum
-    buffers) judged again with their output gradient's float32 error (plus its ReLU-flip
+    LayerNorm's weight and bias, a conv's or dense layer's bias; their updates, momentum
+    buffers and updated values) judged again with their output gradient's float32 error (plus its ReLU-flip
     allowance) carried through the sum they are; the gradient must then be the sum of
     MindSpore's own terms (compare/sums.py). Also returns the bytes read."""
     config = torch_run.manifest.get("config", {})
@@ -371,7 +371,7 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
         # one number per index of that axis, summed over a batch at least (a LayerNorm over
         # several trailing axes keeps more than one axis: not judged as a sum)
         if comparison.passed or planned.noise is None or not planned.noise.exact_rms \
-                or comparison.kind not in ("grad", "update", "optimizer_state") \
+                or comparison.kind not in ("grad", "update", "optimizer_state", "weight") \
                 or axis is None or output is None \
                 or not output.torch.fp32_noise_rms or not output.torch.exact_rms \
                 or not {f"{module}.weight", f"{module}.bias"} <= set(initial) \
@@ -383,8 +383,9 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
             error = output.torch.fp32_noise_rms / output.torch.exact_rms + flips.get(module, 0.0)
             allowed[param] = sums.allowed_error(terms(torch_run, module, role, axis, "torch"),
                                                 error, axis)
-        # a gradient error δ is δ in the momentum buffer and lr·δ in the update
-        scale = lr if comparison.kind == "update" else 1.0
+        # a gradient error δ is δ in the momentum buffer and lr·δ in the update and the
+        # updated weight
+        scale = lr if comparison.kind in ("update", "weight") else 1.0
         allowance = scale * allowed[param] / (
             planned.noise.exact_rms * np.sqrt(np.prod(comparison.shape)))
         comparison = with_allowance(comparison, planned.noise, planned.tolerance,
