@@ -337,9 +337,9 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
                            ) -> Tuple[List[Comparison], int]:
     """Failing gradients that are sums over batch and space (a BatchNorm's, GroupNorm's or
     LayerNorm's weight and bias, a conv's or dense layer's bias; their updates, momentum
-    buffers and updated values) judged again with their output gradient's float32 error (plus its ReLU-flip
-    allowance) carried through the sum they are; the gradient must then be the sum of
-    MindSpore's own terms (compare/sums.py). Also returns the bytes read."""
+    buffers and updated values) judged again with their output gradient's float32 error (plus
+    its ReLU-flip allowance) carried through the sum they are; the gradient must then be the sum
+    of MindSpore's own terms (compare/sums.py). Also returns the bytes read."""
     config = torch_run.manifest.get("config", {})
     pairs = {(p.pair.torch.kind, p.pair.torch.name, bool(p.pair.torch.attrs.get("activation"))):
              p.pair for p in plan}
