@@ -933,15 +933,18 @@ def test_a_biased_conv_before_batch_norm_passes():
         assert bias.sum_allowance.iloc[0] == 0, init
 
 
-@pytest.mark.parametrize("seed", [0, 4])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_an_updated_bias_summed_over_many_rows_is_judged_with_its_gradients_sum(seed):
     """MindSpore 2.8.0's CPU dense layer sums its bias gradient over the rows one after another
-    in float32 (to the bit, measured), about 170 times torch's error over 2²⁰ rows: the gradient,
+    in float32 (to the bit, measured), about 170 times torch's error over 2¹⁹ rows: the gradient,
     its update and momentum buffer passed with that sum's allowance, but the updated bias, lr
     times the same error, was judged without it and failed the correct port (36 times torch's
-    float32 error at 8 × 65,536 tokens)."""
+    float32 error at 8 × 65,536 tokens; at 8 × 32,768, seeds 0 to 7, six needed it)."""
+    import torch
+
     import parity
     from tests import tiny
+    torch.manual_seed(seed)
     generator = np.random.default_rng(seed)
     tokens = generator.integers(0, 4, (8, 32768)).astype(np.int64)
     labels = generator.integers(0, 5, 8).astype(np.int64)
