@@ -371,7 +371,7 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
         # one number per index of that axis, summed over a batch at least (a LayerNorm over
         # several trailing axes keeps more than one axis: not judged as a sum)
         if comparison.passed or planned.noise is None or not planned.noise.exact_rms \
-                or comparison.kind not in ("grad", "update", "optimizer_state", "weight") \
+                or comparison.kind not in GRADIENT_SIDE \
                 or axis is None or output is None \
                 or not output.torch.fp32_noise_rms or not output.torch.exact_rms \
                 or not {f"{module}.weight", f"{module}.bias"} <= set(initial) \
