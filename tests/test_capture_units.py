@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -328,6 +329,78 @@ def test_the_float64_step_replays_the_float32_step_s_relu_units(tmp_path):
     assert relu.fp32_flipped == ()
     assert scale.exact_rms > 0 and scale.fp32_noise_rms < 1e-6 * scale.exact_rms
     assert scale.fp32_spread_rms < 1e-6 * scale.exact_rms      # so in the rerounded steps
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_relu_run_again_by_activation_checkpointing_replays_its_float32_units(tmp_path,
+                                                                               reentrant):
+    """The flipping pair's ReLU inside torch.utils.checkpoint runs again in the backward: the
+    torch capture stopped there (non-reentrant: the rerun kept other tensors than the first), or
+    the rerun, whose graph the backward uses (reentrant), let the float32-blocked unit pass in
+    float64, and torch's float32 error of `scale`'s gradient was three times its size."""
+    import torch
+
+    from parity.capture.batch import Batch
+    from parity.capture.torch_capture import capture_torch
+    from parity.config import StepConfig
+    from parity.rundir import RunReader
+
+    class Checkpointed(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=reentrant)
+
+    torch.manual_seed(0)
+    x = np.array([[1.0, 3e-8, -1.0], [2.0, 0.0, -1.0]], np.float32)
+    pair = _flipping_pair_model()
+    pair[1].inplace = False         # in place, it would overwrite the checkpoint's input
+    model = torch.nn.Sequential(pair[0], Checkpointed(pair[1]), pair[2])
+    capture_torch(StepConfig(), tmp_path / "run", model=model, batch=Batch.of((x,), [0, 1]))
+    records = {(r.kind, r.name): r for r in RunReader.open(tmp_path / "run").records}
+    assert ("forward", "1.inner#1") not in records        # recorded once
+    scale = records[("grad", "0.scale")]
+    assert scale.exact_rms > 0 and scale.fp32_noise_rms < 1e-6 * scale.exact_rms
+    assert scale.fp32_spread_rms < 1e-6 * scale.exact_rms
+
+
+@pytest.mark.parametrize("unused", ["head", "checkpointed"])
+def test_parameters_no_gradient_reaches_are_refused_saying_why(tmp_path, unused):
+    """A parameter the forward never uses (an auxiliary head), or one inside a reentrant
+    torch.utils.checkpoint whose inputs need no gradient (torch passes it none: its training
+    leaves it as it is too), cannot be compared: the refusal names them and what to do."""
+    import torch
+
+    from parity.capture.batch import Batch
+    from parity.capture.torch_capture import capture_torch
+    from parity.config import StepConfig
+    from parity.errors import ParityInputError
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = torch.nn.Linear(3, 4)
+            self.head = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            if unused == "head":
+                return self.stem(x)[:, :2]
+            x = torch.utils.checkpoint.checkpoint(self.stem, x, use_reentrant=True)
+            return self.head(x)
+
+    batch = Batch.of((np.ones((2, 3), np.float32),), [0, 1])
+    missing = "head.weight, head.bias" if unused == "head" else "stem.weight, stem.bias"
+    with pytest.raises(ParityInputError, match=rf"no gradient reached {missing}: unused "
+                       r"parameters cannot be compared; remove them or freeze them "
+                       r"\(requires_grad=False on both sides\). A reentrant "
+                       r"torch.utils.checkpoint passes none to its block when none of its "
+                       r"inputs needs a gradient: use_reentrant=False passes them"):
+        with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True") \
+                if unused == "checkpointed" else nullcontext():
+            capture_torch(StepConfig(), tmp_path / "run", model=Net(), batch=batch)
+    assert not (tmp_path / "run").exists()
 
 
 def test_the_synchronous_capture_leaves_mindspores_heap_whole():

@@ -1538,3 +1538,36 @@ def test_records_torch_itself_computes_mostly_as_rounding_are_named(tiny_run, tm
             f"{worst['kind']}, {share} its size), so their verdicts cannot tell a bug from "
             "noise") in told[0]
     assert told[0].endswith("a larger --batch-size or --image-size checks them")
+
+
+@pytest.mark.parametrize("torch_model, ms_model, cause", [
+    ("torch_blocks_checkpointed", "ms_blocks_recomputed", None),
+    ("torch_blocks_checkpointed_reentrant", "ms_blocks_recomputed", None),
+    ("torch_blocks_checkpointed", "ms_blocks", "running statistics updated twice in torch's step"),
+    ("torch_blocks", "ms_blocks_recomputed",
+     "running statistics updated twice in MindSpore's step")])
+def test_a_block_run_again_in_the_backward_is_compared_as_run_once(torch_model, ms_model, cause):
+    """Activation checkpointing reruns a block's forward in the backward. The torch capture
+    stopped there (torch's checkpoint found the replayed ReLU keeping other tensors than it
+    first did); once past that, torch's rerounded steps ran the block a third time (reading a
+    tensor its BatchNorm kept, in the forward), and the running statistics they moved so far
+    let a port updating them once pass; MindSpore recorded the cells it recomputed as second
+    calls, matched by nothing. Now each side's block is recorded once, the gradients of the
+    outputs it rebuilt are compared, and a BatchNorm that updated its running statistics twice
+    on one side only is named."""
+    import torch
+
+    import parity
+    from tests import tiny
+    torch.manual_seed(0)
+    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
+                          image_size=16)
+    assert not any(result.unmatched.values()), result.unmatched
+    compared = set(result.records.name[result.records.kind == "grad"])
+    assert {"block2.0", "block2.1", "block2.2"} <= compared
+    assert result.passed == (cause is None)
+    if cause is not None:
+        assert (result.first_divergence.name, result.first_divergence.kind) == \
+            ("block2.1.running_mean", "buffer")
+        assert result.diagnosis.cause == cause
+        assert "1.9 times as far" in result.diagnosis.detail     # 2 − 0.1

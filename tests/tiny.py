@@ -2,8 +2,9 @@
 net (and its ported variants), one with layers whose MindSpore defaults differ, token-id
 classifiers (one with an attention mask, one with tied weights), a segmenter, a small U-Net, a
 U-Net-like classifier and a GroupNorm net that average over space right after their last norm,
-small MLPs, a net with an auxiliary head, a Transformer encoder layer, and nets a user might
-hand over as they are: built in float64, torch.compile'd, held as ``self.module``."""
+small MLPs, a net with an auxiliary head, a Transformer encoder layer, a net running a block
+again in its backward (activation checkpointing), and nets a user might hand over as they are:
+built in float64, torch.compile'd, held as ``self.module``."""
 
 from __future__ import annotations
 
@@ -1848,3 +1849,62 @@ def torch_holding_tiny() -> tnn.Module:
 
 def ms_holding_tiny() -> msnn.Cell:
     return _MsHolding()
+
+
+# Activation checkpointing: the second conv-BN-ReLU block runs again in the backward
+# (torch.utils.checkpoint, reentrant or not; MindSpore's Cell.recompute()), BatchNorm updates
+# and all.
+class _TorchBlocks(tnn.Module):
+    def __init__(self, checkpoint: Optional[str] = None) -> None:
+        super().__init__()
+        self.block1 = tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False),
+                                     tnn.BatchNorm2d(8), tnn.ReLU())
+        self.block2 = tnn.Sequential(tnn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False),
+                                     tnn.BatchNorm2d(8), tnn.ReLU())
+        self.head = tnn.Linear(8, 10)
+        self.checkpoint = checkpoint
+
+    def forward(self, x):
+        x = self.block1(x)
+        if self.checkpoint is None:
+            x = self.block2(x)
+        else:
+            x = torch.utils.checkpoint.checkpoint(self.block2, x,
+                                                  use_reentrant=self.checkpoint == "reentrant")
+        return self.head(x.mean((2, 3)))
+
+
+class _MsBlocks(msnn.Cell):
+    def __init__(self, recompute: bool = False) -> None:
+        super().__init__()
+        self.block1 = msnn.SequentialCell(msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1),
+                                          msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU())
+        self.block2 = msnn.SequentialCell(
+            msnn.Conv2d(8, 8, 3, stride=2, pad_mode="pad", padding=1),
+            msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU())
+        if recompute:
+            self.block2.recompute()
+        self.head = msnn.Dense(8, 10)
+
+    def construct(self, x):
+        return self.head(self.block2(self.block1(x)).mean((2, 3)))
+
+
+def torch_blocks() -> tnn.Module:
+    return _TorchBlocks()
+
+
+def torch_blocks_checkpointed() -> tnn.Module:
+    return _TorchBlocks("non-reentrant")
+
+
+def torch_blocks_checkpointed_reentrant() -> tnn.Module:
+    return _TorchBlocks("reentrant")
+
+
+def ms_blocks() -> msnn.Cell:
+    return _MsBlocks()
+
+
+def ms_blocks_recomputed() -> msnn.Cell:
+    return _MsBlocks(recompute=True)

@@ -221,6 +221,25 @@ def _input_shape_keeper(name: str, input_shapes: Dict[str, Tuple[int, ...]]) -> 
     return hook
 
 
+class ForwardPassOnly:
+    """A ``record`` passing on the forward records of the forward pass alone, once ``done``.
+
+    Activation checkpointing (torch.utils.checkpoint, MindSpore's Cell.recompute) runs a block
+    again within the backward, to rebuild the tensors it did not keep: its modules' outputs are
+    not recorded a second time (as "#1" calls the other side did not make), but the hooks stay
+    on through the backward, so the gradients of the outputs it rebuilt are recorded: in a
+    reentrant checkpoint and in MindSpore's recomputation they are the ones the backward uses.
+    """
+
+    def __init__(self, record: Callable[..., None]) -> None:
+        self._record = record
+        self.done = False
+
+    def __call__(self, name: str, kind: str, array: Any, **kwargs: Any) -> None:
+        if kind != "forward" or not self.done:
+            self._record(name, kind, array, **kwargs)
+
+
 def recording_hooks(modules: Iterable[Tuple[str, Any]], record: Callable[..., None],
                     to_numpy: Callable[[Any], Optional[np.ndarray]],
                     watch: Callable[..., None]) -> List:

@@ -16,7 +16,6 @@ Only ``nn.ReLU`` modules are replayed: a functional ReLU has no hook, and the ot
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import partial
 from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
@@ -51,8 +50,7 @@ class ReluMasks:
                 if getattr(module, "inplace", False):
                     in_place.append(module)
                     module.inplace = False
-                handles.append(module.register_forward_hook(
-                    partial(_replay, iter(self._calls[name]))))
+                handles.append(module.register_forward_hook(_Replay(self._calls[name])))
         try:
             yield
         finally:
@@ -62,14 +60,54 @@ class ReluMasks:
                 module.inplace = True
 
 
-def _replay(calls: Iterator[Tuple[np.ndarray, Tuple[int, ...]]], _module: Any,
-            inputs: Tuple[Any, ...], output: Any) -> Any:
-    import torch
+SAMPLED = 64    # input values a call is known by, when activation checkpointing repeats it
 
-    bits, shape = next(calls, (None, None))
-    if bits is None or tuple(output.shape) != shape:    # a call the float32 step did not make
-        return None
-    active = torch.from_numpy(np.unpackbits(bits, count=int(np.prod(shape))).reshape(shape))
-    # where(), not a product: its backward keeps the boolean units (a byte each), not a
-    # float64 copy of them beside every ReLU's output
-    return torch.where(active.bool(), inputs[0], 0.0)
+
+class _Replay:
+    """One ReLU module's float32 calls, replayed in the order the step makes them.
+
+    Activation checkpointing (``torch.utils.checkpoint``) runs a block's forward again in the
+    backward, to rebuild what it did not keep: such a call replays the forward call whose input
+    it repeats (to the bit: the recomputation is deterministic), known by its shape and
+    SAMPLED of its values. Without that, the recomputed ReLU kept other tensors for its
+    backward than the first, and torch's checkpoint stopped the step."""
+
+    def __init__(self, calls: List[Tuple[np.ndarray, Tuple[int, ...]]]) -> None:
+        self._calls = calls
+        self._inputs: List[Tuple[Tuple[int, ...], bytes]] = []   # this step's forward calls
+
+    def __call__(self, _module: Any, inputs: Tuple[Any, ...], output: Any) -> Any:
+        import torch
+
+        known_by = _sampled(inputs[0])
+        if not _in_backward():
+            index = len(self._inputs)
+            self._inputs.append(known_by)
+        elif known_by in self._inputs:
+            index = self._inputs.index(known_by)
+        else:
+            return None     # a rerun of no forward call of this step
+        if index >= len(self._calls) or tuple(output.shape) != self._calls[index][1]:
+            return None     # a call the float32 step did not make
+        bits, shape = self._calls[index]
+        active = torch.from_numpy(np.unpackbits(bits, count=int(np.prod(shape))).reshape(shape))
+        # where(), not a product: its backward keeps the boolean units (a byte each), not a
+        # float64 copy of them beside every ReLU's output
+        return torch.where(active.bool(), inputs[0], 0.0)
+
+
+def _sampled(x: Any) -> Tuple[Tuple[int, ...], bytes]:
+    """``x``'s shape and SAMPLED of its values spread over it, gathered where they lie (a
+    channels-last input is not copied)."""
+    import torch
+    if x.numel() == 0 or x.dim() == 0:
+        return tuple(x.shape), x.detach().numpy().tobytes()
+    positions = torch.linspace(0, x.numel() - 1, SAMPLED).long()
+    return tuple(x.shape), x.detach()[torch.unravel_index(positions, x.shape)].numpy().tobytes()
+
+
+def _in_backward() -> bool:
+    """Whether autograd's engine is running a backward on this thread (torch's checkpoint asks
+    the same, through the same private call)."""
+    import torch
+    return torch._C._current_graph_task_id() != -1

@@ -17,7 +17,8 @@ from parity.capture.batch import Batch, batch_for, input_name
 from parity.capture.common import (PhaseClock, failure_explained, manifest_meta,
                                    numpy_on_one_thread, refuse_map_names_not_in,
                                    refuse_several_outputs, weight_update)
-from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
+from parity.capture.hooks import (ACTIVATION, ForwardPassOnly, dropout_modules,
+                                  recording_hooks)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
 from parity.errors import ParityInputError
@@ -358,13 +359,15 @@ def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
     for _, dropout in dropout_modules(net.cells_and_names()):
         dropout.set_train(False)
     scale = config.ms_loss_scale if config.ms_scale_loss else 1.0
-    handles = _hooks(net, record, scale) if hooks else []
+    forward_pass = ForwardPassOnly(record)
+    handles = _hooks(net, forward_pass, scale) if hooks else []
     loss_fn = build_loss(config.ms_loss) if config.ms_loss else \
         nn.CrossEntropyLoss(reduction="mean", label_smoothing=config.label_smoothing)
 
     def forward(*inputs_and_labels):
         *inputs, labels = inputs_and_labels
         outputs = net(*inputs)
+        forward_pass.done = True
         if not config.ms_loss:
             refuse_several_outputs(outputs, "MindSpore")
         loss = loss_fn(outputs, labels)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import math
 import platform
+import warnings
 from collections import Counter
 from contextlib import contextmanager, nullcontext
 from functools import partial
@@ -18,7 +19,8 @@ from parity.capture.batch import Batch, batch_for
 from parity.capture.common import (PhaseClock, failure_explained, fingerprint, manifest_meta,
                                    numpy_on_one_thread, refuse_map_names_not_in,
                                    refuse_several_outputs, several_outputs, weight_update)
-from parity.capture.hooks import ACTIVATION, dropout_modules, recording_hooks
+from parity.capture.hooks import (ACTIVATION, ForwardPassOnly, dropout_modules,
+                                  recording_hooks)
 from parity.capture.masks import RELU, ReluMasks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.capture.sequential_sums import sequential_kernel_sums
@@ -88,7 +90,10 @@ def _infer_num_classes(model, inputs: Tuple[np.ndarray, ...]) -> int:
     import torch
     was_training = model.training
     model.eval()
-    with torch.no_grad():
+    # under no_grad, a reentrant torch.utils.checkpoint warns that "Gradients will be None":
+    # of this forward only, not the step's
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "None of the inputs have requires_grad=True")
         logits = model(*(torch.from_numpy(x[:1]) for x in inputs))
     model.train(was_training)
     several = several_outputs(logits)
@@ -142,29 +147,34 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
     model.train()
     for _, dropout in dropout_modules(model.named_modules()):
         dropout.eval()
-    handles = _forward_hooks(model, record) if hooks else []
+    forward_pass = ForwardPassOnly(record)
+    handles = _forward_hooks(model, forward_pass) if hooks else []
     model.zero_grad(set_to_none=True)
     try:
         inputs = [torch.from_numpy(x) for x in batch.inputs]    # token ids stay integers
         logits = model(*(x.to(dtype) if x.is_floating_point() else x for x in inputs))
+        forward_pass.done = True
+        if config.torch_loss is None:
+            refuse_several_outputs(logits, "torch")
+        loss = _loss_function(config, dtype)(logits, torch.from_numpy(batch.labels))
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise ParityInputError(f"the torch loss {config.torch_loss} returned "
+                                   f"{tuple(getattr(loss, 'shape', ()))}, not one number: "
+                                   "reduce it")
+        record("loss", "loss", loss.detach().numpy())
+        loss.backward()
     finally:
         for handle in handles:
             handle.remove()
-    if config.torch_loss is None:
-        refuse_several_outputs(logits, "torch")
-    loss = _loss_function(config, dtype)(logits, torch.from_numpy(batch.labels))
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise ParityInputError(f"the torch loss {config.torch_loss} returned "
-                               f"{tuple(getattr(loss, 'shape', ()))}, not one number: reduce it")
-    record("loss", "loss", loss.detach().numpy())
-    loss.backward()
     params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     missing_grads = [name for name, p in params if p.grad is None]
     if missing_grads:
         raise ParityInputError(f"no gradient reached "
                                f"{first_few(missing_grads, MAX_PROBLEMS_LISTED)}: "
                                "unused parameters cannot be compared; remove them or freeze "
-                               "them (requires_grad=False on both sides)")
+                               "them (requires_grad=False on both sides). A reentrant "
+                               "torch.utils.checkpoint passes none to its block when none of "
+                               "its inputs needs a gradient: use_reentrant=False passes them")
     for name, param in params:
         record(name, "grad", param.grad.numpy())
     # SGD steps each parameter on its own (torch's per-tensor loop on CPU): stepped one at a

@@ -689,8 +689,11 @@ def _buffer_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
                                     f"MindSpore's momentum weights the old value, so {module} "
                                     f"needs {_norm_class(t_bn.op)}(momentum={1 - t_m:g}), not "
                                     f"momentum={1 - m_stored:g}.", confidence="certain")
-    if first.name.endswith("running_var") and t_bn is not None:
-        found = _biased_variance(first, t, m, t_bn, torch_run, ms_run)
+    before = _before_the_step(first, t, m, t_bn, torch_run)
+    if before is not None:
+        found = _updated_twice(first, t, m, before, torch_run, ms_run)
+        if found is None and first.name.endswith("running_var"):
+            found = _biased_variance(first, t, m, t_bn, before, torch_run, ms_run)
         if found:
             return found
     return Diagnosis(cause="running statistics update differs",
@@ -698,14 +701,13 @@ def _buffer_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
                             "convention or running-statistics update.", confidence="likely")
 
 
-def _biased_variance(first: Comparison, t: RecordInfo, m: RecordInfo, t_bn: RecordInfo,
-                     torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis]:
-    """MindSpore's running_var moved towards the biased batch variance where torch uses the
-    unbiased one: its step is (n−1)/n of torch's, n the values per channel.
-
-    With momentum μ (torch's convention) and the value v0 before the step, each side's step is
-    v1 − (1−μ)·v0 = μ·(batch variance); their median ratio is measured against (n−1)/n.
-    """
+def _before_the_step(first: Comparison, t: RecordInfo, m: RecordInfo,
+                     t_bn: Optional[RecordInfo],
+                     torch_run: RunReader) -> Optional[Tuple[float, np.ndarray]]:
+    """Torch's BatchNorm momentum (its convention) and the running statistic's value before the
+    step, from the torch capture's starting point; None where either is not known."""
+    if t_bn is None:
+        return None
     momentum = t_bn.attrs.get("momentum")
     initial = torch_run.path / INITIAL_WEIGHTS
     if not isinstance(momentum, (int, float)) or len(t_bn.shape) < 2 or not initial.exists():
@@ -713,8 +715,21 @@ def _biased_variance(first: Comparison, t: RecordInfo, m: RecordInfo, t_bn: Reco
     v0 = SafetensorsFile(initial).get(first.name)
     if v0 is None or tuple(v0.shape) != tuple(t.shape) or tuple(m.shape) != tuple(t.shape):
         return None
+    return float(momentum), np.asarray(v0, np.float64)
+
+
+def _biased_variance(first: Comparison, t: RecordInfo, m: RecordInfo, t_bn: RecordInfo,
+                     before: Tuple[float, np.ndarray], torch_run: RunReader,
+                     ms_run: RunReader) -> Optional[Diagnosis]:
+    """MindSpore's running_var moved towards the biased batch variance where torch uses the
+    unbiased one: its step is (n−1)/n of torch's, n the values per channel.
+
+    With momentum μ (torch's convention) and the value v0 before the step, each side's step is
+    v1 − (1−μ)·v0 = μ·(batch variance); their median ratio is measured against (n−1)/n.
+    """
+    momentum, v0 = before
     n = int(np.prod(t_bn.shape)) // t_bn.shape[1]
-    kept = (1 - momentum) * np.asarray(v0, np.float64)
+    kept = (1 - momentum) * v0
     ratio = _median_ratio(torch_run.tensor(t) - kept, ms_run.tensor(m) - kept)
     if n < 2 or not abs(ratio - (n - 1) / n) <= 0.25 / n:
         return None
@@ -723,3 +738,46 @@ def _biased_variance(first: Comparison, t: RecordInfo, m: RecordInfo, t_bn: Reco
                             f"batch variance, (n−1)/n with n = {n} values per channel, where "
                             "torch's running update uses the unbiased one.",
                      confidence="likely")
+
+
+# How far the ratio of the two sides' moves may lie from 2 − μ (or its inverse), relatively,
+# for "updated twice": float32 rounding moved it by 4e-8 at the median, 2.7e-6 at the worst
+# channel (a conv-BN-ReLU block under torch.utils.checkpoint against its port without
+# recomputation, batch 2, 64², the 44th round).
+TWICE_TOLERANCE = 1e-3
+
+
+def _updated_twice(first: Comparison, t: RecordInfo, m: RecordInfo,
+                   before: Tuple[float, np.ndarray], torch_run: RunReader,
+                   ms_run: RunReader) -> Optional[Diagnosis]:
+    """One side's BatchNorm took two momentum updates from the same batch statistic s, the
+    other's one: once moves v0 by μ·(s − v0), twice by μ·(2−μ)·(s − v0), so the two sides'
+    moves are 2 − μ apart. A block that runs again in the backward does it: activation
+    checkpointing (torch.utils.checkpoint; MindSpore's Cell.recompute() too, measured on
+    MindSpore 2.8.0 CPU) runs the BatchNorm's forward, with its update, a second time."""
+    momentum, v0 = before
+    twice = 2 - momentum
+    ratio = _median_ratio(ms_run.tensor(m) - v0, torch_run.tensor(t) - v0)    # torch's / MS's
+    module = first.name.rpartition(".")[0]
+    if abs(ratio - twice) <= TWICE_TOLERANCE * twice:
+        return Diagnosis(
+            cause="running statistics updated twice in torch's step",
+            detail=f"torch's {first.name} moved {ratio:.6g} times as far as MindSpore's "
+                   f"from its value before the step (2 − momentum): two updates from one batch "
+                   f"where the port's took one, as when {module} runs again in torch's "
+                   "backward. Activation checkpointing (torch.utils.checkpoint) reruns the "
+                   "block it wraps, BatchNorm updates and all, in training too. For the port to "
+                   "train alike, recompute the same block in MindSpore (Cell.recompute() "
+                   "updates twice as well), or check both with checkpointing off.",
+            confidence="likely")
+    if abs(ratio * twice - 1) <= TWICE_TOLERANCE:
+        return Diagnosis(
+            cause="running statistics updated twice in MindSpore's step",
+            detail=f"MindSpore's {m.name} moved {1 / ratio:.6g} times as far as torch's "
+                   f"from its value before the step (2 − momentum): two updates from one batch "
+                   f"where torch's took one, as when its BatchNorm runs again in MindSpore's "
+                   "backward. A recomputed cell (Cell.recompute()) reruns its construct, "
+                   "BatchNorm updates and all, in training too. For torch to train alike, "
+                   "checkpoint the same block (torch.utils.checkpoint updates twice as well), "
+                   "or check both without recomputation.", confidence="likely")
+    return None
