@@ -1543,6 +1543,7 @@ def test_records_torch_itself_computes_mostly_as_rounding_are_named(tiny_run, tm
 @pytest.mark.parametrize("torch_model, ms_model, cause", [
     ("torch_blocks_checkpointed", "ms_blocks_recomputed", None),
     ("torch_blocks_checkpointed_reentrant", "ms_blocks_recomputed", None),
+    ("torch_blocks_checkpointed", "ms_blocks_cells_recomputed", None),
     ("torch_blocks_checkpointed", "ms_blocks", "running statistics updated twice in torch's step"),
     ("torch_blocks", "ms_blocks_recomputed",
      "running statistics updated twice in MindSpore's step")])
@@ -1554,7 +1555,8 @@ def test_a_block_run_again_in_the_backward_is_compared_as_run_once(torch_model, 
     let a port updating them once pass; MindSpore recorded the cells it recomputed as second
     calls, matched by nothing. Now each side's block is recorded once, the gradients of the
     outputs it rebuilt are compared, and a BatchNorm that updated its running statistics twice
-    on one side only is named."""
+    on one side only is named. A cell recomputed on its own (not in a MindSpore container)
+    holds the recomputation as a child cell, whose outputs were recorded as extra records."""
     import torch
 
     import parity

@@ -1875,15 +1875,18 @@ class _TorchBlocks(tnn.Module):
 
 
 class _MsBlocks(msnn.Cell):
-    def __init__(self, recompute: bool = False) -> None:
+    def __init__(self, recompute: Optional[str] = None) -> None:
         super().__init__()
         self.block1 = msnn.SequentialCell(msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1),
                                           msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU())
         self.block2 = msnn.SequentialCell(
             msnn.Conv2d(8, 8, 3, stride=2, pad_mode="pad", padding=1),
             msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU())
-        if recompute:
+        if recompute == "block":
             self.block2.recompute()
+        elif recompute == "cells":      # each cell holds its recomputation as a child cell
+            for cell in self.block2:
+                cell.recompute()
         self.head = msnn.Dense(8, 10)
 
     def construct(self, x):
@@ -1907,4 +1910,8 @@ def ms_blocks() -> msnn.Cell:
 
 
 def ms_blocks_recomputed() -> msnn.Cell:
-    return _MsBlocks(recompute=True)
+    return _MsBlocks(recompute="block")
+
+
+def ms_blocks_cells_recomputed() -> msnn.Cell:
+    return _MsBlocks(recompute="cells")

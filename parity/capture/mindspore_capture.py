@@ -134,7 +134,19 @@ def _hooks(net, record: Callable[..., None], loss_scale: float) -> List:
             if CONSTANT_OUTPUT not in str(error):
                 raise
 
-    return recording_hooks(net.cells_and_names(), record, to_numpy, watch)
+    return recording_hooks(port_cells(net), record, to_numpy, watch)
+
+
+# Cell.recompute() holds its machinery as a child of the recomputed cell (outside MindSpore's
+# containers): a _RecomputeCell named so, wrapping the cell's construct as its wrap_cell.
+RECOMPUTE_MACHINERY = "_recompute_cell"
+
+
+def port_cells(net) -> List[Tuple[str, Any]]:
+    """The network's named cells, without MindSpore's recomputation machinery: recorded, its
+    cells' outputs (the recomputed cell's own, again) would be extra records torch has none of."""
+    return [(name, cell) for name, cell in net.cells_and_names()
+            if RECOMPUTE_MACHINERY not in name.split(".")]
 
 
 def _unscaled(gradient: np.ndarray, loss_scale: float) -> np.ndarray:
@@ -200,7 +212,7 @@ def _prelu_parameters(net) -> FrozenSet[str]:
 
 
 def refuse_map_names_not_in_port(net, overrides: Mapping[str, str]) -> None:
-    known = {name for name, _ in net.cells_and_names()} | \
+    known = {name for name, _ in port_cells(net)} | \
         {name for name, _ in net.parameters_and_names()}
     refuse_map_names_not_in(overrides, known, "cell or parameter of the MindSpore model")
 
