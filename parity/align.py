@@ -52,6 +52,22 @@ def torch_role(mindspore_param: str) -> str:
     return f"{module}.{role}" if module else role
 
 
+# torch.nn.utils.parametrizations.weight_norm keeps a weight's magnitude and direction as
+# <module>.parametrizations.<name>.original0 and .original1; the older torch.nn.utils.weight_norm
+# named them <name>_g and <name>_v, the names a port (and older torch code) holds them by.
+PARAMETRIZED = re.compile(r"^(?:(.*)\.)?parametrizations\.([^.]+)\.original([01])$")
+
+
+def weight_norm_name(torch_name: str) -> str:
+    """``torch_name`` by torch.nn.utils.weight_norm's naming (itself where that is the same)."""
+    found = PARAMETRIZED.match(torch_name)
+    if found is None:
+        return torch_name
+    module, name, part = found.groups()
+    role = f"{name}_{'gv'[int(part)]}"
+    return f"{module}.{role}" if module else role
+
+
 def align_sequences(n: int, m: int, score: Callable[[int, int], float]) -> List[Tuple[int, int]]:
     """Order-preserving matching of two sequences maximising the summed score (0 = no match)."""
     best = [[0.0] * (m + 1) for _ in range(n + 1)]
@@ -92,20 +108,22 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     """Match MindSpore parameters to torch state-dict entries.
 
     Order of evidence: an explicit override; the same name; the same name once MindSpore's
-    roles are renamed (BatchNorm's gamma -> weight); then whole modules matched by their (role,
-    layout) signature in order.
+    roles are renamed (BatchNorm's gamma -> weight) and torch's weight_norm parametrization's
+    are given their older names (weight_g, weight_v); then whole modules matched by their
+    (role, layout) signature in order.
     """
-    torch_names = {name for name, _ in torch_params}
+    torch_names = {weight_norm_name(name): name for name, _ in torch_params}
     mapping: Dict[str, str] = {}
     for ms_name, _ in mindspore_params:
         if overrides and ms_name in overrides:
             mapping[ms_name] = overrides[ms_name]
         elif ms_name in torch_names:        # a LayerScale's gamma on both sides
-            mapping[ms_name] = ms_name
+            mapping[ms_name] = torch_names[ms_name]
         elif torch_role(ms_name) in torch_names:
-            mapping[ms_name] = torch_role(ms_name)
+            mapping[ms_name] = torch_names[torch_role(ms_name)]
     used = set(mapping.values())
-    torch_left = _group_by_module([(n, s) for n, s in torch_params if n not in used])
+    torch_left = _group_by_module([(weight_norm_name(n), s) for n, s in torch_params
+                                   if n not in used])
     ms_left = _group_by_module([(torch_role(n), s) for n, s in mindspore_params
                                 if n not in mapping])
     ms_original = {torch_role(n): n for n, _ in mindspore_params}
@@ -124,7 +142,7 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     for i, j in align_sequences(len(t_modules), len(m_modules), score):
         t_roles, m_roles = t_modules[i][1], m_modules[j][1]
         for role, (m_name, _) in m_roles.items():
-            mapping[ms_original[m_name]] = t_roles[role][0]
+            mapping[ms_original[m_name]] = torch_names[t_roles[role][0]]
     used = set(mapping.values())
     return Alignment(
         mindspore_to_torch=mapping,

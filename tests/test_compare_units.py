@@ -164,6 +164,28 @@ def test_parameters_align_by_structure_when_names_differ():
     assert alignment.mindspore_to_torch["classifier.bias"] == "fc.bias"
 
 
+@pytest.mark.parametrize("port_module", ["conv1", "c1"])
+def test_weight_norm_parameters_are_matched_by_their_older_names(port_module):
+    """torch.nn.utils.parametrizations.weight_norm holds a conv's g and v as
+    conv1.parametrizations.weight.original0 / original1; a port holds them as weight_g /
+    weight_v (torch.nn.utils.weight_norm's names): the transfer refused every one as a missing
+    key, by name and by module alike."""
+    torch_params = [("conv1.bias", (8,)),
+                    ("conv1.parametrizations.weight.original0", (8, 1, 1, 1)),
+                    ("conv1.parametrizations.weight.original1", (8, 3, 3, 3)),
+                    ("parametrizations.weight.original0", (10, 1))]    # a module's own
+    ms_params = [(f"{port_module}.weight_g", (8, 1, 1, 1)),
+                 (f"{port_module}.weight_v", (8, 3, 3, 3)), (f"{port_module}.bias", (8,)),
+                 ("weight_g", (10, 1))]
+    alignment = align_parameters(torch_params, ms_params)
+    assert alignment.mindspore_to_torch == {
+        f"{port_module}.weight_g": "conv1.parametrizations.weight.original0",
+        f"{port_module}.weight_v": "conv1.parametrizations.weight.original1",
+        f"{port_module}.bias": "conv1.bias",
+        "weight_g": "parametrizations.weight.original0"}
+    assert alignment.unmatched_torch == alignment.unmatched_mindspore == ()
+
+
 def _forward(name: str, op: str, shape, order: int) -> RecordInfo:
     return RecordInfo(name=name, kind="forward", shape=tuple(shape), dtype="float32",
                       order=order, shard="", key="", op=op)

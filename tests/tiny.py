@@ -3,8 +3,8 @@ net (and its ported variants), one with layers whose MindSpore defaults differ, 
 classifiers (one with an attention mask, one with tied weights), a segmenter, a small U-Net, a
 U-Net-like classifier and a GroupNorm net that average over space right after their last norm,
 small MLPs, a net with an auxiliary head, a Transformer encoder layer, a net running a block
-again in its backward (activation checkpointing), and nets a user might hand over as they are:
-built in float64, torch.compile'd, held as ``self.module``."""
+again in its backward (activation checkpointing), a weight-normalised conv net, and nets a
+user might hand over as they are: built in float64, torch.compile'd, held as ``self.module``."""
 
 from __future__ import annotations
 
@@ -1915,3 +1915,61 @@ def ms_blocks_recomputed() -> msnn.Cell:
 
 def ms_blocks_cells_recomputed() -> msnn.Cell:
     return _MsBlocks(recompute="cells")
+
+
+# Weight normalisation (a vocoder's convs, say): torch's parametrization holds each conv's
+# magnitude g and direction v as parametrizations.weight.original0 / original1; the port holds
+# them as weight_g / weight_v and computes the weight g·v/‖v‖ itself.
+class _TorchWeightNormed(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        normed = tnn.utils.parametrizations.weight_norm
+        self.conv1 = normed(tnn.Conv2d(3, 8, 3, padding=1))
+        self.act1 = tnn.ReLU()
+        self.conv2 = normed(tnn.Conv2d(8, 8, 3, padding=1))
+        self.act2 = tnn.ReLU()
+        self.head = tnn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.head(self.act2(self.conv2(self.act1(self.conv1(x)))).mean((2, 3)))
+
+
+class _MsWeightNormedConv(msnn.Cell):
+    def __init__(self, cin: int, cout: int, norm_axes: Tuple[int, ...]) -> None:
+        super().__init__()
+        self.weight_g = mindspore.Parameter(mindspore.Tensor(np.ones((cout, 1, 1, 1), np.float32)))
+        self.weight_v = mindspore.Parameter(mindspore.Tensor(np.ones((cout, cin, 3, 3),
+                                                                     np.float32)))
+        self.bias = mindspore.Parameter(mindspore.Tensor(np.zeros(cout, np.float32)))
+        self.norm_axes = norm_axes
+
+    def construct(self, x):
+        v = self.weight_v
+        weight = self.weight_g * v / ops.sqrt((v * v).sum(axis=self.norm_axes, keepdims=True))
+        return ops.conv2d(x, weight, self.bias, pad_mode="pad", padding=1)
+
+
+class _MsWeightNormed(msnn.Cell):
+    def __init__(self, norm_axes: Tuple[int, ...] = (1, 2, 3)) -> None:
+        super().__init__()
+        self.conv1 = _MsWeightNormedConv(3, 8, norm_axes)
+        self.act1 = msnn.ReLU()
+        self.conv2 = _MsWeightNormedConv(8, 8, norm_axes)
+        self.act2 = msnn.ReLU()
+        self.head = msnn.Dense(8, 10)
+
+    def construct(self, x):
+        return self.head(self.act2(self.conv2(self.act1(self.conv1(x)))).mean((2, 3)))
+
+
+def torch_weight_normed() -> tnn.Module:
+    return _TorchWeightNormed()
+
+
+def ms_weight_normed() -> msnn.Cell:
+    return _MsWeightNormed()
+
+
+def ms_weight_normed_per_input() -> msnn.Cell:
+    """‖v‖ over the output channels and the kernel, per input channel: the wrong axes."""
+    return _MsWeightNormed(norm_axes=(0, 2, 3))

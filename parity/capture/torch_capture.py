@@ -10,7 +10,7 @@ from collections import Counter
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
-from typing import Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -121,7 +121,18 @@ def _forward_hooks(model, record: Callable[..., None]) -> List:
                 name, "grad", to_numpy(grad if shape is None else grad.reshape(shape)),
                 attrs=ACTIVATION))
 
-    return recording_hooks(model.named_modules(), record, to_numpy, watch)
+    return recording_hooks(layers(model), record, to_numpy, watch)
+
+
+def layers(model) -> List[Tuple[str, Any]]:
+    """The model's named modules but for those inside a parametrization
+    (``torch.nn.utils.parametrize``: weight_norm's, say): called whenever their parameter is
+    read, they compute a weight, not a layer's output, and a port computes it inside its layer."""
+    from torch.nn.utils.parametrize import ParametrizationList
+    inside = [name for name, module in model.named_modules()
+              if isinstance(module, ParametrizationList)]
+    return [(name, module) for name, module in model.named_modules()
+            if not any(name == p or name.startswith(p + ".") for p in inside)]
 
 
 def _loss_function(config: StepConfig, dtype) -> Callable:
