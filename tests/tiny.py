@@ -958,24 +958,27 @@ def ms_token_mixer() -> msnn.Cell:
     return _MsTokenMixer()
 
 
-# An LSTM over token ids, its last step classified.
+# An LSTM over token ids, its last step classified (a GRU of two bidirectional layers too).
 class _TorchLstm(tnn.Module):
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "LSTM", layers: int = 1, bidirectional: bool = False) -> None:
         super().__init__()
         self.embed = tnn.Embedding(VOCABULARY, WIDTH)
-        self.rnn = tnn.LSTM(WIDTH, 2 * WIDTH, batch_first=True)
-        self.head = tnn.Linear(2 * WIDTH, 5)
+        self.rnn = getattr(tnn, kind)(WIDTH, 2 * WIDTH, num_layers=layers, batch_first=True,
+                                      bidirectional=bidirectional)
+        self.head = tnn.Linear((4 if bidirectional else 2) * WIDTH, 5)
 
     def forward(self, tokens):
         return self.head(self.rnn(self.embed(tokens))[0][:, -1])
 
 
 class _MsLstm(msnn.Cell):
-    def __init__(self, batch_first: bool = True) -> None:
+    def __init__(self, batch_first: bool = True, kind: str = "LSTM", layers: int = 1,
+                 bidirectional: bool = False) -> None:
         super().__init__()
         self.embed = msnn.Embedding(VOCABULARY, WIDTH)
-        self.rnn = msnn.LSTM(WIDTH, 2 * WIDTH, batch_first=batch_first)
-        self.head = msnn.Dense(2 * WIDTH, 5)
+        self.rnn = getattr(msnn, kind)(WIDTH, 2 * WIDTH, num_layers=layers,
+                                       batch_first=batch_first, bidirectional=bidirectional)
+        self.head = msnn.Dense((4 if bidirectional else 2) * WIDTH, 5)
 
     def construct(self, tokens):
         return self.head(self.rnn(self.embed(tokens))[0][:, -1])
@@ -987,6 +990,14 @@ def torch_lstm() -> tnn.Module:
 
 def ms_lstm() -> msnn.Cell:
     return _MsLstm()
+
+
+def torch_gru() -> tnn.Module:
+    return _TorchLstm("GRU", layers=2, bidirectional=True)
+
+
+def ms_gru() -> msnn.Cell:
+    return _MsLstm(kind="GRU", layers=2, bidirectional=True)
 
 
 def ms_lstm_sequence_first() -> msnn.Cell:
