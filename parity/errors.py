@@ -111,10 +111,18 @@ def memory_ran_out(error: BaseException) -> str:
     return ""
 
 
+# A line of MindSpore's framed messages that says nothing itself: a rule of dashes, or a
+# section's heading ("- Kernel select failed:", then the message on the line after the rule).
+FRAMING = re.compile(r"^(?:[\W_]*|- [^:]*:)$")
+
+
 def in_one_line(error: BaseException) -> str:
     """'ValueError: its message's first line': a framework's message can run to a C++ stack
-    (--debug shows the rest)."""
-    first_line = next(iter(str(error).strip().splitlines()), "").rstrip(".")
+    (--debug shows the rest). MindSpore frames some ("Unsupported op [InstanceNorm] on CPU"
+    after a rule, a heading and a rule): their first line that says something."""
+    lines = [line.strip() for line in str(error).strip().splitlines()]
+    first_line = next((line for line in lines if not FRAMING.match(line)),
+                      lines[0] if lines else "").rstrip(".")
     return f"{type(error).__name__}{': ' if first_line else ''}{first_line}"
 
 

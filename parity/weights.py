@@ -25,7 +25,9 @@ import numpy as np
 from parity.align import align_parameters, layout, split_param
 from parity.errors import ParityInputError, first_few
 
-# torch bookkeeping with no MindSpore counterpart: a step counter, not a weight.
+# torch bookkeeping, a step counter, not a weight: left out of the alignment (nn.BatchNorm2d has
+# no counterpart), given to a port holding one (mindspore.mint.nn's BatchNorm2d, torch's
+# convention throughout) and not compared.
 IGNORED_TORCH_SUFFIXES = (".num_batches_tracked",)
 
 ORDER_KEY = "parity.order"      # safetensors metadata: the state dict's key order, as JSON
@@ -276,10 +278,16 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     tied = getattr(state_dict, "tied", {})
     torch_params = [(k, tuple(v.shape)) for k, v in state_dict.items()
                     if not is_ignored(k) and k not in tied]
-    alignment = align_parameters(torch_params, [(n, s) for n, s, _ in mindspore_params],
-                                 overrides)
+    aligned = [(n, s) for n, s, _ in mindspore_params if not is_ignored(n)]
+    alignment = align_parameters(torch_params, aligned, overrides)
     problems: List[str] = []
     ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
+    mapping = dict(alignment.mindspore_to_torch)
+    for name in ms_shapes:
+        counter = _counter_of_the_same_module(name, mapping, state_dict) \
+            if is_ignored(name) else None
+        if counter is not None:     # else it counts from zero, as torch's would
+            mapping[name] = counter
     for name in alignment.unmatched_mindspore:
         group = _norm_group_torch_lacks(name, alignment.unmatched_mindspore, state_dict)
         if group and set(group) <= (left_out or set()):
@@ -314,7 +322,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                         f"(extra key){why}")
     seen: Dict[str, str] = {}
     misfits: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = []
-    for ms_name, torch_name in alignment.mindspore_to_torch.items():
+    for ms_name, torch_name in mapping.items():
         if torch_name not in state_dict:
             problems.append(f"{ms_name} is mapped to {torch_name}, which the torch weights lack")
             continue
@@ -338,10 +346,22 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         hint = class_count_hint(misfits) if len(misfits) == len(problems) else ""
         raise TransferRefused(len(problems), f"weight transfer refused, {len(problems)} "
                               "problem(s): "
-                              f"{_not_the_same_model(alignment, mindspore_params, torch_params)}"
+                              f"{_not_the_same_model(alignment, aligned, torch_params)}"
                               f"{first_few(problems, MAX_PROBLEMS_LISTED, '; ')}. "
                               f"{hint or FIX_THE_TRANSFER}")
-    return dict(alignment.mindspore_to_torch)
+    return mapping
+
+
+def _counter_of_the_same_module(name: str, mapping: Mapping[str, str],
+                                state_dict: Mapping[str, np.ndarray]) -> Optional[str]:
+    """The torch step counter of the module the port's module ``name`` is in took its other
+    tensors from; None where there is none."""
+    module, role = split_param(name)
+    for ms_name, torch_name in mapping.items():
+        if split_param(ms_name)[0] == module:
+            counter = f"{split_param(torch_name)[0]}.{role}"
+            return counter if counter in state_dict else None
+    return None
 
 
 def class_count_hint(misfits: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]]) -> str:

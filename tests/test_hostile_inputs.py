@@ -1279,6 +1279,25 @@ def test_a_port_that_cannot_take_the_batch_torch_took_is_told_so(tmp_path):
                           f"the torch capture is kept in {tmp_path / 'run' / 'torch'}")
 
 
+@pytest.mark.parametrize("torch_model, ms_model, said", [
+    ("torch_tiny", "ms_tiny_mint", "RuntimeError: The kernel Conv2DExt unregistered. "),
+    ("torch_instance_normed", "ms_instance_normed",
+     "RuntimeError: Unsupported op [InstanceNorm] on CPU, Please confirm")])
+def test_a_port_using_ops_without_a_kernel_here_is_told_so(tmp_path, torch_model, ms_model,
+                                                           said):
+    """A port written with mindspore.mint.nn (torch's names, momentum convention and step
+    counter) has no CPU kernel for its Conv2d: it was told to take the inputs torch takes.
+    MindSpore frames its message for nn.InstanceNorm2d: the line said only "RuntimeError:
+    ------"."""
+    process = parity_cli("run", "--torch-model", f"tests.tiny:{torch_model}", "--ms-model",
+                         f"tests.tiny:{ms_model}", "--image-size", "16",
+                         "--out", tmp_path / "run")
+    assert_one_line_error(process, said, "This MindSpore has no kernel for that op on this "
+                          "device: on CPU, mindspore.mint.nn's Conv2d, BatchNorm2d",
+                          "write those layers with mindspore.nn for the check")
+    assert "The port takes what" not in process.stderr
+
+
 def test_a_batch_too_small_for_batch_norm_is_pointed_to_the_batch_options(tmp_path):
     """ResNet18's last BatchNorm sees one value per channel at batch 1, 32²: the line says to
     enlarge the batch, beside the --input hint."""

@@ -117,6 +117,45 @@ def test_transfer_maps_bn_names_and_drops_step_counter():
     assert not any(v.endswith("num_batches_tracked") for v in plan.values())
 
 
+@pytest.mark.parametrize("module", ["bn1", "stem.norm"])
+def test_a_port_s_step_counter_takes_torch_s(module):
+    """mindspore.mint.nn's BatchNorm2d keeps torch's names and a num_batches_tracked of its own
+    (with momentum=None its update is a cumulative average over that count): the transfer
+    refused it as a missing key. It takes the counter of the torch module its other tensors
+    come from; a port's counter torch lacks starts at zero, as torch's would."""
+    import mindspore.mint.nn as mint_nn
+    import mindspore.nn as msnn
+
+    from parity.weights import load_into_mindspore
+
+    class Port(msnn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            norm = mint_nn.BatchNorm2d(4)
+            if module == "bn1":
+                self.bn1 = norm
+            else:
+                self.stem = msnn.SequentialCell()
+                self.stem.norm = norm
+            self.other = mint_nn.BatchNorm2d(4)
+
+    state_dict = {"bn1.weight": np.full(4, 2.0, np.float32), "bn1.bias": np.zeros(4, np.float32),
+                  "bn1.running_mean": np.zeros(4, np.float32),
+                  "bn1.running_var": np.ones(4, np.float32),
+                  "bn1.num_batches_tracked": np.array(7, np.int64),
+                  "other.weight": np.ones(4, np.float32), "other.bias": np.zeros(4, np.float32),
+                  "other.running_mean": np.zeros(4, np.float32),
+                  "other.running_var": np.ones(4, np.float32)}
+    net = Port()
+    transfer = load_into_mindspore(net, state_dict)
+    params = dict(net.parameters_and_names())
+    assert transfer.plan[f"{module}.num_batches_tracked"] == "bn1.num_batches_tracked"
+    assert "other.num_batches_tracked" not in transfer.plan
+    assert int(params[f"{module}.num_batches_tracked"].asnumpy()) == 7
+    assert int(params["other.num_batches_tracked"].asnumpy()) == 0
+    assert transfer.left_out == []
+
+
 def test_transfer_refuses_missing_key():
     state_dict, specs = _specs()
     del state_dict["layer2.1.conv1.weight"]

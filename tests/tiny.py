@@ -170,6 +170,28 @@ def ms_tiny_channels_last() -> msnn.Cell:
     return _ChannelsLast()
 
 
+def torch_instance_normed() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1), tnn.InstanceNorm2d(8, affine=True),
+                          tnn.ReLU(), tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))
+
+
+def ms_instance_normed() -> msnn.Cell:
+    """nn.InstanceNorm2d has no CPU kernel (MindSpore 2.8.0)."""
+    return msnn.SequentialCell([
+        msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True), msnn.InstanceNorm2d(8),
+        msnn.ReLU(), GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
+
+
+def ms_tiny_mint() -> msnn.Cell:
+    """Written with mindspore.mint.nn, torch's API in MindSpore: its Conv2d and BatchNorm2d
+    have no CPU kernel (MindSpore 2.8.0)."""
+    import mindspore.mint.nn as mint_nn
+    return msnn.SequentialCell([
+        mint_nn.Conv2d(3, 8, 3, padding=1, bias=False), mint_nn.BatchNorm2d(8), msnn.ReLU(),
+        mint_nn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False), mint_nn.BatchNorm2d(8),
+        msnn.ReLU(), GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
+
+
 def ms_tiny_mixed_precision_o1() -> msnn.Cell:
     """Rewritten by amp.auto_mixed_precision at level O1: no forward hook fires in it."""
     from mindspore import amp

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterable, Iterator, Optional, Set
@@ -35,8 +36,22 @@ def failure_explained(framework: str, failed: str, advice: str,
         if ran_out:
             raise ParityInputError(f"the {framework} step {ran_out} {failed}: {what}; "
                                    f"{memory_advice}") from error
+        if NO_KERNEL.search(what):
+            advice = NO_KERNEL_ADVICE
         raise UserCodeFailed(f"the {framework} model failed {failed}: {what}. {advice}") \
             from error
+
+
+# How MindSpore says its device has no kernel for an op, measured on MindSpore 2.8.0's CPU:
+# mindspore.mint.nn's Conv2d ("The kernel Conv2DExt unregistered."), BatchNorm2d, GELU,
+# AdaptiveAvgPool2d, Embedding; its LayerNorm ("Create kernelmod for op LayerNormExt failed"),
+# MaxPool2d ("Not found op ... FuncMaxPool2D on device"); nn.InstanceNorm2d ("Unsupported op").
+NO_KERNEL = re.compile(r"The kernel \S+ unregistered|Create kernelmod for op|Not found op \S+ on "
+                       r"device|Unsupported op")
+NO_KERNEL_ADVICE = ("This MindSpore has no kernel for that op on this device: on CPU, "
+                    "mindspore.mint.nn's Conv2d, BatchNorm2d, LayerNorm, GELU, pooling and "
+                    "Embedding have none (MindSpore 2.8.0), nor nn.InstanceNorm2d; write those "
+                    "layers with mindspore.nn for the check, or run it where the kernel exists")
 
 
 def refuse_map_names_not_in(names: Iterable[str], known: Set[str], what: str) -> None:

@@ -26,7 +26,7 @@ from parity.io import same_file
 from parity.models_loader import build_loss
 from parity.records import PARAM_KINDS
 from parity.rundir import INITIAL_WEIGHTS, RunReader, RunWriter, SafetensorsFile, same_bytes
-from parity.weights import load_into_mindspore, load_state_dict
+from parity.weights import is_ignored, load_into_mindspore, load_state_dict
 
 
 def _set_pynative() -> None:
@@ -414,5 +414,5 @@ def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
         record(f"{param.name}.momentum_buffer", "optimizer_state", moment.asnumpy())
     trainable = set(names)
     for name, param in net.parameters_and_names():
-        if name not in trainable:
+        if name not in trainable and not is_ignored(name):
             record(name, "buffer", param.asnumpy())
