@@ -354,8 +354,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
 
 def _counter_of_the_same_module(name: str, mapping: Mapping[str, str],
                                 state_dict: Mapping[str, np.ndarray]) -> Optional[str]:
-    """The torch step counter of the module the port's module ``name`` is in took its other
-    tensors from; None where there is none."""
+    """The step counter of the torch module whose other tensors the port's module holding the
+    counter ``name`` took; None where torch holds none there."""
     module, role = split_param(name)
     for ms_name, torch_name in mapping.items():
         if split_param(ms_name)[0] == module:
