@@ -52,19 +52,25 @@ def torch_role(mindspore_param: str) -> str:
     return f"{module}.{role}" if module else role
 
 
-# torch.nn.utils.parametrizations.weight_norm keeps a weight's magnitude and direction as
-# <module>.parametrizations.<name>.original0 and .original1; the older torch.nn.utils.weight_norm
-# named them <name>_g and <name>_v, the names a port (and older torch code) holds them by.
-PARAMETRIZED = re.compile(r"^(?:(.*)\.)?parametrizations\.([^.]+)\.original([01])$")
+# torch.nn.utils.parametrizations keeps a parametrized weight's tensors under
+# <module>.parametrizations.<name>: weight_norm's magnitude and direction as original0 and
+# original1, spectral_norm's weight as original and its power iteration's vectors as 0._u and
+# 0._v. The older torch.nn.utils.weight_norm and spectral_norm named them <name>_g, <name>_v,
+# <name>_orig, <name>_u and <name>_v: the names a port (and older torch code) holds them by.
+PARAMETRIZED = re.compile(r"^(?:(.*)\.)?parametrizations\.([^.]+)\."
+                          r"(original0|original1|original|0\._u|0\._v)$")
+OLDER_SUFFIXES = {"original0": "g", "original1": "v", "original": "orig", "0._u": "u",
+                  "0._v": "v"}
 
 
-def weight_norm_name(torch_name: str) -> str:
-    """``torch_name`` by torch.nn.utils.weight_norm's naming (itself where that is the same)."""
+def older_name(torch_name: str) -> str:
+    """``torch_name`` as torch's older weight_norm and spectral_norm named such a tensor
+    (itself where that is the same)."""
     found = PARAMETRIZED.match(torch_name)
     if found is None:
         return torch_name
     module, name, part = found.groups()
-    role = f"{name}_{'gv'[int(part)]}"
+    role = f"{name}_{OLDER_SUFFIXES[part]}"
     return f"{module}.{role}" if module else role
 
 
@@ -108,11 +114,11 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     """Match MindSpore parameters to torch state-dict entries.
 
     Order of evidence: an explicit override; the same name; the same name once MindSpore's
-    roles are renamed (BatchNorm's gamma -> weight) and torch's weight_norm parametrization's
-    are given their older names (weight_g, weight_v); then whole modules matched by their
-    (role, layout) signature in order.
+    roles are renamed (BatchNorm's gamma -> weight) and torch's weight_norm and spectral_norm
+    parametrizations' are given their older names (weight_g, weight_orig...); then whole
+    modules matched by their (role, layout) signature in order.
     """
-    torch_names = {weight_norm_name(name): name for name, _ in torch_params}
+    torch_names = {older_name(name): name for name, _ in torch_params}
     mapping: Dict[str, str] = {}
     for ms_name, _ in mindspore_params:
         if overrides and ms_name in overrides:
@@ -122,7 +128,7 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
         elif torch_role(ms_name) in torch_names:
             mapping[ms_name] = torch_names[torch_role(ms_name)]
     used = set(mapping.values())
-    torch_left = _group_by_module([(weight_norm_name(n), s) for n, s in torch_params
+    torch_left = _group_by_module([(older_name(n), s) for n, s in torch_params
                                    if n not in used])
     ms_left = _group_by_module([(torch_role(n), s) for n, s in mindspore_params
                                 if n not in mapping])
@@ -151,8 +157,10 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
 
 
 def module_map_from_parameters(param_map: Mapping[str, str]) -> Dict[str, str]:
-    """MindSpore module path -> torch module path, as implied by the parameter mapping."""
-    return {split_param(ms)[0]: split_param(t)[0] for ms, t in param_map.items()}
+    """MindSpore module path -> torch module path, as implied by the parameter mapping (a
+    parametrized weight's tensors are its module's: conv1.parametrizations.weight.original's
+    module is conv1, as weight_orig's)."""
+    return {split_param(ms)[0]: split_param(older_name(t))[0] for ms, t in param_map.items()}
 
 
 def _pinned_to_wrappers(pinned: Mapping[str, str], torch_records: Sequence[RecordInfo],

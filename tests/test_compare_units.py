@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from parity.align import align_forward, align_parameters, align_sequences, normalise
+from parity.align import (align_forward, align_parameters, align_sequences,
+                          module_map_from_parameters, normalise)
 from parity.capture.torch_capture import float64_noise
 from parity.compare.engine import _float64_noise
 from parity.compare.metrics import Float64Noise, Tolerance, compare_tensors, cosine_similarity
@@ -165,25 +166,36 @@ def test_parameters_align_by_structure_when_names_differ():
 
 
 @pytest.mark.parametrize("port_module", ["conv1", "c1"])
-def test_weight_norm_parameters_are_matched_by_their_older_names(port_module):
+def test_normalised_weights_are_matched_by_their_older_names(port_module):
     """torch.nn.utils.parametrizations.weight_norm holds a conv's g and v as
-    conv1.parametrizations.weight.original0 / original1; a port holds them as weight_g /
-    weight_v (torch.nn.utils.weight_norm's names): the transfer refused every one as a missing
-    key, by name and by module alike."""
+    conv1.parametrizations.weight.original0 / original1, spectral_norm its weight and vectors as
+    conv2.parametrizations.weight.original, .0._u and .0._v; a port holds them as weight_g /
+    weight_v, weight_orig / weight_u / weight_v (the older torch.nn.utils functions' names): the
+    transfer refused every one as a missing key, by name and by module alike."""
     torch_params = [("conv1.bias", (8,)),
                     ("conv1.parametrizations.weight.original0", (8, 1, 1, 1)),
                     ("conv1.parametrizations.weight.original1", (8, 3, 3, 3)),
-                    ("parametrizations.weight.original0", (10, 1))]    # a module's own
+                    ("parametrizations.weight.original0", (10, 1)),     # a module's own
+                    ("conv2.parametrizations.weight.original", (4, 8, 1, 1)),  # spectral_norm
+                    ("conv2.parametrizations.weight.0._u", (4,)),
+                    ("conv2.parametrizations.weight.0._v", (8,))]
     ms_params = [(f"{port_module}.weight_g", (8, 1, 1, 1)),
                  (f"{port_module}.weight_v", (8, 3, 3, 3)), (f"{port_module}.bias", (8,)),
-                 ("weight_g", (10, 1))]
+                 ("weight_g", (10, 1)), ("conv2.weight_orig", (4, 8, 1, 1)),
+                 ("conv2.weight_u", (4,)), ("conv2.weight_v", (8,))]
     alignment = align_parameters(torch_params, ms_params)
     assert alignment.mindspore_to_torch == {
         f"{port_module}.weight_g": "conv1.parametrizations.weight.original0",
         f"{port_module}.weight_v": "conv1.parametrizations.weight.original1",
         f"{port_module}.bias": "conv1.bias",
-        "weight_g": "parametrizations.weight.original0"}
+        "weight_g": "parametrizations.weight.original0",
+        "conv2.weight_orig": "conv2.parametrizations.weight.original",
+        "conv2.weight_u": "conv2.parametrizations.weight.0._u",
+        "conv2.weight_v": "conv2.parametrizations.weight.0._v"}
     assert alignment.unmatched_torch == alignment.unmatched_mindspore == ()
+    # each tensor is its conv's, for pinning the conv's forward record
+    assert set(module_map_from_parameters(alignment.mindspore_to_torch).items()) == \
+        {(port_module, "conv1"), ("", ""), ("conv2", "conv2")}
 
 
 def _forward(name: str, op: str, shape, order: int) -> RecordInfo:

@@ -1952,11 +1952,14 @@ def ms_blocks_cells_recomputed() -> msnn.Cell:
 
 # Weight normalisation (a vocoder's convs, say): torch's parametrization holds each conv's
 # magnitude g and direction v as parametrizations.weight.original0 / original1; the port holds
-# them as weight_g / weight_v and computes the weight g·v/‖v‖ itself.
+# them as weight_g / weight_v and computes the weight g·v/‖v‖ itself. Spectral normalisation (a
+# GAN discriminator's): torch's holds the weight as parametrizations.weight.original and its
+# power iteration's vectors as parametrizations.weight.0._u / _v, updated in each training
+# forward (u from v, then v from u); the port holds weight_orig, weight_u and weight_v.
 class _TorchWeightNormed(tnn.Module):
-    def __init__(self) -> None:
+    def __init__(self, norm: str = "weight_norm") -> None:
         super().__init__()
-        normed = tnn.utils.parametrizations.weight_norm
+        normed = getattr(tnn.utils.parametrizations, norm)
         self.conv1 = normed(tnn.Conv2d(3, 8, 3, padding=1))
         self.act1 = tnn.ReLU()
         self.conv2 = normed(tnn.Conv2d(8, 8, 3, padding=1))
@@ -1967,13 +1970,17 @@ class _TorchWeightNormed(tnn.Module):
         return self.head(self.act2(self.conv2(self.act1(self.conv1(x)))).mean((2, 3)))
 
 
+def _ms_parameter(shape: Tuple[int, ...], requires_grad: bool = True) -> mindspore.Parameter:
+    return mindspore.Parameter(mindspore.Tensor(np.ones(shape, np.float32)),
+                               requires_grad=requires_grad)
+
+
 class _MsWeightNormedConv(msnn.Cell):
     def __init__(self, cin: int, cout: int, norm_axes: Tuple[int, ...]) -> None:
         super().__init__()
-        self.weight_g = mindspore.Parameter(mindspore.Tensor(np.ones((cout, 1, 1, 1), np.float32)))
-        self.weight_v = mindspore.Parameter(mindspore.Tensor(np.ones((cout, cin, 3, 3),
-                                                                     np.float32)))
-        self.bias = mindspore.Parameter(mindspore.Tensor(np.zeros(cout, np.float32)))
+        self.weight_g = _ms_parameter((cout, 1, 1, 1))
+        self.weight_v = _ms_parameter((cout, cin, 3, 3))
+        self.bias = _ms_parameter((cout,))
         self.norm_axes = norm_axes
 
     def construct(self, x):
@@ -1982,12 +1989,40 @@ class _MsWeightNormedConv(msnn.Cell):
         return ops.conv2d(x, weight, self.bias, pad_mode="pad", padding=1)
 
 
-class _MsWeightNormed(msnn.Cell):
-    def __init__(self, norm_axes: Tuple[int, ...] = (1, 2, 3)) -> None:
+def _unit(x):
+    return x / ops.maximum(ops.sqrt((x * x).sum()), mindspore.Tensor(1e-12, mindspore.float32))
+
+
+class _MsSpectralNormedConv(msnn.Cell):
+    def __init__(self, cin: int, cout: int, u_first: bool) -> None:
         super().__init__()
-        self.conv1 = _MsWeightNormedConv(3, 8, norm_axes)
+        self.weight_orig = _ms_parameter((cout, cin, 3, 3))
+        self.bias = _ms_parameter((cout,))
+        self.weight_u = _ms_parameter((cout,), requires_grad=False)
+        self.weight_v = _ms_parameter((cin * 9,), requires_grad=False)
+        self.u_first = u_first
+
+    def construct(self, x):
+        matrix = self.weight_orig.reshape(self.weight_orig.shape[0], -1)
+        if self.training:
+            fixed = ops.stop_gradient(matrix)
+            if self.u_first:
+                ops.assign(self.weight_u, _unit(ops.matmul(fixed, self.weight_v)))
+                ops.assign(self.weight_v, _unit(ops.matmul(fixed.T, self.weight_u)))
+            else:
+                ops.assign(self.weight_v, _unit(ops.matmul(fixed.T, self.weight_u)))
+                ops.assign(self.weight_u, _unit(ops.matmul(fixed, self.weight_v)))
+        u, v = ops.stop_gradient(self.weight_u), ops.stop_gradient(self.weight_v)
+        sigma = (u * ops.matmul(matrix, v)).sum()
+        return ops.conv2d(x, self.weight_orig / sigma, self.bias, pad_mode="pad", padding=1)
+
+
+class _MsWeightNormed(msnn.Cell):
+    def __init__(self, conv=lambda cin, cout: _MsWeightNormedConv(cin, cout, (1, 2, 3))) -> None:
+        super().__init__()
+        self.conv1 = conv(3, 8)
         self.act1 = msnn.ReLU()
-        self.conv2 = _MsWeightNormedConv(8, 8, norm_axes)
+        self.conv2 = conv(8, 8)
         self.act2 = msnn.ReLU()
         self.head = msnn.Dense(8, 10)
 
@@ -2005,4 +2040,17 @@ def ms_weight_normed() -> msnn.Cell:
 
 def ms_weight_normed_per_input() -> msnn.Cell:
     """‖v‖ over the output channels and the kernel, per input channel: the wrong axes."""
-    return _MsWeightNormed(norm_axes=(0, 2, 3))
+    return _MsWeightNormed(lambda cin, cout: _MsWeightNormedConv(cin, cout, (0, 2, 3)))
+
+
+def torch_spectral_normed() -> tnn.Module:
+    return _TorchWeightNormed("spectral_norm")
+
+
+def ms_spectral_normed() -> msnn.Cell:
+    return _MsWeightNormed(lambda cin, cout: _MsSpectralNormedConv(cin, cout, u_first=True))
+
+
+def ms_spectral_normed_v_first() -> msnn.Cell:
+    """The power iteration of torch.nn.utils.spectral_norm, the older one: v from u first."""
+    return _MsWeightNormed(lambda cin, cout: _MsSpectralNormedConv(cin, cout, u_first=False))
