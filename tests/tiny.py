@@ -2054,3 +2054,38 @@ def ms_spectral_normed() -> msnn.Cell:
 def ms_spectral_normed_v_first() -> msnn.Cell:
     """The power iteration of torch.nn.utils.spectral_norm, the older one: v from u first."""
     return _MsWeightNormed(lambda cin, cout: _MsSpectralNormedConv(cin, cout, u_first=False))
+
+
+# A video clip's 3-D conv and BatchNorm3d: MindSpore's BatchNorm3d runs a BatchNorm2d it holds
+# (bn2d) on the clip reshaped, and keeps its settings and statistics there.
+class _TorchSpaceTimeMean(tnn.Module):
+    def forward(self, x):
+        return x.mean((2, 3, 4))
+
+
+def torch_video() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv3d(3, 8, 3, padding=1, bias=False), tnn.BatchNorm3d(8),
+                          tnn.ReLU(), _TorchSpaceTimeMean(), tnn.Linear(8, 10))
+
+
+def _ms_video(**norm_settings) -> msnn.Cell:
+    return msnn.SequentialCell([
+        msnn.Conv3d(3, 8, 3, pad_mode="pad", padding=1), msnn.BatchNorm3d(8, **norm_settings),
+        msnn.ReLU(), _MsSpaceTimeMean(), msnn.Dense(8, 10)])
+
+
+class _MsSpaceTimeMean(msnn.Cell):
+    def construct(self, x):
+        return x.mean((2, 3, 4))
+
+
+def ms_video() -> msnn.Cell:
+    return _ms_video(momentum=0.9)
+
+
+def ms_video_momentum_as_torch() -> msnn.Cell:
+    return _ms_video(momentum=0.1)
+
+
+def ms_video_eps() -> msnn.Cell:
+    return _ms_video(momentum=0.9, eps=1e-3)

@@ -78,7 +78,13 @@ def json_value(value: Any) -> Any:
     return str(value)
 
 
+# MindSpore layers that keep their settings in a cell they are built of: nn.BatchNorm3d runs a
+# BatchNorm2d on the map reshaped (not recorded itself: mindspore_capture.port_cells).
+SETTINGS_HELD_BY = {"BatchNorm3d": "bn2d"}
+
+
 def module_attrs(module: Any) -> Dict[str, Any]:
+    module = getattr(module, SETTINGS_HELD_BY.get(type(module).__name__, ""), module)
     attrs = {}
     for name in ATTRIBUTE_NAMES:
         value = getattr(module, name, None)

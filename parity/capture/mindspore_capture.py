@@ -143,16 +143,16 @@ RECOMPUTE_MACHINERY = "_recompute_cell"
 
 
 def port_cells(net) -> List[Tuple[str, Any]]:
-    """The network's named cells but for MindSpore's machinery inside them: recomputation's, and
-    the recurrence cells of nn.RNN, nn.GRU and nn.LSTM (one a layer and direction, where torch's
-    recurrent layers are single modules). Recorded, their outputs were extra records torch has
-    none of."""
+    """The network's named cells but for MindSpore's machinery inside them: recomputation's,
+    and the cells MindSpore builds a layer from where torch's is one module: nn.RNN's, nn.GRU's
+    and nn.LSTM's recurrence (a cell a layer and direction), nn.BatchNorm3d's BatchNorm2d.
+    Recorded, their outputs were extra records torch has none of."""
     import mindspore.nn as nn
-    recurrent = [name for name, cell in net.cells_and_names()
-                 if isinstance(cell, (nn.RNN, nn.GRU, nn.LSTM))]
+    built_of_cells = [name for name, cell in net.cells_and_names()
+                      if isinstance(cell, (nn.RNN, nn.GRU, nn.LSTM, nn.BatchNorm3d))]
     return [(name, cell) for name, cell in net.cells_and_names()
             if RECOMPUTE_MACHINERY not in name.split(".")
-            and not any(name.startswith(layer + ".") for layer in recurrent)]
+            and not any(name.startswith(layer + ".") for layer in built_of_cells)]
 
 
 def _unscaled(gradient: np.ndarray, loss_scale: float) -> np.ndarray:

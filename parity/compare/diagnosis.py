@@ -673,12 +673,23 @@ def _norm_class(op: str) -> str:
     return f"BatchNorm{op[-2:]}" if op[-2:] in ("1d", "2d", "3d") else "BatchNorm2d"
 
 
+def _ms_norm_holding(buffer: str, ms_run: RunReader) -> Optional[RecordInfo]:
+    """The forward record of the MindSpore BatchNorm holding ``buffer``: its cell's, or the
+    nearest enclosing cell's (nn.BatchNorm3d holds its statistics in a BatchNorm2d it runs,
+    which is not recorded)."""
+    norms = {r.name.split("#")[0]: r for r in ms_run.records
+             if r.kind == "forward" and r.op.startswith("batchnorm")}
+    module = buffer.rpartition(".")[0]
+    while module and module not in norms:
+        module = module.rpartition(".")[0]
+    return norms.get(module)
+
+
 def _buffer_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                   ms_run: RunReader) -> Diagnosis:
     module = first.name.rpartition(".")[0]
     t_bn = torch_run.record(module, "forward")
-    ms_bn = next((r for r in ms_run.records if r.kind == "forward" and r.op.startswith(
-        "batchnorm") and r.name.split("#")[0] == first.mindspore_name.rpartition(".")[0]), None)
+    ms_bn = _ms_norm_holding(first.mindspore_name, ms_run)
     if t_bn is not None and ms_bn is not None:
         # MindSpore's BatchNorm2d(momentum=m) stores 1 - m: torch's convention, comparable as is
         t_m, m_stored = t_bn.attrs.get("momentum"), ms_bn.attrs.get("momentum")
