@@ -3,8 +3,10 @@ net (and its ported variants), one with layers whose MindSpore defaults differ, 
 classifiers (one with an attention mask, one with tied weights), a segmenter, a small U-Net, a
 U-Net-like classifier and a GroupNorm net that average over space right after their last norm,
 small MLPs, a net with an auxiliary head, a Transformer encoder layer, a net running a block
-again in its backward (activation checkpointing), a weight-normalised conv net, and nets a
-user might hand over as they are: built in float64, torch.compile'd, held as ``self.module``."""
+again in its backward (activation checkpointing), weight- and spectral-normalised conv nets, a
+3-D conv net over video clips, ports MindSpore has no CPU kernels for (mindspore.mint.nn's,
+InstanceNorm2d), and nets a user might hand over as they are: built in float64,
+torch.compile'd, held as ``self.module``."""
 
 from __future__ import annotations
 
