@@ -84,7 +84,9 @@ SETTINGS_HELD_BY = {"BatchNorm3d": "bn2d"}
 
 
 def module_attrs(module: Any) -> Dict[str, Any]:
-    module = getattr(module, SETTINGS_HELD_BY.get(type(module).__name__, ""), module)
+    held_by = SETTINGS_HELD_BY.get(type(module).__name__)
+    if held_by is not None:
+        module = getattr(module, held_by, module)   # torch's BatchNorm3d keeps its own
     attrs = {}
     for name in ATTRIBUTE_NAMES:
         value = getattr(module, name, None)
