@@ -311,8 +311,37 @@ def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
     found = _diagnose(first, t, m, comparisons, torch_run, ms_run, unmatched)
     if found.confidence == "guess" or found.cause in FALLBACK_CAUSES:
         return _random_step(torch_run, ms_run, comparisons) or \
-            _ill_conditioned(first, t, torch_run) or found
+            _ill_conditioned(first, t, torch_run) or \
+            _state_updated_in_the_forward(first, t, comparisons) or found
     return found
+
+
+RUNNING_STATISTICS = (".running_mean", ".running_var")
+
+
+def _state_updated_in_the_forward(first: Comparison, t: RecordInfo,
+                                  comparisons: Sequence[Comparison]) -> Optional[Diagnosis]:
+    """A layer whose output is the first to differ, and whose own state (not a BatchNorm's
+    running statistics, which its training output does not read) differs after the step by
+    more than that output does: the state it updates in its forward and reads (a spectral
+    norm's power iteration, a running average it normalises by) is updated otherwise. State
+    computed from an output that differs differs less than it (a running average of it)."""
+    if first.kind != "forward" or t.op.startswith("batchnorm") or not first.ms_error:
+        return None
+    base = first.name.split("#")[0]
+    state = [c for c in comparisons if c.kind == "buffer" and not c.passed
+             and not c.name.endswith(RUNNING_STATISTICS)
+             and f"{c.name.rpartition('.')[0]}.".startswith(f"{base}.")]
+    worst = max(state, key=lambda c: c.ms_error, default=None)
+    if worst is None or not worst.ms_error > first.ms_error:
+        return None
+    return Diagnosis(cause="state updated in the forward differs",
+                     detail=f"{base} updates {worst.name} in its training forward and reads it: "
+                            f"after the step it is {worst.ms_error / first.ms_error:.3g} times as "
+                            f"far from torch's as {base}'s output ({worst.ms_error:.2g} against "
+                            f"{first.ms_error:.2g} of its norm). The update in the port's "
+                            "construct (a power iteration's order, a running average's rate, "
+                            "what is assigned when) is the likely cause.", confidence="likely")
 
 
 def _different_operation(t: RecordInfo, m: RecordInfo) -> Diagnosis:
