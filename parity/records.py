@@ -6,8 +6,9 @@ Every record is named by the PyTorch module/parameter path (``layer1.0.conv2``,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 # The order in which a divergence is looked for: where a bug is, not where it shows.
 KINDS: Tuple[str, ...] = ("input", "forward", "loss", "grad", "update", "optimizer_state",
@@ -18,6 +19,20 @@ PARAM_KINDS = ("grad", "update", "optimizer_state", "weight", "buffer")
 # The op types of modules that drop at random in training: dropout, and stochastic depth
 # (torchvision's StochasticDepth, timm's and mindcv's DropPath), which drops a sample's branch.
 DROPPING_OPS = ("dropout", "droppath")
+# Recurrent layers, which drop between their stacked layers at their ``dropout`` rate.
+RECURRENT_OPS = ("lstm", "gru", "rnn")
+
+
+def module_of(record_name: str) -> str:
+    """The module whose output a forward record is: an LSTM's first output is the record
+    rnn.out0."""
+    return re.sub(r"\.out\d+$", "", record_name)
+
+
+def drops_between_layers(op: str, attrs: Mapping[str, Any]) -> bool:
+    """Whether a module is a recurrent layer dropping at random between its stacked layers."""
+    rate = attrs.get("dropout")
+    return op in RECURRENT_OPS and isinstance(rate, (int, float)) and rate > 0
 
 
 @dataclass(frozen=True)

@@ -595,6 +595,10 @@ def test_modules_run_in_another_order_are_named(torch_model, ms_model, moved, el
      "MindSpore encoder.self_attn batch_first=False"),
     ("torch_lstm", "ms_lstm", None, None, None),
     ("torch_gru", "ms_gru", None, None, None),
+    ("torch_lstm_stacked", "ms_lstm_stacked", None, None, None),
+    ("torch_lstm_stacked", "ms_lstm_stacked_dropout_differs", "rnn.out0",
+     "LSTM dropout differs", "torch rnn drops 0.2 of each stacked layer's output before the "
+     "next, MindSpore rnn 0.5"),
     ("torch_lstm", "ms_lstm_sequence_first", "rnn.out0", "LSTM batch_first differs",
      "torch rnn has batch_first=True, MindSpore rnn batch_first=False: with False the first "
      "dimension is read as the sequence")])
@@ -602,8 +606,9 @@ def test_a_sequence_layer_set_up_otherwise_is_named(torch_model, ms_model, first
     """The same weights split into other heads, or the batch read as the sequence, were told
     "module computes something different" (a guess), and an LSTM's "extra operation in the
     port" (MindSpore's LSTM runs an inner cell): the layers' settings prove them. A correct
-    recurrent port (an LSTM; a GRU of two bidirectional layers) passes with every record
-    matched."""
+    recurrent port (an LSTM; a GRU of two bidirectional layers; an LSTM of two layers dropping
+    between them, which torch's step drew at random: "not deterministic") passes with every
+    record matched, and a dropout rate between layers that differs is named."""
     import numpy as np
 
     import parity
@@ -613,10 +618,13 @@ def test_a_sequence_layer_set_up_otherwise_is_named(torch_model, ms_model, first
                           inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
                                   rng.integers(0, 5, 4)))
     _assert_named_at_forward(result, first, cause, named)
-    if torch_model in ("torch_lstm", "torch_gru"):
+    if torch_model in ("torch_lstm", "torch_gru", "torch_lstm_stacked"):
         # MindSpore's recurrent layers run a cell a layer and direction, torch's none: those
         # cells' outputs were unmatched MindSpore records, in every port
         assert not any(result.unmatched.values()), result.unmatched
+    if torch_model == "torch_lstm_stacked":
+        # torch's dropout between the layers drew at random: "the step is not deterministic"
+        assert "rnn ran in eval mode on both sides" in " ".join(result.meta.notes)
 
 
 def _assert_named_at_forward(result, first: str, cause: str, named: str, *,

@@ -982,13 +982,15 @@ def ms_token_mixer() -> msnn.Cell:
     return _MsTokenMixer()
 
 
-# An LSTM over token ids, its last step classified (a GRU of two bidirectional layers too).
+# An LSTM over token ids, its last step classified (a GRU of two bidirectional layers, and an
+# LSTM of two layers dropping between them, too).
 class _TorchLstm(tnn.Module):
-    def __init__(self, kind: str = "LSTM", layers: int = 1, bidirectional: bool = False) -> None:
+    def __init__(self, kind: str = "LSTM", layers: int = 1, bidirectional: bool = False,
+                 dropout: float = 0.0) -> None:
         super().__init__()
         self.embed = tnn.Embedding(VOCABULARY, WIDTH)
         self.rnn = getattr(tnn, kind)(WIDTH, 2 * WIDTH, num_layers=layers, batch_first=True,
-                                      bidirectional=bidirectional)
+                                      bidirectional=bidirectional, dropout=dropout)
         self.head = tnn.Linear((4 if bidirectional else 2) * WIDTH, 5)
 
     def forward(self, tokens):
@@ -997,11 +999,12 @@ class _TorchLstm(tnn.Module):
 
 class _MsLstm(msnn.Cell):
     def __init__(self, batch_first: bool = True, kind: str = "LSTM", layers: int = 1,
-                 bidirectional: bool = False) -> None:
+                 bidirectional: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
         self.embed = msnn.Embedding(VOCABULARY, WIDTH)
         self.rnn = getattr(msnn, kind)(WIDTH, 2 * WIDTH, num_layers=layers,
-                                       batch_first=batch_first, bidirectional=bidirectional)
+                                       batch_first=batch_first, bidirectional=bidirectional,
+                                       dropout=dropout)
         self.head = msnn.Dense((4 if bidirectional else 2) * WIDTH, 5)
 
     def construct(self, tokens):
@@ -1022,6 +1025,20 @@ def torch_gru() -> tnn.Module:
 
 def ms_gru() -> msnn.Cell:
     return _MsLstm(kind="GRU", layers=2, bidirectional=True)
+
+
+def torch_lstm_stacked() -> tnn.Module:
+    """Two layers, dropping 0.2 of the first's output in training (the word-language-model
+    example's LSTM)."""
+    return _TorchLstm(layers=2, dropout=0.2)
+
+
+def ms_lstm_stacked() -> msnn.Cell:
+    return _MsLstm(layers=2, dropout=0.2)
+
+
+def ms_lstm_stacked_dropout_differs() -> msnn.Cell:
+    return _MsLstm(layers=2, dropout=0.5)
 
 
 def ms_lstm_sequence_first() -> msnn.Cell:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from parity.records import DROPPING_OPS
+from parity.records import DROPPING_OPS, drops_between_layers
 from parity.sketch import input_sketch, magnitude, other_input_sketch
 
 # Operation types that mean the same thing in both frameworks, keyed by class name.
@@ -51,7 +51,7 @@ ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "
                    "output_padding", "mode", "align_corners", "padding_idx", "padding_mode",
                    "num_heads", "batch_first", "track_running_stats", "num_groups",
                    "count_include_pad", "dim", "axis", "drop_prob", "normalized_shape",
-                   "begin_norm_axis", "value")
+                   "begin_norm_axis", "value", "dropout")
 # Settings a MindSpore cell keeps only in the primitive it calls: (primitive attribute, setting).
 PRIMITIVE_SETTINGS = {"ceil_mode": ("max_pool", "avg_pool"), "count_include_pad": ("avg_pool",),
                       "axis": ("softmax", "log_softmax"), "alpha": ("elu",)}
@@ -62,10 +62,13 @@ def op_type(module: Any) -> str:
 
 
 def dropout_modules(named_modules: Iterable[Tuple[str, Any]]) -> List[Tuple[str, Any]]:
-    """The dropout and stochastic-depth modules, which the captures run as identity (in eval
-    mode): the two frameworks draw their random masks differently, so no mask can be compared.
-    Their rates are compared instead."""
-    return [(name, module) for name, module in named_modules if op_type(module) in DROPPING_OPS]
+    """The dropout and stochastic-depth modules, and the recurrent layers dropping between
+    their stacked layers, which the captures run in eval mode (dropout as identity, the rest
+    alike): the two frameworks draw their random masks differently, so no mask can be
+    compared. Their rates are compared instead."""
+    return [(name, module) for name, module in named_modules
+            if op_type(module) in DROPPING_OPS or
+            drops_between_layers(op_type(module), {"dropout": getattr(module, "dropout", None)})]
 
 
 def json_value(value: Any) -> Any:

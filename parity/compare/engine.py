@@ -27,7 +27,7 @@ from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
 from parity.compare.tolerance import TolerancePolicy
 from parity.errors import ParityInputError, first_few
 from parity.records import (DROPPING_OPS, KIND_RANK, PARAM_KINDS, Comparison, Divergence, Meta,
-                            RecordInfo, TensorStats)
+                            RecordInfo, TensorStats, drops_between_layers, module_of)
 from parity.resources import peak_resident_mb
 from parity.result import CheckResult, RecordDetail
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
@@ -626,6 +626,12 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
         notes.append(f"{len(dropouts)} {kind} module{'s' if len(dropouts) > 1 else ''} "
                      f"({first_few(dropouts)}) ran as identity on both sides: the frameworks "
                      "draw different random masks, so their rates are compared instead")
+    stacked = list(dict.fromkeys(module_of(r.name) for r in torch_run.records
+                                 if r.kind == "forward" and drops_between_layers(r.op, r.attrs)))
+    if stacked:
+        notes.append(f"{first_few(stacked)} ran in eval mode on both sides, their dropout "
+                     "between stacked layers as identity: the frameworks draw different random "
+                     "masks, so the rates are compared instead")
     unused = policy.unused_overrides()
     if unused:
         notes.append(f"tolerance overrides that matched no record: {', '.join(unused)}")

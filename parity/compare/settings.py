@@ -7,14 +7,13 @@ argument to write.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Dict, Optional, Tuple
 
 import numpy as np
 
 from parity.compare.structure import (batch_statistics_in_eval_on_torch_only,
                                       different_drop_rates, different_operations, op_family)
-from parity.records import Diagnosis, RecordInfo
+from parity.records import Diagnosis, RecordInfo, module_of
 
 NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
 # MindSpore's pools, whose stride defaults to 1 (torch's to the kernel size).
@@ -39,6 +38,13 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                 f"{rates[0]:g}, MindSpore {m.name} with {rates[1]:g} (stochastic "
                                 "depth runs as identity in both captures, so only its rate can "
                                 "differ here).", confidence="certain")
+    if rates is not None and t.op in SEQUENCE_OPS:
+        return Diagnosis(cause=f"{SEQUENCE_OPS[t.op]} dropout differs",
+                         detail=f"torch {module_of(t.name)} drops {rates[0]:g} of each stacked "
+                                f"layer's output before the next, MindSpore {module_of(m.name)} "
+                                f"{rates[1]:g} (it runs in eval mode in both captures, so only "
+                                f"its rate can differ here): pass dropout={rates[0]:g}.",
+                         confidence="certain")
     if rates is not None:
         keep_prob = " MindSpore's nn.Dropout takes keep_prob as its first argument: write " \
             f"nn.Dropout(p={rates[0]:g})." if "p" not in ma else ""
@@ -456,8 +462,7 @@ def _sequence_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     if not t.op == m.op or t.op not in SEQUENCE_OPS:
         return None
     ta, ma = t.attrs, m.attrs
-    # named by module: an LSTM's first output is the record rnn.out0
-    t, m = (dataclasses.replace(r, name=re.sub(r"\.out\d+$", "", r.name)) for r in (t, m))
+    t, m = (dataclasses.replace(r, name=module_of(r.name)) for r in (t, m))
     if ta.get("batch_first") is not None and ma.get("batch_first") is not None and \
             ta["batch_first"] != ma["batch_first"]:
         return Diagnosis(cause=f"{SEQUENCE_OPS[t.op]} batch_first differs",

@@ -12,7 +12,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from parity.records import DROPPING_OPS, RecordInfo
+from parity.records import DROPPING_OPS, RECURRENT_OPS, RecordInfo
 
 # Op types that only move or select data: modules differing in these are not flagged.
 STRUCTURAL_OPS = {"module", "sequential", "list", "flatten", "identity", "dropout", "droppath"}
@@ -21,17 +21,19 @@ STRUCTURAL_OPS = {"module", "sequential", "list", "flatten", "identity", "dropou
 def _drop_rate(attrs: Dict) -> Optional[float]:
     """A dropout module's rate: torch's ``p``; MindSpore's ``p``, or 1 − ``keep_prob`` where
     ``p`` is unset (``nn.Dropout(0.2)`` keeps 20 %: its first argument is keep_prob); a
-    DropPath's ``drop_prob`` (timm), or 1 − ``keep_prob`` (mindcv)."""
+    DropPath's ``drop_prob`` (timm), or 1 − ``keep_prob`` (mindcv); a recurrent layer's
+    ``dropout`` between its stacked layers."""
     for key, rate in (("p", lambda v: v), ("drop_prob", lambda v: v),
-                      ("keep_prob", lambda v: 1 - v)):
+                      ("keep_prob", lambda v: 1 - v), ("dropout", lambda v: v)):
         if isinstance(attrs.get(key), (int, float)):
             return float(rate(attrs[key]))
     return None
 
 
 def different_drop_rates(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[float, float]]:
-    """(torch's, MindSpore's) rate of a dropout pair whose rates differ, else None."""
-    if t.op != m.op or t.op not in DROPPING_OPS:
+    """(torch's, MindSpore's) rate of a dropout pair (or a recurrent pair's dropout between
+    layers) whose rates differ, else None."""
+    if t.op != m.op or t.op not in DROPPING_OPS + RECURRENT_OPS:
         return None
     rates = _drop_rate(t.attrs), _drop_rate(m.attrs)
     if None in rates or np.isclose(*rates, rtol=1e-6, atol=0):
@@ -80,7 +82,8 @@ def violation(t: RecordInfo, m: RecordInfo) -> str:
                 "(requires_grad=False)")
     rates = different_drop_rates(t, m)
     if rates is not None:
-        return f"{t.op} rate differs: torch {rates[0]:g}, MindSpore {rates[1]:g}"
+        what = f"{t.op} dropout" if t.op in RECURRENT_OPS else t.op
+        return f"{what} rate differs: torch {rates[0]:g}, MindSpore {rates[1]:g}"
     if different_operations(t, m):
         return f"different operation: torch {t.op}, MindSpore {m.op}"
     if batch_statistics_in_eval_on_torch_only(t, m):
