@@ -629,9 +629,10 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
     stacked = list(dict.fromkeys(module_of(r.name) for r in torch_run.records
                                  if r.kind == "forward" and drops_between_layers(r.op, r.attrs)))
     if stacked:
-        notes.append(f"{first_few(stacked)} ran in eval mode on both sides, their dropout "
-                     "between stacked layers as identity: the frameworks draw different random "
-                     "masks, so the rates are compared instead")
+        notes.append(f"{first_few(stacked)} ran in eval mode on both sides, "
+                     f"{'its' if len(stacked) == 1 else 'their'} dropout between stacked layers "
+                     "as identity: the frameworks draw different random masks, so the rates are "
+                     "compared instead")
     unused = policy.unused_overrides()
     if unused:
         notes.append(f"tolerance overrides that matched no record: {', '.join(unused)}")
