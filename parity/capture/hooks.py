@@ -61,7 +61,7 @@ def op_type(module: Any) -> str:
     return OPS.get(type(module).__name__, "module")
 
 
-def dropout_modules(named_modules: Iterable[Tuple[str, Any]]) -> List[Tuple[str, Any]]:
+def dropping_modules(named_modules: Iterable[Tuple[str, Any]]) -> List[Tuple[str, Any]]:
     """The dropout and stochastic-depth modules, and the recurrent layers dropping between
     their stacked layers, which the captures run in eval mode (dropout as identity, the rest
     alike): the two frameworks draw their random masks differently, so no mask can be

@@ -17,7 +17,7 @@ from parity.capture.batch import Batch, batch_for, input_name
 from parity.capture.common import (PhaseClock, failure_explained, manifest_meta,
                                    numpy_on_one_thread, refuse_map_names_not_in,
                                    refuse_several_outputs, weight_update)
-from parity.capture.hooks import (ACTIVATION, ForwardPassOnly, dropout_modules,
+from parity.capture.hooks import (ACTIVATION, ForwardPassOnly, dropping_modules,
                                   recording_hooks)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
@@ -374,8 +374,8 @@ def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
     from mindspore import nn
 
     net.set_train(True)
-    for _, dropout in dropout_modules(net.cells_and_names()):
-        dropout.set_train(False)
+    for _, dropping in dropping_modules(net.cells_and_names()):
+        dropping.set_train(False)
     scale = config.ms_loss_scale if config.ms_scale_loss else 1.0
     forward_pass = ForwardPassOnly(record)
     handles = _hooks(net, forward_pass, scale) if hooks else []

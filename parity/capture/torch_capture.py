@@ -19,7 +19,7 @@ from parity.capture.batch import Batch, batch_for
 from parity.capture.common import (PhaseClock, failure_explained, fingerprint, manifest_meta,
                                    numpy_on_one_thread, refuse_map_names_not_in,
                                    refuse_several_outputs, several_outputs, weight_update)
-from parity.capture.hooks import (ACTIVATION, ForwardPassOnly, dropout_modules,
+from parity.capture.hooks import (ACTIVATION, ForwardPassOnly, dropping_modules,
                                   recording_hooks)
 from parity.capture.masks import RELU, ReluMasks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
@@ -156,8 +156,8 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
 
     dtype = next(model.parameters()).dtype
     model.train()
-    for _, dropout in dropout_modules(model.named_modules()):
-        dropout.eval()
+    for _, dropping in dropping_modules(model.named_modules()):
+        dropping.eval()
     forward_pass = ForwardPassOnly(record)
     handles = _forward_hooks(model, forward_pass) if hooks else []
     model.zero_grad(set_to_none=True)
