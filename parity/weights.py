@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from parity.align import align_parameters, layout, split_param
+from parity.align import align_parameters, layout, module_map_from_parameters, split_param
 from parity.errors import ParityInputError, first_few
 
 # torch bookkeeping, a step counter, not a weight: left out of the alignment (nn.BatchNorm2d has
@@ -283,10 +283,11 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     problems: List[str] = []
     ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
     mapping = dict(alignment.mindspore_to_torch)
-    for name in ms_shapes:
-        counter = _counter_of_the_same_module(name, mapping, state_dict) \
-            if is_ignored(name) else None
-        if counter is not None:     # else it counts from zero, as torch's would
+    modules = module_map_from_parameters(mapping)
+    for name in filter(is_ignored, ms_shapes):
+        module, role = split_param(name)
+        counter = f"{modules[module]}.{role}" if modules.get(module) else None
+        if counter in state_dict:   # else it counts from zero, as torch's would
             mapping[name] = counter
     for name in alignment.unmatched_mindspore:
         group = _norm_group_torch_lacks(name, alignment.unmatched_mindspore, state_dict)
@@ -350,18 +351,6 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                               f"{first_few(problems, MAX_PROBLEMS_LISTED, '; ')}. "
                               f"{hint or FIX_THE_TRANSFER}")
     return mapping
-
-
-def _counter_of_the_same_module(name: str, mapping: Mapping[str, str],
-                                state_dict: Mapping[str, np.ndarray]) -> Optional[str]:
-    """The step counter of the torch module whose other tensors the port's module holding the
-    counter ``name`` took; None where torch holds none there."""
-    module, role = split_param(name)
-    for ms_name, torch_name in mapping.items():
-        if split_param(ms_name)[0] == module:
-            counter = f"{split_param(torch_name)[0]}.{role}"
-            return counter if counter in state_dict else None
-    return None
 
 
 def class_count_hint(misfits: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]]) -> str:
