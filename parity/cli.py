@@ -418,9 +418,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                                  torch_weights=args.torch_weights, batch_file=args.input,
                                  name_map=name_map, fp64_reference=not args.no_fp64_reference)
     command = _command_line()
+    console = _console(stderr=True)
+    # off where stderr is no terminal (a log, CI): there it drew nothing but a blank line
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=_console(stderr=True), transient=True,
-                  disable=args.quiet) as progress:
+                  console=console, transient=True,
+                  disable=args.quiet or not console.is_terminal) as progress:
         tasks = {}
 
         def report(stage: str, state: str) -> None:

@@ -66,9 +66,10 @@ def parity_cli(*args: str, cwd: Path = REPO, timeout: int = 900) -> subprocess.C
 
 
 def assert_one_line_error(process: subprocess.CompletedProcess, *needles: str) -> None:
-    """Exit 2, one 'parity: error:' line naming the problem, no traceback."""
+    """Exit 2, one 'parity: error:' line naming the problem, no traceback, nothing else on
+    stderr (a blank line was printed before it where stderr is no terminal)."""
     assert process.returncode == 2, (process.returncode, process.stdout, process.stderr)
-    lines = [line for line in process.stderr.splitlines() if line.strip()]
+    lines = process.stderr.splitlines()
     assert len(lines) == 1, process.stderr
     assert lines[0].startswith("parity: error: "), lines[0]
     assert "Traceback" not in process.stderr + process.stdout
