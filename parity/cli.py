@@ -213,7 +213,8 @@ def build_parser() -> ArgumentParser:
 
     report = sub.add_parser("report", help="render a run directory or JSON report",
                             description="Re-render reports from a run directory (holding "
-                                        "torch/ and mindspore/) or a JSON report.")
+                                        "torch/ and mindspore/) or a JSON report: the summary, "
+                                        "and each file asked for (none: the summary alone).")
     report.add_argument("source", type=Path, metavar="RUN_DIR_OR_JSON",
                         help=RUN_OR_REPORT_HELP)
     _add_report_options(report)
@@ -483,8 +484,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from parity import api
-    if not any((args.json, args.csv, args.html)):
-        raise ParityInputError("say what to write: --html PATH, --json PATH and/or --csv PATH")
     _refuse_unwritable_reports(args, reads=Path(args.source))
     result = api.load_result(args.source, _policy(args) if args.tolerance else None)
     return _finish(result, args, _write_reports(result, args))

@@ -84,6 +84,17 @@ def test_console_summary_says_which_column_decides(tiny_run):
     assert "fails above" in printed(calibrated) and "fails above" not in printed(fixed)
 
 
+def test_report_without_a_file_asked_for_prints_the_summary_alone(tiny_run, tmp_path):
+    """It was refused ("say what to write"): seeing a run's verdict again took a file."""
+    before = sorted((p, p.stat().st_mtime_ns) for p in tiny_run.rglob("*"))
+    process = parity_cli("report", tiny_run, cwd=tmp_path)
+    assert (process.returncode, process.stderr) == (0, ""), process.stderr
+    assert "PARITY: all records within tolerance" in process.stdout
+    assert "wrote" not in process.stdout
+    assert list(tmp_path.iterdir()) == []
+    assert sorted((p, p.stat().st_mtime_ns) for p in tiny_run.rglob("*")) == before
+
+
 def test_the_baseline_factor_help_states_the_default_check_uses():
     from parity.baseline import DEFAULT_FACTOR
     process = parity_cli("baseline", "check", "--help")
