@@ -63,7 +63,7 @@ CAN_DROP_CACHE = hasattr(os, "posix_fadvise")      # Linux
 # refused when opened, not met as a TypeError deep in the compare.
 MANIFEST_TYPES = {"framework": str, "versions": dict, "seed": int, "config": dict,
                   "factory": str, "param_map": dict, "self_checks": dict, "resources": dict,
-                  "fingerprint": str, "records": list, "shards": list}
+                  "fingerprint": str, "records": list, "shards": list, "no_gradient": list}
 
 
 def is_run_dir(path: Path) -> bool:

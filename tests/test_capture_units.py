@@ -367,16 +367,18 @@ def test_a_relu_run_again_by_activation_checkpointing_replays_its_float32_units(
 
 
 @pytest.mark.parametrize("unused", ["head", "checkpointed"])
-def test_parameters_no_gradient_reaches_are_refused_saying_why(tmp_path, unused):
+def test_parameters_no_gradient_reaches_are_left_as_they_are_and_listed(tmp_path, unused):
     """A parameter the forward never uses (an auxiliary head), or one inside a reentrant
-    torch.utils.checkpoint whose inputs need no gradient (torch passes it none: its training
-    leaves it as it is too), cannot be compared: the refusal names them and what to do."""
+    torch.utils.checkpoint whose inputs need no gradient, gets no gradient, and torch's SGD
+    leaves it as it is. It was refused ("unused parameters cannot be compared"); now it is
+    recorded as state, as a frozen one is, and the manifest lists it for the MindSpore capture,
+    which leaves it out of its step too."""
     import torch
 
     from parity.capture.batch import Batch
     from parity.capture.torch_capture import capture_torch
     from parity.config import StepConfig
-    from parity.errors import ParityInputError
+    from parity.rundir import RunReader
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:
@@ -391,16 +393,20 @@ def test_parameters_no_gradient_reaches_are_refused_saying_why(tmp_path, unused)
             return self.head(x)
 
     batch = Batch.of((np.ones((2, 3), np.float32),), [0, 1])
-    missing = "head.weight, head.bias" if unused == "head" else "stem.weight, stem.bias"
-    with pytest.raises(ParityInputError, match=rf"no gradient reached {missing}: unused "
-                       r"parameters cannot be compared; remove them or freeze them "
-                       r"\(requires_grad=False on both sides\). A reentrant "
-                       r"torch.utils.checkpoint passes none to its block when none of its "
-                       r"inputs needs a gradient: use_reentrant=False passes them"):
-        with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True") \
-                if unused == "checkpointed" else nullcontext():
-            capture_torch(StepConfig(), tmp_path / "run", model=Net(), batch=batch)
-    assert not (tmp_path / "run").exists()
+    missing = ["head.weight", "head.bias"] if unused == "head" else ["stem.weight", "stem.bias"]
+    model = Net()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True") \
+            if unused == "checkpointed" else nullcontext():
+        capture_torch(StepConfig(), tmp_path / "run", model=model, batch=batch)
+    run = RunReader.open(tmp_path / "run")
+    assert run.manifest["no_gradient"] == missing
+    kinds = {(r.name, r.kind) for r in run.records}
+    for name in missing:
+        assert (name, "buffer") in kinds and (name, "grad") not in kinds
+        assert np.array_equal(run.tensor(run.record(name, "buffer")), before[name].numpy())
+    stepped = {"stem.weight", "stem.bias", "head.weight", "head.bias"} - set(missing)
+    assert {name for name, kind in kinds if kind == "update"} == stepped
 
 
 def test_the_synchronous_capture_leaves_mindspores_heap_whole():

@@ -1590,6 +1590,35 @@ def test_a_block_run_again_in_the_backward_is_compared_as_run_once(torch_model, 
         assert "1.9 times as far" in result.diagnosis.detail     # 2 − 0.1
 
 
+def test_parameters_no_gradient_reaches_are_left_out_of_both_steps():
+    """An auxiliary head the forward never calls gets no gradient; torch's SGD leaves it as it
+    is, MindSpore's optimizer would decay it. It was refused at the torch capture; now neither
+    side steps it, both record it as state, and a note says so."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_blocks_aux(), tiny.ms_blocks_aux(), image_size=16)
+    assert result.passed, result.first_divergence
+    aux = result.records[result.records.name.str.startswith("aux.")]
+    assert sorted(zip(aux.name, aux.kind)) == [("aux.bias", "buffer"), ("aux.weight", "buffer")]
+    assert not any(result.unmatched.values()), result.unmatched
+    assert "no gradient reached aux.weight, aux.bias in torch's step, which left them as they " \
+        "were: they were not stepped on either side" in " ".join(result.meta.notes)
+
+
+def test_a_gradient_the_port_passes_where_torch_passes_none_is_refused():
+    """A reentrant torch.utils.checkpoint whose input needs no gradient (the image) passes its
+    block none: torch's training leaves that block as it is, the port's trains it."""
+    import parity
+    from parity.errors import ParityInputError
+    from tests import tiny
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"), \
+            pytest.raises(ParityInputError, match=r"torch's step gives block1\.0\.weight, "
+                          r"block1\.1\.weight, block1\.1\.bias no gradient, MindSpore's gives "
+                          r"them one: .*\(use_reentrant=False passes them\)"):
+        parity.check(tiny.torch_blocks_first_checkpointed_reentrant(), tiny.ms_blocks(),
+                     image_size=16)
+
+
 @pytest.mark.parametrize("torch_model, ms_model, passes, taken", [
     ("torch_weight_normed", "ms_weight_normed", True,
      ("conv1.parametrizations.weight.original1", "conv1.weight_v")),

@@ -1905,20 +1905,26 @@ def ms_holding_tiny() -> msnn.Cell:
 
 # Activation checkpointing: the second conv-BN-ReLU block runs again in the backward
 # (torch.utils.checkpoint, reentrant or not; MindSpore's Cell.recompute()), BatchNorm updates
-# and all.
+# and all. A reentrant checkpoint of the first block, whose input (the image) needs no
+# gradient, passes that block none. An auxiliary head the forward never calls gets none either.
 class _TorchBlocks(tnn.Module):
-    def __init__(self, checkpoint: Optional[str] = None) -> None:
+    def __init__(self, checkpoint: Optional[str] = None, aux: bool = False) -> None:
         super().__init__()
         self.block1 = tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False),
                                      tnn.BatchNorm2d(8), tnn.ReLU())
         self.block2 = tnn.Sequential(tnn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False),
                                      tnn.BatchNorm2d(8), tnn.ReLU())
         self.head = tnn.Linear(8, 10)
+        if aux:
+            self.aux = tnn.Linear(8, 10)
         self.checkpoint = checkpoint
 
     def forward(self, x):
-        x = self.block1(x)
-        if self.checkpoint is None:
+        if self.checkpoint == "first, reentrant":
+            x = torch.utils.checkpoint.checkpoint(self.block1, x, use_reentrant=True)
+        else:
+            x = self.block1(x)
+        if self.checkpoint in (None, "first, reentrant"):
             x = self.block2(x)
         else:
             x = torch.utils.checkpoint.checkpoint(self.block2, x,
@@ -1927,7 +1933,7 @@ class _TorchBlocks(tnn.Module):
 
 
 class _MsBlocks(msnn.Cell):
-    def __init__(self, recompute: Optional[str] = None) -> None:
+    def __init__(self, recompute: Optional[str] = None, aux: bool = False) -> None:
         super().__init__()
         self.block1 = msnn.SequentialCell(msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1),
                                           msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU())
@@ -1940,6 +1946,8 @@ class _MsBlocks(msnn.Cell):
             for cell in self.block2:
                 cell.recompute()
         self.head = msnn.Dense(8, 10)
+        if aux:
+            self.aux = msnn.Dense(8, 10)
 
     def construct(self, x):
         return self.head(self.block2(self.block1(x)).mean((2, 3)))
@@ -1957,6 +1965,14 @@ def torch_blocks_checkpointed_reentrant() -> tnn.Module:
     return _TorchBlocks("reentrant")
 
 
+def torch_blocks_first_checkpointed_reentrant() -> tnn.Module:
+    return _TorchBlocks("first, reentrant")
+
+
+def torch_blocks_aux() -> tnn.Module:
+    return _TorchBlocks(aux=True)
+
+
 def ms_blocks() -> msnn.Cell:
     return _MsBlocks()
 
@@ -1967,6 +1983,10 @@ def ms_blocks_recomputed() -> msnn.Cell:
 
 def ms_blocks_cells_recomputed() -> msnn.Cell:
     return _MsBlocks(recompute="cells")
+
+
+def ms_blocks_aux() -> msnn.Cell:
+    return _MsBlocks(aux=True)
 
 
 # Weight normalisation (a vocoder's convs, say): torch's parametrization holds each conv's

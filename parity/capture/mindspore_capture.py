@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
+from types import MappingProxyType
+from typing import (Any, Callable, Collection, Dict, FrozenSet, Iterator, List, Mapping,
+                    Optional, Tuple)
 
 import numpy as np
 
@@ -21,12 +23,12 @@ from parity.capture.hooks import (ACTIVATION, ForwardPassOnly, dropping_modules,
                                   recording_hooks)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig
-from parity.errors import ParityInputError
+from parity.errors import ParityInputError, first_few
 from parity.io import same_file
 from parity.models_loader import build_loss
 from parity.records import PARAM_KINDS
 from parity.rundir import INITIAL_WEIGHTS, RunReader, RunWriter, SafetensorsFile, same_bytes
-from parity.weights import is_ignored, load_into_mindspore, load_state_dict
+from parity.weights import MAX_PROBLEMS_LISTED, is_ignored, load_into_mindspore, load_state_dict
 
 
 def _set_pynative() -> None:
@@ -173,15 +175,16 @@ def _name_parameters_by_path(net) -> None:
             param.name = path
 
 
-def _optimizer(net, config: StepConfig):
+def _optimizer(net, config: StepConfig, left_out: Collection[str] = ()):
     """nn.Momentum with torch's weight-decay scope by default (MindSpore skips gamma/beta);
     nn.SGD for Nesterov: nn.Momentum(use_nesterov=True) steps plain momentum on the CPU in
     MindSpore 2.7.0 to 2.10.0 (its ApplyMomentum kernel ignores the attribute; measured: a
-    first step of -lr·g where torch's and nn.SGD(nesterov=True)'s is -lr·g·(1 + momentum))."""
+    first step of -lr·g where torch's and nn.SGD(nesterov=True)'s is -lr·g·(1 + momentum)).
+    The parameters ``left_out`` (those torch's step gave no gradient) are not stepped."""
     from mindspore import nn
     excluded = {"all": (), "no-gamma-beta": ("gamma", "beta"),
                 "no-gamma-beta-bias": ("gamma", "beta", "bias")}[config.ms_weight_decay_scope]
-    params = net.trainable_params()
+    params = [p for p in net.trainable_params() if p.name not in left_out]
     decayed = [p for p in params if p.name.rpartition(".")[2] not in excluded]
     kept = [p for p in params if p.name.rpartition(".")[2] in excluded]
     groups = [{"params": decayed, "weight_decay": config.weight_decay}]
@@ -243,8 +246,10 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
     # the torch capture's starting point, when this one starts from it too: compare checks
     # that the two captures it is given belong together
     starts_from: Dict[str, str] = {}
+    torch_no_gradient: Collection[str] = ()     # parameters torch's step left as they were
     if reference is not None:
         reference_weights, batch, reference_manifest = _reference_inputs(reference)
+        torch_no_gradient = frozenset(reference_manifest.get("no_gradient", ()))
         num_classes = reference_manifest.get("config", {}).get("num_classes")
         # the seed that drew the weights and batch taken from the reference, not the caller's
         config = dataclasses.replace(config, seed=reference_manifest["seed"])
@@ -268,6 +273,8 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
     transfer = load_into_mindspore(net, load_state_dict(weights), overrides)
     param_map, torch_shapes = transfer.plan, transfer.torch_shapes
     initial = _InitialState(net, weights, param_map)
+    left_out = {param_map[p.name]: p for p in net.trainable_params()
+                if param_map.get(p.name) in torch_no_gradient}     # by torch's name
 
     with RunWriter(out, "mindspore") as writer, numpy_on_one_thread(), _synchronous_on_cpu():
         for name, array in batch.named():
@@ -275,14 +282,14 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         hooked = Fingerprints()
         # One optimizer for every step: MindSpore keeps each nn.Momentum alive (measured:
         # 240 MB more per step for ResNet50 at batch 2, 64², against 10 MB when reused).
-        optimizer = _optimizer(net, config)
+        optimizer = _optimizer(net, config, {p.name for p in left_out.values()})
         clock.next("hooked step")
         with failure_explained(
                 "MindSpore", f"on the batch {'of --input' if batch_file else 'torch took'} "
                 f"({batch.summary()})", "The port takes what the torch model takes: the same "
                 "inputs, in the same layout and dtypes (its loss: int32 labels)"):
             _train_step(net, optimizer, initial, batch, config,
-                        in_torch_shapes(tee(writer.add, hooked), torch_shapes))
+                        in_torch_shapes(tee(writer.add, hooked), torch_shapes), left_out)
         if not any(r.kind == "forward" for r in writer.records):
             raise ParityInputError("no forward hook fired in the MindSpore model: a construct "
                                    "compiled with @jit / GRAPH_MODE, or a network rewritten by "
@@ -292,7 +299,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         def rerun_without_hooks(record: Callable[..., None]) -> None:
             _restore(net, initial, optimizer)
             _train_step(net, optimizer, initial, batch, config,
-                        in_torch_shapes(record, torch_shapes), hooks=False)
+                        in_torch_shapes(record, torch_shapes), left_out, hooks=False)
 
         clock.next("observer rerun")
         observer = observer_check(hooked, rerun_without_hooks, _prelu_parameters(net),
@@ -367,9 +374,12 @@ def _restore(net, values: Mapping[str, np.ndarray], optimizer=None) -> None:
 
 
 def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
-                config: StepConfig, record: Callable[..., None], *, hooks: bool = True) -> None:
+                config: StepConfig, record: Callable[..., None],
+                left_out: Mapping[str, Any] = MappingProxyType({}), *, hooks: bool = True) -> None:
     """One optimizer step reproducing torch's SGD from the state ``initial``, every tensor
-    handed to ``record`` (as views valid during the call: it copies what it keeps)."""
+    handed to ``record`` (as views valid during the call: it copies what it keeps). The
+    parameters ``left_out`` (by torch's name), to which torch's step passed no gradient, must
+    get none here either: they are not stepped, and recorded as state."""
     import mindspore as ms
     from mindspore import nn
 
@@ -391,13 +401,23 @@ def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
         loss = loss_fn(outputs, labels)
         return loss * scale, loss
 
-    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters, has_aux=True)
+    stepped = len(optimizer.parameters)
+    grad_fn = ms.value_and_grad(forward, None, [*optimizer.parameters, *left_out.values()]
+                                if left_out else optimizer.parameters, has_aux=True)
     try:
         (_, loss), grads = grad_fn(*(ms.Tensor(x) for x in batch.inputs),
                                    ms.Tensor(batch.labels.astype(np.int32)))
     finally:
         for handle in handles:
             handle.remove()
+    grads, left_out_grads = grads[:stepped], grads[stepped:]
+    reached = [name for name, grad in zip(left_out, left_out_grads) if grad.asnumpy().any()]
+    if reached:
+        raise ParityInputError(
+            f"torch's step gives {first_few(reached, MAX_PROBLEMS_LISTED)} no gradient, "
+            "MindSpore's gives them one: the torch model leaves them out of its forward, or a "
+            "reentrant torch.utils.checkpoint none of whose inputs needs a gradient passes "
+            "them none (use_reentrant=False passes them)")
     if loss.size != 1:
         raise ParityInputError(f"the MindSpore loss {config.ms_loss} returned {loss.shape}, not "
                                "one number: reduce it")

@@ -146,9 +146,10 @@ def _loss_function(config: StepConfig, dtype) -> Callable:
 
 
 def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: StepConfig,
-                record: Callable[..., None], *, hooks: bool = True) -> None:
+                record: Callable[..., None], *, hooks: bool = True) -> List[str]:
     """One SGD step of ``model`` (in its own dtype) from the state ``initial``, every tensor
     handed to ``record``. Δw is taken against ``initial``: no copy of the weights is made.
+    Returns the trainable parameters no gradient reached, which the step left as they were.
 
     ``record`` receives views valid only during the call: it copies what it keeps.
     """
@@ -177,15 +178,11 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
     finally:
         for handle in handles:
             handle.remove()
-    params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    missing_grads = [name for name, p in params if p.grad is None]
-    if missing_grads:
-        raise ParityInputError(f"no gradient reached "
-                               f"{first_few(missing_grads, MAX_PROBLEMS_LISTED)}: "
-                               "unused parameters cannot be compared; remove them or freeze "
-                               "them (requires_grad=False on both sides). A reentrant "
-                               "torch.utils.checkpoint passes none to its block when none of "
-                               "its inputs needs a gradient: use_reentrant=False passes them")
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    # torch's SGD skips a parameter no gradient reaches (one this forward does not use): state
+    # the step keeps, recorded as a frozen one is. The MindSpore capture leaves it out too.
+    params = [(name, p) for name, p in trainable if p.grad is not None]
+    no_gradient = [name for name, p in trainable if p.grad is None]
     for name, param in params:
         record(name, "grad", param.grad.numpy())
     # SGD steps each parameter on its own (torch's per-tensor loop on CPU): stepped one at a
@@ -205,12 +202,14 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
         param.grad = None
     # a frozen parameter is state the step keeps, as MindSpore records its own (requires_grad
     # False): a buffer
+    kept = set(no_gradient)
     for name, param in model.named_parameters():
-        if not param.requires_grad:
+        if not param.requires_grad or name in kept:
             record(name, "buffer", param.detach().numpy())
     for name, buffer in model.named_buffers():
         if not is_ignored(name):
             record(name, "buffer", buffer.detach().numpy())
+    return no_gradient
 
 
 def float64_noise(t32: np.ndarray, t64: np.ndarray) -> Tuple[float, float]:
@@ -548,7 +547,8 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         hooked, masks = Fingerprints(), ReluMasks()
         clock.next("hooked step")
         with batch_errors:
-            _train_step(model, initial, batch, config, tee(writer.add, hooked, masks))
+            no_gradient = _train_step(model, initial, batch, config,
+                                      tee(writer.add, hooked, masks))
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
             _restore(model, initial)
@@ -567,6 +567,6 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         writer.wait()
         meta = manifest_meta("torch", config, num_classes, factory or type(model).__name__, {},
                              observer, clock, fp64_reference=fp64_reference,
-                             fingerprint=starts_from)
+                             fingerprint=starts_from, no_gradient=no_gradient)
         meta["resources"]["float64_spilled_mb"] = spilled / 2**20
         return writer.finish(meta)

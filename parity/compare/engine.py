@@ -633,6 +633,12 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
                      f"{'its' if len(stacked) == 1 else 'their'} dropout between stacked layers "
                      "as identity: the frameworks draw different random masks, so the rates are "
                      "compared instead")
+    no_gradient = torch_run.manifest.get("no_gradient") or []
+    if no_gradient:
+        notes.append(f"no gradient reached {first_few(no_gradient)} in torch's step, which "
+                     "left them as they were: they were not stepped on either side and are "
+                     "compared as state (MindSpore's optimizers step them, weight decay and "
+                     "all, unless your training script leaves them out)")
     unused = policy.unused_overrides()
     if unused:
         notes.append(f"tolerance overrides that matched no record: {', '.join(unused)}")
