@@ -1605,6 +1605,35 @@ def test_parameters_no_gradient_reaches_are_left_out_of_both_steps():
         "were: they were not stepped on either side" in " ".join(result.meta.notes)
 
 
+def test_parameters_torch_left_alone_but_a_capture_without_it_stepped_are_named(tmp_path):
+    """A MindSpore capture made from weights and a batch file, not from the torch capture,
+    cannot know which parameters torch's step gave no gradient: it steps them. That read
+    "frozen on one side only ... torch's aux.weight has requires_grad=False"."""
+    import torch
+
+    from parity.capture.mindspore_capture import capture_mindspore
+    from parity.capture.torch_capture import capture_torch
+    from parity.compare.engine import compare_runs
+    from parity.config import StepConfig
+    from parity.rundir import INITIAL_WEIGHTS, RunReader
+    from tests import tiny
+    torch.manual_seed(0)
+    torch_run = capture_torch(StepConfig(image_size=16), tmp_path / "torch",
+                              model=tiny.torch_blocks_aux())
+    reader = RunReader.open(torch_run)
+    np.savez(tmp_path / "batch.npz", x=reader.tensor(reader.record("input", "input")),
+             y=reader.tensor(reader.record("target", "input")))
+    ms_run = capture_mindspore(StepConfig(image_size=16), tmp_path / "mindspore",
+                               model=tiny.ms_blocks_aux(), weights=torch_run / INITIAL_WEIGHTS,
+                               batch_file=tmp_path / "batch.npz")
+    result = compare_runs(torch_run, ms_run)
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("aux.weight", "no gradient in torch's step")
+    assert "made with --reference TORCH_RUN leaves such parameters out" in \
+        result.diagnosis.detail
+    assert not any("no gradient reached" in note for note in result.meta.notes)
+
+
 def test_a_gradient_the_port_passes_where_torch_passes_none_is_refused():
     """A reentrant torch.utils.checkpoint whose input needs no gradient (the image) passes its
     block none: torch's training leaves that block as it is, the port's trains it."""

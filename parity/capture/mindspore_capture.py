@@ -309,7 +309,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         writer.wait()
         return writer.finish(manifest_meta(
             "mindspore", config, num_classes, factory or type(net).__name__, param_map,
-            observer, clock, **starts_from))
+            observer, clock, no_gradient=list(left_out), **starts_from))
 
 
 def in_torch_shapes(record: Callable[..., None],

@@ -564,6 +564,13 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
                    "custom bprop, a stop-gradient, or a non-differentiable op in the port.",
             confidence="guess")
     sides = frozen_on_one_side(t, m)
+    if sides == ("MindSpore", "torch") and t.name in (torch_run.manifest.get("no_gradient")
+                                                        or ()):
+        return Diagnosis(cause="no gradient in torch's step",
+                         detail=f"torch's step gave {t.name} no gradient and left it as it was; "
+                                f"MindSpore's stepped {m.name}. A MindSpore capture made with "
+                                "--reference TORCH_RUN leaves such parameters out of its step "
+                                "too; this one was made without it.", confidence="certain")
     if sides is not None:
         names = {"torch": t.name, "MindSpore": m.name}
         trained, frozen = sides

@@ -78,8 +78,10 @@ def violation(t: RecordInfo, m: RecordInfo) -> str:
     """Why the pair fails whatever its numbers, or ""."""
     sides = frozen_on_one_side(t, m)
     if sides is not None:
-        return (f"{FROZEN_ON_ONE_SIDE}: {sides[0]} trains this parameter, {sides[1]} does not "
-                "(requires_grad=False)")
+        why = "requires_grad=False" if sides[1] == "MindSpore" else \
+            "requires_grad=False, or no gradient in its step"
+        return (f"{FROZEN_ON_ONE_SIDE}: {sides[0]} trains this parameter, {sides[1]} does "
+                f"not ({why})")
     rates = different_drop_rates(t, m)
     if rates is not None:
         what = f"{t.op} dropout" if t.op in RECURRENT_OPS else t.op
