@@ -1590,18 +1590,24 @@ def test_a_block_run_again_in_the_backward_is_compared_as_run_once(torch_model, 
         assert "1.9 times as far" in result.diagnosis.detail     # 2 − 0.1
 
 
-def test_parameters_no_gradient_reaches_are_left_out_of_both_steps():
-    """An auxiliary head the forward never calls gets no gradient; torch's SGD leaves it as it
-    is, MindSpore's optimizer would decay it. It was refused at the torch capture; now neither
-    side steps it, both record it as state, and a note says so."""
+@pytest.mark.parametrize("torch_model, ms_model, left", [
+    ("torch_blocks_aux", "ms_blocks_aux", ["aux.weight", "aux.bias"]),
+    ("torch_blocks_first_no_grad", "ms_blocks_first_stopped",
+     ["block1.0.weight", "block1.1.weight", "block1.1.bias"])])
+def test_parameters_no_gradient_reaches_are_left_out_of_both_steps(torch_model, ms_model, left):
+    """An auxiliary head the forward never calls, or a backbone run under torch.no_grad() (its
+    port: ops.stop_gradient), gets no gradient; torch's SGD leaves it as it is, MindSpore's
+    optimizer would decay it. It was refused at the torch capture; now neither side steps it,
+    both record it as state, and a note says so."""
     import parity
     from tests import tiny
-    result = parity.check(tiny.torch_blocks_aux(), tiny.ms_blocks_aux(), image_size=16)
+    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
+                          image_size=16)
     assert result.passed, result.first_divergence
-    aux = result.records[result.records.name.str.startswith("aux.")]
-    assert sorted(zip(aux.name, aux.kind)) == [("aux.bias", "buffer"), ("aux.weight", "buffer")]
+    records = result.records[result.records.name.isin(left)]
+    assert sorted(zip(records.name, records.kind)) == sorted((name, "buffer") for name in left)
     assert not any(result.unmatched.values()), result.unmatched
-    assert "no gradient reached aux.weight, aux.bias in torch's step, which left them as they " \
+    assert f"no gradient reached {', '.join(left)} in torch's step, which left them as they " \
         "were: they were not stepped on either side" in " ".join(result.meta.notes)
 
 
@@ -1634,18 +1640,24 @@ def test_parameters_torch_left_alone_but_a_capture_without_it_stepped_are_named(
     assert not any("no gradient reached" in note for note in result.meta.notes)
 
 
-def test_a_gradient_the_port_passes_where_torch_passes_none_is_refused():
+@pytest.mark.parametrize("torch_model", ["torch_blocks_first_checkpointed_reentrant",
+                                         "torch_blocks_first_no_grad"])
+def test_a_gradient_the_port_passes_where_torch_passes_none_is_refused(torch_model):
     """A reentrant torch.utils.checkpoint whose input needs no gradient (the image) passes its
-    block none: torch's training leaves that block as it is, the port's trains it."""
+    block none, as torch.no_grad() around the block does: torch's training leaves that block as
+    it is, the port's (no stop_gradient) trains it."""
+    from contextlib import nullcontext
+
     import parity
     from parity.errors import ParityInputError
     from tests import tiny
-    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"), \
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True") \
+            if "checkpointed" in torch_model else nullcontext(), \
             pytest.raises(ParityInputError, match=r"torch's step gives block1\.0\.weight, "
                           r"block1\.1\.weight, block1\.1\.bias no gradient, MindSpore's gives "
-                          r"them one: .*\(use_reentrant=False passes them\)"):
-        parity.check(tiny.torch_blocks_first_checkpointed_reentrant(), tiny.ms_blocks(),
-                     image_size=16)
+                          r"them one: .*torch\.no_grad\(\) \(the port then needs "
+                          r"ops\.stop_gradient .*\(use_reentrant=False passes them\)"):
+        parity.check(getattr(tiny, torch_model)(), tiny.ms_blocks(), image_size=16)
 
 
 @pytest.mark.parametrize("torch_model, ms_model, passes, taken", [

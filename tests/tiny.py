@@ -1906,9 +1906,11 @@ def ms_holding_tiny() -> msnn.Cell:
 # Activation checkpointing: the second conv-BN-ReLU block runs again in the backward
 # (torch.utils.checkpoint, reentrant or not; MindSpore's Cell.recompute()), BatchNorm updates
 # and all. A reentrant checkpoint of the first block, whose input (the image) needs no
-# gradient, passes that block none. An auxiliary head the forward never calls gets none either.
+# gradient, passes that block none, as torch.no_grad() around it does (a frozen backbone). An
+# auxiliary head the forward never calls gets none either.
 class _TorchBlocks(tnn.Module):
-    def __init__(self, checkpoint: Optional[str] = None, aux: bool = False) -> None:
+    def __init__(self, checkpoint: Optional[str] = None, aux: bool = False,
+                 frozen_first: bool = False) -> None:
         super().__init__()
         self.block1 = tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False),
                                      tnn.BatchNorm2d(8), tnn.ReLU())
@@ -1917,11 +1919,14 @@ class _TorchBlocks(tnn.Module):
         self.head = tnn.Linear(8, 10)
         if aux:
             self.aux = tnn.Linear(8, 10)
-        self.checkpoint = checkpoint
+        self.checkpoint, self.frozen_first = checkpoint, frozen_first
 
     def forward(self, x):
         if self.checkpoint == "first, reentrant":
             x = torch.utils.checkpoint.checkpoint(self.block1, x, use_reentrant=True)
+        elif self.frozen_first:         # a backbone frozen as people write it
+            with torch.no_grad():
+                x = self.block1(x)
         else:
             x = self.block1(x)
         if self.checkpoint in (None, "first, reentrant"):
@@ -1933,7 +1938,8 @@ class _TorchBlocks(tnn.Module):
 
 
 class _MsBlocks(msnn.Cell):
-    def __init__(self, recompute: Optional[str] = None, aux: bool = False) -> None:
+    def __init__(self, recompute: Optional[str] = None, aux: bool = False,
+                 frozen_first: bool = False) -> None:
         super().__init__()
         self.block1 = msnn.SequentialCell(msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1),
                                           msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU())
@@ -1948,9 +1954,13 @@ class _MsBlocks(msnn.Cell):
         self.head = msnn.Dense(8, 10)
         if aux:
             self.aux = msnn.Dense(8, 10)
+        self.frozen_first = frozen_first
 
     def construct(self, x):
-        return self.head(self.block2(self.block1(x)).mean((2, 3)))
+        x = self.block1(x)
+        if self.frozen_first:           # its port: no gradient into block1
+            x = mindspore.ops.stop_gradient(x)
+        return self.head(self.block2(x).mean((2, 3)))
 
 
 def torch_blocks() -> tnn.Module:
@@ -1967,6 +1977,10 @@ def torch_blocks_checkpointed_reentrant() -> tnn.Module:
 
 def torch_blocks_first_checkpointed_reentrant() -> tnn.Module:
     return _TorchBlocks("first, reentrant")
+
+
+def torch_blocks_first_no_grad() -> tnn.Module:
+    return _TorchBlocks(frozen_first=True)
 
 
 def torch_blocks_aux() -> tnn.Module:
@@ -1987,6 +2001,10 @@ def ms_blocks_cells_recomputed() -> msnn.Cell:
 
 def ms_blocks_aux() -> msnn.Cell:
     return _MsBlocks(aux=True)
+
+
+def ms_blocks_first_stopped() -> msnn.Cell:
+    return _MsBlocks(frozen_first=True)
 
 
 # Weight normalisation (a vocoder's convs, say): torch's parametrization holds each conv's

@@ -415,9 +415,10 @@ def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
     if reached:
         raise ParityInputError(
             f"torch's step gives {first_few(reached, MAX_PROBLEMS_LISTED)} no gradient, "
-            "MindSpore's gives them one: the torch model leaves them out of its forward, or a "
-            "reentrant torch.utils.checkpoint none of whose inputs needs a gradient passes "
-            "them none (use_reentrant=False passes them)")
+            "MindSpore's gives them one: the torch model leaves them out of its forward or runs "
+            "them under torch.no_grad() (the port then needs ops.stop_gradient on what they "
+            "compute), or a reentrant torch.utils.checkpoint none of whose inputs needs a "
+            "gradient passes them none (use_reentrant=False passes them)")
     if loss.size != 1:
         raise ParityInputError(f"the MindSpore loss {config.ms_loss} returned {loss.shape}, not "
                                "one number: reduce it")
