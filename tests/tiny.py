@@ -1905,12 +1905,12 @@ def ms_holding_tiny() -> msnn.Cell:
 
 # Activation checkpointing: the second conv-BN-ReLU block runs again in the backward
 # (torch.utils.checkpoint, reentrant or not; MindSpore's Cell.recompute()), BatchNorm updates
-# and all. A reentrant checkpoint of the first block, whose input (the image) needs no
-# gradient, passes that block none, as torch.no_grad() around it does (a frozen backbone). An
+# and all. The first block gets no gradient where it runs in a reentrant checkpoint (its input,
+# the image, needs none) or under torch.no_grad() (a frozen backbone, as people write it). An
 # auxiliary head the forward never calls gets none either.
 class _TorchBlocks(tnn.Module):
     def __init__(self, checkpoint: Optional[str] = None, aux: bool = False,
-                 frozen_first: bool = False) -> None:
+                 first: Optional[str] = None) -> None:
         super().__init__()
         self.block1 = tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False),
                                      tnn.BatchNorm2d(8), tnn.ReLU())
@@ -1919,17 +1919,17 @@ class _TorchBlocks(tnn.Module):
         self.head = tnn.Linear(8, 10)
         if aux:
             self.aux = tnn.Linear(8, 10)
-        self.checkpoint, self.frozen_first = checkpoint, frozen_first
+        self.checkpoint, self.first = checkpoint, first
 
     def forward(self, x):
-        if self.checkpoint == "first, reentrant":
+        if self.first == "checkpointed, reentrant":
             x = torch.utils.checkpoint.checkpoint(self.block1, x, use_reentrant=True)
-        elif self.frozen_first:         # a backbone frozen as people write it
+        elif self.first == "no_grad":
             with torch.no_grad():
                 x = self.block1(x)
         else:
             x = self.block1(x)
-        if self.checkpoint in (None, "first, reentrant"):
+        if self.checkpoint is None:
             x = self.block2(x)
         else:
             x = torch.utils.checkpoint.checkpoint(self.block2, x,
@@ -1976,11 +1976,11 @@ def torch_blocks_checkpointed_reentrant() -> tnn.Module:
 
 
 def torch_blocks_first_checkpointed_reentrant() -> tnn.Module:
-    return _TorchBlocks("first, reentrant")
+    return _TorchBlocks(first="checkpointed, reentrant")
 
 
 def torch_blocks_first_no_grad() -> tnn.Module:
-    return _TorchBlocks(frozen_first=True)
+    return _TorchBlocks(first="no_grad")
 
 
 def torch_blocks_aux() -> tnn.Module:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 from contextlib import contextmanager
 from pathlib import Path
-from types import MappingProxyType
 from typing import (Any, Callable, Collection, Dict, FrozenSet, Iterator, List, Mapping,
                     Optional, Tuple)
 
@@ -374,8 +373,8 @@ def _restore(net, values: Mapping[str, np.ndarray], optimizer=None) -> None:
 
 
 def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
-                config: StepConfig, record: Callable[..., None],
-                left_out: Mapping[str, Any] = MappingProxyType({}), *, hooks: bool = True) -> None:
+                config: StepConfig, record: Callable[..., None], left_out: Mapping[str, Any], *,
+                hooks: bool = True) -> None:
     """One optimizer step reproducing torch's SGD from the state ``initial``, every tensor
     handed to ``record`` (as views valid during the call: it copies what it keeps). The
     parameters ``left_out`` (by torch's name), to which torch's step passed no gradient, must
