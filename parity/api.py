@@ -25,7 +25,7 @@ from parity.capture.batch import checked_batch
 from parity.compare.engine import compare_runs
 from parity.compare.measure import start_helper, worth_a_helper
 from parity.compare.tolerance import TolerancePolicy
-from parity.config import StepConfig
+from parity.config import StepConfig, other_optimizers_settings
 from parity.errors import EXIT_INTERRUPTED, SMALLER_BATCH, Interrupted, ParityInputError
 from parity.io import replaced_whole
 from parity.models_loader import (load_factory, refuse_evidently_missing,
@@ -258,7 +258,8 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,
     integer labels; ``x`` a tuple of arrays for a model taking several inputs); without it a
     seeded synthetic batch of ``batch_size`` × 3 × ``image_size``² is used (default 2 × 3 ×
     224²; with ``inputs`` the two sizes are refused, not ignored).
-    ``optimizer`` overrides StepConfig fields (lr, momentum, weight_decay, nesterov, ...).
+    ``optimizer`` overrides StepConfig fields (optimizer "sgd", "adam" or "adamw", lr,
+    weight_decay; SGD's momentum, nesterov, dampening; Adam's beta1, beta2, eps ...).
     ``torch_loss`` / ``ms_loss`` are "package.module:factory" paths of your losses, as the
     command line's --torch-loss / --ms-loss (default: mean cross entropy).
     Captures go to ``out`` (a temporary directory when None, deleted afterwards).
@@ -290,6 +291,10 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,
         config = StepConfig(**own, **options)
     except ValueError as error:
         raise ParityInputError(str(error)) from None
+    problem = other_optimizers_settings(config.optimizer, {key: key for key in options},
+                                        "optimizer ")
+    if problem:
+        raise ParityInputError(problem)
     if config.ms_loss is not None:
         load_factory(config.ms_loss)        # a misspelt one refused before the torch capture
     policy = as_policy(tolerance)

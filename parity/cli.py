@@ -20,8 +20,9 @@ from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional
 os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is imported
 
 from parity import __version__  # noqa: E402
-from parity.config import (INTEGER_SETTINGS, SHARED_STEP_SETTINGS,  # noqa: E402
-                           WEIGHT_DECAY_SCOPES, StepConfig, out_of_range)
+from parity.config import (ADAM_SETTINGS, INTEGER_SETTINGS, OPTIMIZERS,  # noqa: E402
+                           SGD_SETTINGS, SHARED_STEP_SETTINGS, WEIGHT_DECAY_SCOPES,
+                           StepConfig, other_optimizers_settings, out_of_range)
 from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
                            INTERRUPT_NAMES, TRACEBACK_HINT, Interrupted,
                            ParityInputError, UserCodeFailed,
@@ -116,17 +117,24 @@ def _add_step_options(parser: argparse.ArgumentParser) -> None:
                             "and y (class indices: per sample, or per pixel or token)")
     # The shared step settings default to None here: a MindSpore capture fills what was not
     # given from its --reference, anything else from StepConfig's defaults (step_config).
+    group.add_argument("--optimizer", choices=OPTIMIZERS,
+                       help="torch.optim's SGD, Adam or AdamW, both sides (default sgd; "
+                            "MindSpore's side steps as torch's does)")
     group.add_argument("--lr", type=_number("lr"),
-                       help="SGD learning rate, both sides (default 0.1)")
+                       help="learning rate, both sides (default 0.1)")
     group.add_argument("--momentum", type=_number("momentum"), help="SGD momentum (default 0.9)")
     group.add_argument("--weight-decay", type=_number("weight_decay"),
-                       help="SGD weight decay (default 1e-4; its MindSpore scope: "
-                            "--ms-weight-decay-scope)")
+                       help="weight decay (default 1e-4; Adam's is added to the gradient, "
+                            "AdamW's decoupled; its MindSpore scope: --ms-weight-decay-scope)")
     group.add_argument("--nesterov", action=argparse.BooleanOptionalAction,
                        help="Nesterov momentum (default off)")
     group.add_argument("--dampening", type=_number("dampening"),
                        help="torch SGD dampening (default 0; no effect on the first step's "
                             "buffer)")
+    group.add_argument("--betas", type=_number("beta1"), nargs=2, metavar=("B1", "B2"),
+                       help="Adam's and AdamW's betas (default 0.9 0.999)")
+    group.add_argument("--eps", type=_number("eps"),
+                       help="Adam's and AdamW's eps (default 1e-8)")
     group.add_argument("--label-smoothing", type=_number("label_smoothing"),
                        help="of the default loss, mean cross entropy (default 0)")
     group.add_argument("--torch-loss", metavar="PKG.MOD:FACTORY",
@@ -183,9 +191,9 @@ def build_parser() -> ArgumentParser:
                                          "run directory. Capture torch first: the MindSpore "
                                          "side then takes from it (--reference) its weights, "
                                          "its batch, seed and class count, and each step "
-                                         "setting not given here (--lr, --momentum, "
-                                         "--weight-decay, --nesterov, --dampening, "
-                                         "--label-smoothing).")
+                                         "setting not given here (--optimizer, --lr, "
+                                         "--momentum, --weight-decay, --nesterov, "
+                                         "--dampening, --betas, --eps, --label-smoothing).")
     capture.add_argument("--framework", choices=("torch", "mindspore"), required=True,
                          help="which side to capture")
     capture.add_argument("--out", type=Path, required=True, metavar="DIR",
@@ -270,7 +278,7 @@ def step_config(args: argparse.Namespace,
         return StepConfig.from_dict(json.loads(args.config_json))
     reference = reference or {}
     _refuse_options_without_effect(args, reference)
-    shared = {key: getattr(args, key) if getattr(args, key) is not None
+    shared = {key: _given(args, key) if _given(args, key) is not None
               else reference.get(key, getattr(DEFAULT_STEP, key))
               for key in REFERENCE_SETTINGS}
     if args.input:                  # no synthetic batch to shape
@@ -286,20 +294,34 @@ def step_config(args: argparse.Namespace,
         raise ParityInputError(str(error)) from None
 
 
+def _given(args: argparse.Namespace, key: str) -> Any:
+    """The value of the setting ``key`` on the command line, or None (--betas gives two)."""
+    if key in ("beta1", "beta2"):
+        return None if args.betas is None else args.betas[key == "beta2"]
+    return getattr(args, key)
+
+
 def _refuse_options_without_effect(args: argparse.Namespace,
                                    reference: Mapping[str, Any]) -> None:
     """Options that would be silently ignored: --batch-size and --image-size with the user's
     own batch; those two, --seed and --num-classes in a MindSpore capture, which takes its
     weights and batch from its --reference (its manifest recorded a seed that had drawn
-    neither, and a 10-class reference was told to pass --num-classes 10)."""
+    neither, and a 10-class reference was told to pass --num-classes 10); SGD's settings with
+    Adam or AdamW, theirs with SGD."""
     def option(key: str) -> str:
-        return f"--{key.replace('_', '-')}"
+        return "--betas" if key in ("beta1", "beta2") else f"--{key.replace('_', '-')}"
     shaping = [key for key in SYNTHETIC_BATCH_SETTINGS if getattr(args, key) is not None]
     if args.input and shaping:
         shape, them = ("shapes", "it") if len(shaping) == 1 else ("shape", "them")
         raise ParityInputError(f"{' and '.join(map(option, shaping))} {shape} parity's "
                                f"synthetic batch; with --input the batch is your file's: leave "
                                f"{them} out")
+    optimizer = args.optimizer or reference.get("optimizer", DEFAULT_STEP.optimizer)
+    problem = other_optimizers_settings(
+        optimizer, {key: option(key) for key in (*SGD_SETTINGS, *ADAM_SETTINGS)
+                    if _given(args, key) is not None}, "--optimizer ")
+    if problem:
+        raise ParityInputError(problem)
     given = {key: getattr(args, key) for key in STARTING_POINT_SETTINGS
              if getattr(args, key) is not None}
 

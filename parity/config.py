@@ -1,8 +1,9 @@
 """The training-step configuration both capture processes run, and how it differs per side.
 
 Defaults reproduce torch's semantics (SGD with momentum, weight decay on every parameter,
-mean cross entropy). Each convention where MindSpore's defaults differ is a field, so a user can
-reproduce their own MindSpore training set-up and see its effect on the comparison.
+mean cross entropy; Adam and AdamW as torch.optim's). Each convention where MindSpore's
+defaults differ is a field, so a user can reproduce their own MindSpore training set-up and
+see its effect on the comparison.
 """
 
 from __future__ import annotations
@@ -11,17 +12,26 @@ import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
 # MindSpore optimizers skip parameters named gamma/beta by default; torch decays everything.
 WEIGHT_DECAY_SCOPES = ("all", "no-gamma-beta", "no-gamma-beta-bias")
+# torch.optim's SGD, Adam (weight decay added to the gradient) and AdamW (decoupled), and the
+# state each keeps per parameter, recorded as PARAM.STATE (its momentum buffer, its moments)
+OPTIMIZER_STATE = {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq"),
+                   "adamw": ("exp_avg", "exp_avg_sq")}
+OPTIMIZERS = tuple(OPTIMIZER_STATE)
+STATE_SUFFIXES = tuple(sorted({f".{state}" for states in OPTIMIZER_STATE.values()
+                               for state in states}))
+SGD_SETTINGS = ("momentum", "nesterov", "dampening")
+ADAM_SETTINGS = ("beta1", "beta2", "eps")
 SEEDS = range(2**32)     # what MindSpore's set_seed takes
 # Settings of the step both captures run (the ms_* ones and the losses are one side's own). A
 # MindSpore capture made from a torch one (--reference) takes them from it unless given.
-SHARED_STEP_SETTINGS = ("lr", "momentum", "weight_decay", "nesterov", "dampening",
-                        "label_smoothing")
+SHARED_STEP_SETTINGS = ("optimizer", "lr", "momentum", "weight_decay", "nesterov", "dampening",
+                        *ADAM_SETTINGS, "label_smoothing")
 _COUNT = (lambda value: value >= 1, "a positive integer")
 _FINITE_AT_LEAST_ZERO = (lambda value: 0 <= value < math.inf, "a finite number >= 0")
 _FRACTION = (lambda value: 0 <= value <= 1, "between 0 and 1")
@@ -38,9 +48,37 @@ NUMBER_RANGES: Dict[str, Tuple[Callable[[float], bool], str]] = {
     "momentum": _FINITE_AT_LEAST_ZERO,
     "weight_decay": _FINITE_AT_LEAST_ZERO,
     "dampening": _FRACTION,
+    "beta1": (lambda value: 0 <= value < 1, "at least 0 and below 1"),
+    "beta2": (lambda value: 0 <= value < 1, "at least 0 and below 1"),
+    "eps": _FINITE_AT_LEAST_ZERO,
     "label_smoothing": _FRACTION,
     "ms_loss_scale": (lambda value: 0 < value < math.inf, "a finite number > 0"),
 }
+
+
+def split_state(name: str) -> Tuple[str, str]:
+    """An optimizer state record's name as (its parameter, its suffix); any other name as
+    (itself, "")."""
+    for suffix in STATE_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)], suffix
+    return name, ""
+
+
+def other_optimizers_settings(optimizer: str, given: Mapping[str, str],
+                              choose: str) -> Optional[str]:
+    """What is wrong when ``given`` (setting: the name the user gave it by) holds settings
+    of another optimizer than ``optimizer``, which would be ignored; ``choose`` is how the user
+    names the optimizer ("--optimizer ")."""
+    others = sorted({name for key, name in given.items()
+                     if key in (ADAM_SETTINGS if optimizer == "sgd" else SGD_SETTINGS)})
+    if not others:
+        return None
+    owner, wanted = ("SGD's", "sgd") if optimizer != "sgd" else ("Adam's and AdamW's",
+                                                                 "adam or adamw")
+    sets, them = ("sets", "it") if len(others) == 1 else ("set", "them")
+    return (f"{', '.join(others)} {sets} {owner} step, and the optimizer is {optimizer}: pass "
+            f"{choose}{wanted}, or leave {them} out")
 
 
 def out_of_range(name: str, value: Any) -> Optional[str]:
@@ -60,11 +98,15 @@ class StepConfig:
     batch_size: Optional[int] = 2          # of the synthetic batch; None: the batch is the user's
     image_size: Optional[int] = 64
     seed: int = 0
+    optimizer: str = "sgd"
     lr: float = 0.1
     momentum: float = 0.9
     weight_decay: float = 1e-4
     nesterov: bool = False
     dampening: float = 0.0
+    beta1: float = 0.9                     # Adam's and AdamW's betas and eps
+    beta2: float = 0.999
+    eps: float = 1e-8
     label_smoothing: float = 0.0           # of the default losses (mean cross entropy)
     torch_loss: Optional[str] = None       # "package.module:factory" of your own loss
     ms_loss: Optional[str] = None
@@ -73,6 +115,9 @@ class StepConfig:
     ms_scale_loss: bool = True
 
     def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got "
+                             f"{self.optimizer!r}")
         if self.ms_weight_decay_scope not in WEIGHT_DECAY_SCOPES:
             raise ValueError(f"ms_weight_decay_scope must be one of {WEIGHT_DECAY_SCOPES}")
         for name in NUMBER_RANGES:
@@ -89,6 +134,8 @@ class StepConfig:
             if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
             object.__setattr__(self, name, bool(value))
+        if self.nesterov and self.optimizer != "sgd":
+            raise ValueError(f"Nesterov momentum is SGD's; {self.optimizer} has none")
         if self.nesterov and not (self.momentum > 0 and self.dampening == 0):
             raise ValueError("Nesterov momentum needs momentum > 0 and dampening 0 (torch's SGD "
                              f"refuses anything else), got momentum {self.momentum:g}, "

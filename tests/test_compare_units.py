@@ -537,6 +537,51 @@ def test_an_update_is_checked_against_torchs_step_of_mindsporess_own_gradient():
     assert step_error(grad, w0, sgd(nesterov=True), config) > 10      # nesterov on one side
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_adams_update_and_second_moment_are_checked_against_torchs_step(optimizer):
+    """torch's own float32 Adam and AdamW pass the check of their first step, over gradients
+    from 1e-14 to 1, zeros, and (Adam) gradients cancelling the weight decay to within eps;
+    MindSpore's conventions that differ fail it: nn.Adam's eps before the bias correction,
+    nn.AdamWeightDecay's missing bias correction, the decay skipped, another β2."""
+    import torch
+
+    from parity.compare.optimizer import state_error, step_error
+
+    rng = np.random.default_rng(0)
+    size = 100_000
+    w0 = (rng.standard_normal(size) * 0.05).astype(np.float32)
+    grad = (rng.choice([-1.0, 1.0], size) * 10.0 ** rng.uniform(-14, 0, size)).astype(np.float32)
+    grad[:100] = 0
+    # g + wd·w within eps (1e-8) of zero: Adam's update turns d's rounding into much more
+    grad[100:1100] = -0.01 * w0[100:1100] * (1 + rng.uniform(-1e-5, 1e-5, 1000))
+    config = {"optimizer": optimizer, "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+              "weight_decay": 0.01}
+
+    def torch_step(lr=1e-3, eps=1e-8, beta2=0.999, weight_decay=0.01):
+        param = torch.nn.Parameter(torch.from_numpy(w0.copy()))
+        param.grad = torch.from_numpy(grad.copy())
+        adam = torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW
+        step = adam([param], lr=lr, betas=(0.9, beta2), eps=eps, weight_decay=weight_decay)
+        step.step()
+        return param.detach().numpy() - w0, step.state[param]["exp_avg_sq"].numpy()
+
+    update, exp_avg_sq = torch_step()
+    assert step_error(grad, w0, update, config) <= 1
+    assert state_error(grad, w0, exp_avg_sq, config) <= 1
+    # MindSpore's AdamW takes 1 - β2 from β2 in float32: 1.3e-5 off, undone in its update
+    d = grad + (np.float32(0.01) * w0 if optimizer == "adam" else 0)
+    held = (np.float32(1) - np.float32(0.999)) * d * d
+    assert state_error(grad, w0, held, config) <= 1
+    root = np.sqrt(1 - 0.999)
+    assert step_error(grad, w0, torch_step(eps=1e-8 / root)[0], config) > 10
+    assert step_error(grad, w0, torch_step(lr=1e-3 * 0.1 / root, eps=1e-8 / root)[0],
+                      config) > 10
+    assert step_error(grad, w0, torch_step(weight_decay=0.0)[0], config) > 10
+    other_beta2 = torch_step(beta2=0.99)
+    assert step_error(grad, w0, other_beta2[0], config) <= 1      # corrected away at step 1
+    assert state_error(grad, w0, other_beta2[1], config) > 10
+
+
 @pytest.mark.parametrize("torch_op, ms_op, flagged", [
     ("relu6", "relu", True), ("maxpool2d", "avgpool2d", True), ("gelu", "relu", True),
     ("batchnorm1d", "batchnorm2d", False),          # a BatchNorm2d on a reshape

@@ -1336,6 +1336,16 @@ def test_python_api_refuses_a_setting_given_twice_or_out_of_range():
         parity.check(torch_tiny(), ms_tiny(), optimizer={"label_smoothing": "0.1"})
     with pytest.raises(ParityInputError, match="Nesterov momentum needs momentum > 0"):
         parity.check(torch_tiny(), ms_tiny(), optimizer={"nesterov": True, "momentum": 0})
+    with pytest.raises(ParityInputError, match="optimizer must be one of sgd, adam, adamw"):
+        parity.check(torch_tiny(), ms_tiny(), optimizer={"optimizer": "rmsprop"})
+    with pytest.raises(ParityInputError, match="beta2 must be at least 0 and below 1, got 1"):
+        parity.check(torch_tiny(), ms_tiny(), optimizer={"optimizer": "adam", "beta2": 1})
+    with pytest.raises(ParityInputError, match="^momentum sets SGD's step, and the optimizer is "
+                                               "adamw: pass optimizer sgd, or leave it out$"):
+        parity.check(torch_tiny(), ms_tiny(), optimizer={"optimizer": "adamw", "momentum": 0.5})
+    with pytest.raises(ParityInputError, match="^beta1, eps set Adam's and AdamW's step, and the "
+                                               "optimizer is sgd"):
+        parity.check(torch_tiny(), ms_tiny(), optimizer={"eps": 1e-6, "beta1": 0.8})
 
 
 @pytest.mark.parametrize("settings", [{"nesterov": True},
@@ -1381,6 +1391,72 @@ def test_a_loss_scale_not_undone_is_named_from_mindspores_own_gradient(nesterov,
     assert (result.first_divergence.kind, result.diagnosis.cause, result.diagnosis.confidence) \
         == ("update", "loss scale not undone", "certain")
     assert f"divided by loss_scale {loss_scale:g}" in result.diagnosis.detail
+
+
+ADAM = {"lr": 1e-3, "weight_decay": 0.01}
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_adam_and_adamw_step_on_mindspores_side_as_torchs(optimizer):
+    """MindSpore's experimental AdamW steps as torch's AdamW, and as torch's Adam with wd·w
+    added to the gradient (MindSpore's own Adams add eps before the bias correction); both
+    moments are compared by torch's names, and the hook-free rerun starts them from zero."""
+    import parity
+    from tests.tiny import ms_tiny, torch_tiny
+    result = parity.check(torch_tiny(), ms_tiny(), image_size=16,
+                          optimizer={"optimizer": optimizer, **ADAM})
+    assert result.passed, result.diagnosis
+    records = result.records
+    states = records[records.kind == "optimizer_state"]
+    assert sorted(states.name.str.rpartition(".")[2].unique()) == ["exp_avg", "exp_avg_sq"]
+    assert len(states) == 2 * (records.kind == "update").sum() > 0
+    assert result.meta.config["mindspore"]["optimizer"] == optimizer
+    assert "mindspore: hooks change nothing" in " ".join(result.meta.notes)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_weight_decay_skipped_is_named_under_adam(optimizer):
+    """Adam's update of a gradient far above eps is -lr·sign(g + wd·w) whatever the decay: its
+    decay skipped on gamma/beta is found where the step without it matches, to rounding."""
+    import parity
+    from tests.tiny import ms_tiny, torch_tiny
+    settings = {"optimizer": optimizer, **ADAM, "ms_weight_decay_scope": "no-gamma-beta"}
+    result = parity.check(torch_tiny(), ms_tiny(), image_size=16, optimizer=settings)
+    assert (result.first_divergence.kind, result.diagnosis.cause) == \
+        ("update", "weight decay skipped on the MindSpore side")
+    assert result.first_divergence.name.endswith((".weight", ".bias"))
+    assert f"torch's {'Adam' if optimizer == 'adam' else 'AdamW'} step" in \
+        result.first_divergence.reason
+
+
+def test_a_loss_scale_not_undone_is_named_under_adamw():
+    """Adam's update barely moves when its gradient is divided by a loss scale: only where the
+    gradient is near eps, which the step of MindSpore's own gradient, to rounding, sees."""
+    import parity
+    from tests.tiny import ms_tiny, torch_tiny
+    settings = {"optimizer": "adamw", **ADAM, "ms_loss_scale": 1024.0, "ms_scale_loss": False}
+    result = parity.check(torch_tiny(), ms_tiny(), image_size=16, optimizer=settings)
+    assert (result.first_divergence.kind, result.diagnosis.cause) == \
+        ("update", "loss scale not undone")
+
+
+def test_adams_updates_apart_by_gradient_noise_near_zero_pass_the_correct_port(tmp_path):
+    """Adam's first update is nearly -lr·sign(g): a gradient within float32 noise of zero moves
+    it by up to lr. The correct ResNet18 port under AdamW, batch 2, 32², had 8 updates and
+    updated weights 105 to 2·10⁵ times torch's own float32 error apart (its BatchNorm biases'
+    gradients cancel to near zero); each is torch's AdamW step of MindSpore's gradient, which
+    passed, to rounding: they pass, and are listed."""
+    report = tmp_path / "report.json"
+    process = parity_cli("run", "--model", "resnet18", "--image-size", "32", "--optimizer",
+                         "adamw", "--lr", "1e-3", "--weight-decay", "0.05", "--out",
+                         tmp_path / "run", "--json", report, "--quiet")
+    assert process.returncode == 0, process.stdout + process.stderr
+    result = read_json(report)
+    apart = [r for r in result["records"] if r["kind"] in ("update", "weight")
+             and r["noise_ratio"] > r["noise_factor"]]
+    assert apart and all(r["passed"] for r in apart)
+    note = next(n for n in result["meta"]["notes"] if "records of AdamW's step" in n)
+    assert note.startswith(f"{len(apart)} records") and apart[0]["name"] in note
 
 
 def test_a_random_op_outside_dropout_modules_fails_and_is_named(tmp_path):
@@ -1492,6 +1568,22 @@ def test_mindspore_capture_takes_the_step_settings_not_given_from_its_reference(
                  if note.startswith("the captures ran different step settings")]
     assert differing == ["the captures ran different step settings: nesterov True in the torch "
                          "capture, False in the MindSpore one"], differing
+
+
+def test_mindspore_capture_takes_the_optimizer_and_its_settings_from_its_reference(tmp_path):
+    torch_run, ms_run, report = tmp_path / "t", tmp_path / "m", tmp_path / "r.json"
+    assert parity_cli("capture", "--framework", "torch", *TINY, "--optimizer", "adamw", "--lr",
+                      "1e-3", "--betas", "0.8", "0.99", "--out", torch_run).returncode == 0
+    refused = parity_cli("capture", "--framework", "mindspore", *TINY, "--momentum", "0.5",
+                         "--reference", torch_run, "--out", ms_run)
+    assert_one_line_error(refused, "--momentum sets SGD's step, and the optimizer is adamw")
+    process = parity_cli("capture", "--framework", "mindspore", *TINY, "--reference", torch_run,
+                         "--out", ms_run)
+    assert process.returncode == 0, process.stderr
+    config = RunReader.open(ms_run).manifest["config"]
+    assert (config["optimizer"], config["beta1"], config["beta2"], config["lr"]) == \
+        ("adamw", 0.8, 0.99, 1e-3)
+    assert parity_cli("compare", torch_run, ms_run, "--json", report, "--quiet").returncode == 0
 
 
 @pytest.mark.parametrize("option, value, first_kind", [("--lr", "0.5", "update"),

@@ -317,9 +317,26 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_the_captures(tmp
     ("--ms-loss-scale", "inf", "must be a finite number > 0"),
     ("--seed", "-1", "must be an integer between 0 and 2**32 - 1"),
     ("--seed", str(2**32), "must be an integer between 0 and 2**32 - 1"),
+    ("--betas", "0.9 1", "must be at least 0 and below 1"),    # torch refuses β = 1
+    ("--eps", "-0.1", "must be a finite number >= 0"),
+    ("--optimizer", "rmsprop", "invalid choice: 'rmsprop' (choose from 'sgd', 'adam', 'adamw')"),
 ])
 def test_step_settings_out_of_range(option, value, message):
-    assert_one_line_error(parity_cli("run", option, value), f"argument {option}: {message}")
+    assert_one_line_error(parity_cli("run", option, *value.split()),
+                          f"argument {option}: {message}")
+
+
+@pytest.mark.parametrize("settings, message", [
+    (["--betas", "0.8", "0.99"], "--betas sets Adam's and AdamW's step, and the optimizer is sgd: "
+                                 "pass --optimizer adam or adamw, or leave it out"),
+    (["--optimizer", "adam", "--momentum", "0.5", "--nesterov"],
+     "--momentum, --nesterov set SGD's step, and the optimizer is adam: pass --optimizer sgd, "
+     "or leave them out"),
+])
+def test_another_optimizers_settings_are_refused_not_ignored(tmp_path, settings, message):
+    process = parity_cli("run", *TINY, *settings, "--out", tmp_path / "run")
+    assert_one_line_error(process, message)
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("settings", [["--momentum", "0"], ["--dampening", "0.5"]])

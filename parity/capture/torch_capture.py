@@ -25,7 +25,7 @@ from parity.capture.masks import RELU, ReluMasks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.capture.sequential_sums import sequential_kernel_sums
 from parity.capture.spill import SavedTensorSpill
-from parity.config import StepConfig
+from parity.config import OPTIMIZER_STATE, StepConfig
 from parity.errors import SMALLER_BATCH, ParityInputError, first_few
 from parity.models_loader import build_loss
 from parity.resources import peak_resident_bytes
@@ -145,9 +145,21 @@ def _loss_function(config: StepConfig, dtype) -> Callable:
     return loss.to(dtype) if isinstance(loss, torch.nn.Module) else loss
 
 
+def _optimizer(param, config: StepConfig):
+    """torch.optim's SGD, Adam or AdamW of one parameter, as the configuration says."""
+    import torch
+    if config.optimizer == "sgd":
+        return torch.optim.SGD([param], lr=config.lr, momentum=config.momentum,
+                               dampening=config.dampening, weight_decay=config.weight_decay,
+                               nesterov=config.nesterov)
+    adam = torch.optim.Adam if config.optimizer == "adam" else torch.optim.AdamW
+    return adam([param], lr=config.lr, betas=(config.beta1, config.beta2), eps=config.eps,
+                weight_decay=config.weight_decay)
+
+
 def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: StepConfig,
                 record: Callable[..., None], *, hooks: bool = True) -> List[str]:
-    """One SGD step of ``model`` (in its own dtype) from the state ``initial``, every tensor
+    """One optimizer step of ``model`` (in its own dtype) from the state ``initial``, every tensor
     handed to ``record``. Δw is taken against ``initial``: no copy of the weights is made.
     Returns the trainable parameters no gradient reached, which the step left as they were.
 
@@ -179,26 +191,26 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
         for handle in handles:
             handle.remove()
     trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    # torch's SGD skips a parameter no gradient reaches (one this forward does not use): state
-    # the step keeps, recorded as a frozen one is. The MindSpore capture leaves it out too.
+    # torch's optimizers skip a parameter no gradient reaches (one this forward does not use):
+    # state the step keeps, recorded as a frozen one is. The MindSpore capture leaves it out.
     params = [(name, p) for name, p in trainable if p.grad is not None]
     no_gradient = [name for name, p in trainable if p.grad is None]
     for name, param in params:
         record(name, "grad", param.grad.numpy())
-    # SGD steps each parameter on its own (torch's per-tensor loop on CPU): stepped one at a
-    # time, each gradient and momentum buffer is freed once recorded instead of all being held
-    # with the weights (the float64 step's peak at batch 2, 64²). The same bits either way.
+    # SGD and Adam step each parameter on its own (torch's per-tensor loop on CPU): stepped one
+    # at a time, each gradient and its optimizer state is freed once recorded instead of all
+    # being held with the weights (the float64 step's peak at batch 2, 64²). The same bits
+    # either way.
     for name, param in params:
-        optimizer = torch.optim.SGD([param], lr=config.lr, momentum=config.momentum,
-                                    dampening=config.dampening, weight_decay=config.weight_decay,
-                                    nesterov=config.nesterov)
+        optimizer = _optimizer(param, config)
         optimizer.step()
         after = param.detach().numpy()
         record(name, "update", weight_update(after, initial[name]))
         record(name, "weight", after)
-        buffer = optimizer.state[param].get("momentum_buffer")
-        if buffer is not None:
-            record(f"{name}.momentum_buffer", "optimizer_state", buffer.numpy())
+        for state in OPTIMIZER_STATE[config.optimizer]:
+            value = optimizer.state[param].get(state)
+            if value is not None:       # SGD without momentum keeps no buffer
+                record(f"{name}.{state}", "optimizer_state", value.numpy())
         param.grad = None
     # a frozen parameter is state the step keeps, as MindSpore records its own (requires_grad
     # False): a buffer

@@ -18,7 +18,7 @@ from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.settings import settings_cause
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
                                       frozen_on_one_side)
-from parity.config import SHARED_STEP_SETTINGS
+from parity.config import SHARED_STEP_SETTINGS, split_state
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
@@ -654,8 +654,7 @@ def _next_modules_backward(t: RecordInfo, torch_run: RunReader,
 
 def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                   ms_run: RunReader, config: Dict) -> Diagnosis:
-    param = first.name.removesuffix(".momentum_buffer")
-    ms_param = m.name.removesuffix(".momentum_buffer")
+    param, ms_param = split_state(first.name)[0], split_state(m.name)[0]
     t_update, m_update = torch_run.record(param, "update"), ms_run.record(ms_param, "update")
     t_weight, m_grad = torch_run.record(param, "weight"), ms_run.record(ms_param, "grad")
     lr, wd = float(config.get("lr", 0)), float(config.get("weight_decay", 0))
@@ -676,11 +675,23 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
         if scale != 1.0 and own_gradient and optimizer.step_error(
                 ms_run.tensor(m_grad) / np.float32(scale), w0, mu, step_config) <= 1:
             return Diagnosis(cause="loss scale not undone",
-                             detail=f"MindSpore's update of {param} is torch's SGD step of its "
+                             detail=f"MindSpore's update of {param} is torch's "
+                                    f"{optimizer.name(config)} step of its "
                                     f"gradient divided by loss_scale {scale:g}, to float32 "
                                     "rounding: its optimizer unscales a loss that was never "
                                     "scaled (multiply the loss by loss_scale, or leave "
                                     "loss_scale at 1).", confidence="certain")
+        # Adam's update of a gradient far above eps is -lr·sign(g + wd·w) whatever the decay:
+        # the step without it, to rounding, tells
+        undecayed = {**step_config, "weight_decay": 0.0}
+        if config.get("optimizer") == "adam" and wd and own_gradient and optimizer.step_error(
+                ms_run.tensor(m_grad), w0, mu, undecayed) <= 1:
+            return Diagnosis(cause="weight decay skipped on the MindSpore side",
+                             detail=f"{param}'s update is torch's Adam step of MindSpore's own "
+                                    "gradient without weight decay, to float32 rounding: "
+                                    "MindSpore optimizers skip parameters named gamma/beta (and "
+                                    "some set-ups bias) unless told otherwise; torch decays all.",
+                             confidence="likely")
         if np.abs(decay_step).max() > 0 and _close(_median_ratio(decay_step, mu - own), 1.0, 0.1):
             return Diagnosis(cause="weight decay skipped on the MindSpore side",
                              detail=f"{param}'s update differs by exactly {decay_term}: MindSpore "
@@ -697,10 +708,12 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
             return found
     # the update failed the check against torch's step of MindSpore's own gradient
     own_step = optimizer.REASON in first.reason
+    settings = "betas, eps, weight decay (Adam's added to the gradient, AdamW's decoupled)" \
+        if optimizer.is_adam(config) else "momentum, nesterov, dampening, weight decay"
     return Diagnosis(cause="optimizer step differs",
                      detail=f"{'' if own_step else 'gradients match but '}{first.name} · "
-                            f"{first.kind} differs: compare lr, momentum, nesterov, dampening, "
-                            "weight-decay scope and loss scale between the two optimizers.",
+                            f"{first.kind} differs: compare lr, {settings}, its scope and the "
+                            "loss scale between the two optimizers.",
                      confidence="likely" if own_step else "guess")
 
 

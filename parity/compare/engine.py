@@ -25,6 +25,7 @@ from parity.compare.measure import (AnyJob, Helper, Job, Runs, StepCheck, helper
 from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
                                     with_allowance, worst_elements)
 from parity.compare.tolerance import TolerancePolicy
+from parity.config import split_state
 from parity.errors import ParityInputError, first_few
 from parity.records import (DROPPING_OPS, KIND_RANK, PARAM_KINDS, Comparison, Divergence, Meta,
                             RecordInfo, TensorStats, drops_between_layers, module_of)
@@ -32,7 +33,6 @@ from parity.resources import peak_resident_mb
 from parity.result import CheckResult, RecordDetail
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
-OPTIMIZER_SUFFIX = ".momentum_buffer"
 MAX_DETAILED = 40          # failing records that get a histogram and worst elements
 # If fewer than this share of torch parameters are found in the MindSpore capture, the two
 # runs are of different models, and a comparison would be meaningless.
@@ -82,9 +82,10 @@ def _refuse_other_starting_point(torch_run: RunReader, ms_run: RunReader) -> Non
 def _torch_param_name(ms_name: str, param_map: Mapping[str, str]) -> Optional[str]:
     if ms_name in param_map:
         return param_map[ms_name]
-    if ms_name.endswith(OPTIMIZER_SUFFIX):
-        base = param_map.get(ms_name[: -len(OPTIMIZER_SUFFIX)])
-        return base + OPTIMIZER_SUFFIX if base else None
+    param, state = split_state(ms_name)
+    if state:
+        base = param_map.get(param)
+        return base + state if base else None
     return None
 
 
@@ -311,9 +312,7 @@ def _allow_for_flips(plan: List[_Planned], comparisons: List[Comparison],
                                              planned.pair.rank[1])
     judged = []
     for planned, comparison in zip(plan, comparisons):
-        name = comparison.name
-        if name.endswith(OPTIMIZER_SUFFIX):
-            name = name[: -len(OPTIMIZER_SUFFIX)]
+        name = split_state(comparison.name)[0]
         position = earliest[planned.identity] if comparison.kind == "grad" else \
             positions.get(name, -1.0)
         allowance = kinks.allowance(sites, position) \
@@ -360,18 +359,20 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
                           initial[f"{module}.bias"], role, axis)
 
     allowed: Dict[str, float] = {}          # per parameter: the error allowed in its gradient
-    lr = float(config.get("lr", 0.0)) * (1 + float(config.get("momentum", 0.0))
-                                         if config.get("nesterov") else 1.0)
     judged = []
     for planned, comparison in zip(plan, comparisons):
-        param = comparison.name.removesuffix(OPTIMIZER_SUFFIX)
+        param, state = split_state(comparison.name)
         module, _, role = param.rpartition(".")
+        # a gradient error δ is δ in SGD's momentum buffer and lr·δ in its update and updated
+        # weight (its first step is linear in the gradient); (1 - β1)·δ in Adam's exp_avg. What
+        # else Adam makes of the gradient is judged by its step (_judge_steps).
+        scale = _linear_in_gradient(comparison.kind, state, config)
         output = pairs.get(("grad", module, True))
         axis = sums.summed_axis(ops.get(module, ""), role)
         # one number per index of that axis, summed over a batch at least (a LayerNorm over
         # several trailing axes keeps more than one axis: not judged as a sum)
         if comparison.passed or planned.noise is None or not planned.noise.exact_rms \
-                or comparison.kind not in GRADIENT_SIDE \
+                or comparison.kind not in GRADIENT_SIDE or scale is None \
                 or axis is None or output is None \
                 or not output.torch.fp32_noise_rms or not output.torch.exact_rms \
                 or not {f"{module}.weight", f"{module}.bias"} <= set(initial) \
@@ -383,9 +384,6 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
             error = output.torch.fp32_noise_rms / output.torch.exact_rms + flips.get(module, 0.0)
             allowed[param] = sums.allowed_error(terms(torch_run, module, role, axis, "torch"),
                                                 error, axis)
-        # a gradient error δ is δ in the momentum buffer and lr·δ in the update and the
-        # updated weight
-        scale = lr if comparison.kind in ("update", "weight") else 1.0
         allowance = scale * allowed[param] / (
             planned.noise.exact_rms * np.sqrt(np.prod(comparison.shape)))
         comparison = with_allowance(comparison, planned.noise, planned.tolerance,
@@ -398,6 +396,19 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
                 comparison = _failed(comparison, sums.reason(off))
         judged.append(comparison)
     return judged, read
+
+
+def _linear_in_gradient(kind: str, state: str, config: Mapping[str, Any]) -> Optional[float]:
+    """What a gradient-side record of ``kind`` (optimizer ``state``) is the gradient times,
+    or None where the step makes more of it."""
+    if kind == "grad":
+        return 1.0
+    if optimizer.is_adam(config):
+        return 1 - float(config.get("beta1", 0.0)) if state == ".exp_avg" else None
+    if kind in ("update", "weight"):
+        return float(config.get("lr", 0.0)) * (1 + float(config.get("momentum", 0.0))
+                                               if config.get("nesterov") else 1.0)
+    return 1.0
 
 
 def _allow_for_the_logits(plan: List[_Planned], comparisons: List[Comparison],
@@ -424,17 +435,57 @@ def _allow_for_the_logits(plan: List[_Planned], comparisons: List[Comparison],
 
 def _step_checks(plan: List[_Planned], config: Mapping[str, Any],
                  weights: Optional[SafetensorsFile]) -> Dict[int, StepCheck]:
-    """Per update record (by plan index), the check of MindSpore's update against torch's SGD
-    step of MindSpore's own gradient (compare/optimizer.py), where the initial weights, the step
-    settings and that gradient are at hand."""
-    if not {"lr", "momentum", "weight_decay"} <= set(config) or weights is None:
+    """Per update record (by plan index), and Adam's exp_avg_sq, the check of MindSpore's
+    against torch's step of MindSpore's own gradient (compare/optimizer.py), where the initial
+    weights, the step settings and that gradient are at hand."""
+    settings = ("eps", "beta2") if optimizer.is_adam(config) else ("momentum",)
+    if not {"lr", "weight_decay", *settings} <= set(config) or weights is None:
         return {}
     grads = {p.pair.torch.name: p.pair.mindspore for p in plan
              if p.pair.torch.kind == "grad" and not p.pair.torch.attrs.get("activation")}
-    return {index: StepCheck(p.pair.mindspore, grads[p.pair.torch.name], p.pair.torch.name,
-                             dict(config))
-            for index, p in enumerate(plan) if p.pair.torch.kind == "update"
-            and p.pair.torch.name in grads and p.pair.torch.name in weights}
+    checks = {}
+    for index, p in enumerate(plan):
+        param, state = split_state(p.pair.torch.name)
+        if (p.pair.torch.kind == "update" or state == ".exp_avg_sq") \
+                and param in grads and param in weights:
+            checks[index] = StepCheck(p.pair.mindspore, grads[param], param, dict(config))
+    return checks
+
+
+def _judge_steps(plan: List[_Planned], comparisons: List[Comparison],
+                 errors: Mapping[int, float], config: Mapping[str, Any]
+                 ) -> Tuple[List[Comparison], List[str]]:
+    """An update (or Adam's exp_avg_sq) that is not torch's step of MindSpore's own gradient
+    fails. Adam's update, updated weight and exp_avg_sq that differ from torch's more than
+    float32 noise allows pass where that step holds and the parameter's gradient passed: Adam
+    turns a gradient's float32 noise near zero into as much as ±lr (compare/optimizer.py).
+    Also returns the names of the records so passed."""
+    judged = list(comparisons)
+    by_step = {}
+    for index, error in errors.items():
+        param, state = split_state(plan[index].pair.torch.name)
+        what = state.lstrip(".") or "update"
+        by_step[(param, what)] = error
+        if error > 1:
+            judged[index] = _failed(judged[index], optimizer.reason(error, config, what))
+    if not optimizer.is_adam(config):
+        return judged, []
+    grad_passed = {c.name for p, c in zip(plan, comparisons) if c.kind == "grad" and c.passed
+                   and not p.pair.torch.attrs.get("activation")}
+    stepped = []
+    for index, comparison in enumerate(judged):
+        param, state = split_state(comparison.name)
+        what = "exp_avg_sq" if state == ".exp_avg_sq" else \
+            "update" if comparison.kind in ("update", "weight") else None
+        error = by_step.get((param, what))
+        if comparison.passed or error is None or error > 1 or param not in grad_passed \
+                or comparison.nan_torch + comparison.nan_mindspore + comparison.inf_torch \
+                + comparison.inf_mindspore or structure.violation(
+                    plan[index].pair.torch, plan[index].pair.mindspore):
+            continue
+        judged[index] = dataclasses.replace(comparison, passed=True, reason="")
+        stepped.append(f"{comparison.name} · {comparison.kind}")
+    return judged, stepped
 
 
 def _noise_note(noisy: List[Comparison]) -> str:
@@ -476,6 +527,14 @@ def _flip_note(sites: List[kinks.FlipSite], comparisons: List[Comparison]) -> st
                         "their effect is in its float32 error, nothing more is allowed")
     return (f"{units} ReLU unit{'s' if units > 1 else ''} changed sign within float32 noise: "
             f"{where}. {what}")
+
+
+def _adam_note(stepped: List[str], config: Mapping[str, Any]) -> str:
+    return (f"{len(stepped)} record{'s' if len(stepped) > 1 else ''} of {optimizer.name(config)}'s "
+            f"step ({first_few(stepped)}) differ from torch's by more than float32 noise allows "
+            f"and pass: each is torch's {optimizer.name(config)} step of MindSpore's own gradient "
+            "to float32 rounding, and that gradient passed. Adam's first update is nearly "
+            "-lr·sign(gradient): a gradient within float32 noise of zero moves it by up to lr")
 
 
 def _map_entries_naming_no_record(overrides: Mapping[str, str], torch_run: RunReader,
@@ -540,7 +599,8 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     jobs: Dict[Hashable, AnyJob] = {
         index: Job(p.pair.torch, p.pair.mindspore, p.tolerance, p.noise,
                    kink_ops.get(p.identity, "")) for index, p in enumerate(plan) if p.first}
-    steps = _step_checks(plan, torch_run.manifest.get("config", {}), initial)
+    config = torch_run.manifest.get("config", {})
+    steps = _step_checks(plan, config, initial)
     jobs.update({("step", index): check for index, check in steps.items()})
     # the details of the first failing pairs measured here, while their tensors are at hand;
     # not of one an allowance below may pass (a correct ResNet50 run at the default made 61 to
@@ -569,10 +629,8 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     comparisons, read_for_sums = _judge_cancelling_sums(plan, comparisons, torch_run, ms_run,
                                                         initial)
     comparisons = _allow_for_the_logits(plan, comparisons, torch_run, ms_run)
-    for index in steps:
-        error = results[("step", index)].error
-        if error > 1:
-            comparisons[index] = _failed(comparisons[index], optimizer.reason(error))
+    comparisons, stepped = _judge_steps(
+        plan, comparisons, {index: results[("step", index)].error for index in steps}, config)
     compared_bytes += read_at_sites + read_for_sums
     failing = [(p, c) for p, c in zip(plan, comparisons)
                if not c.passed and p.pair.torch.shape == p.pair.mindspore.shape]
@@ -590,6 +648,8 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
                              unmatched)
     notes = _notes(torch_run, ms_run, self_checks, sites, comparisons, policy,
                    forward_overrides or {})
+    if stepped:
+        notes.append(_adam_note(stepped, config))
     return CheckResult(comparisons=tuple(comparisons), first_divergence=divergence,
                        diagnosis=diagnosis, unmatched=unmatched, details=details,
                        meta=_meta(torch_run, ms_run, policy, command, notes),

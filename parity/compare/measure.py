@@ -77,9 +77,10 @@ class Measured:
 
 @dataclass(frozen=True)
 class StepCheck:
-    """Is MindSpore's update torch's SGD step of MindSpore's own gradient (optimizer.py)?"""
+    """Is MindSpore's update (or Adam's exp_avg_sq) that of torch's step of MindSpore's own
+    gradient (optimizer.py)?"""
 
-    update: RecordInfo                # MindSpore's records
+    value: RecordInfo                 # MindSpore's records: its update or exp_avg_sq
     grad: RecordInfo
     weight: str                       # the parameter's key in torch's initial weights
     config: Mapping[str, Any]
@@ -128,11 +129,11 @@ def run_job(runs: Runs, job: AnyJob) -> Tuple[Result, Optional[Tuple[np.ndarray,
 
 
 def check_step(runs: Runs, job: StepCheck) -> StepError:
-    update, grad = runs.mindspore.tensor(job.update), runs.mindspore.tensor(job.grad)
+    value, grad = runs.mindspore.tensor(job.value), runs.mindspore.tensor(job.grad)
     w0 = runs.initial_weights[job.weight]
-    error = optimizer.step_error(grad, w0, update, job.config) \
-        if grad.shape == w0.shape == update.shape else 0.0
-    return StepError(error, grad.nbytes + w0.nbytes + update.nbytes)
+    check = optimizer.step_error if job.value.kind == "update" else optimizer.state_error
+    error = check(grad, w0, value, job.config) if grad.shape == w0.shape == value.shape else 0.0
+    return StepError(error, grad.nbytes + w0.nbytes + value.nbytes)
 
 
 def measure(runs: Runs, job: Job) -> Tuple[Measured, Optional[Tuple[np.ndarray, np.ndarray]]]:
