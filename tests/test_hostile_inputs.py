@@ -123,6 +123,8 @@ def test_a_damaged_manifest_record_is_refused_not_read(tiny_run, tmp_path, of_dt
 @pytest.mark.parametrize("damage, message", [
     (lambda m: m["config"].update(lr="x"), "lr must be a finite number >= 0, got 'x'"),
     (lambda m: m["config"].update(nesterov="no"), "nesterov must be true or false"),
+    (lambda m: m["config"].update(optimizer="rmsprop"),
+     "optimizer must be one of sgd, adam, adamw, got 'rmsprop'"),
     (lambda m: m.update(param_map=None), "param_map is NoneType, not dict"),
     (lambda m: m["param_map"].update({"fc.weight": 5}), "param_map is not names to names"),
     (lambda m: m.update(self_checks={"observer_effect": 3}), "observer_effect is not a table"),
