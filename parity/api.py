@@ -243,6 +243,19 @@ def captures_kept(out: Path) -> str:
             f"{out / 'mindspore'}' compares them)")
 
 
+def _with_betas_split(options: Dict[str, Any]) -> Dict[str, Any]:
+    """torch's ``betas=(b1, b2)`` as the settings beta1 and beta2."""
+    if "betas" not in options:
+        return options
+    betas = options.pop("betas")
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ParityInputError(f"betas in optimizer is a pair (beta1, beta2), as torch's; got "
+                               f"{betas!r}")
+    if {"beta1", "beta2"} & set(options):
+        raise ParityInputError("betas and beta1 or beta2 in optimizer: pass one or the other")
+    return {**options, "beta1": betas[0], "beta2": betas[1]}
+
+
 def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,
           image_size: Optional[int] = None,
           seed: int = 0, inputs: Optional[Tuple[Any, np.ndarray]] = None,
@@ -259,7 +272,8 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,
     seeded synthetic batch of ``batch_size`` × 3 × ``image_size``² is used (default 2 × 3 ×
     224²; with ``inputs`` the two sizes are refused, not ignored).
     ``optimizer`` overrides StepConfig fields (optimizer "sgd", "adam" or "adamw", lr,
-    weight_decay; SGD's momentum, nesterov, dampening; Adam's beta1, beta2, eps ...).
+    weight_decay; SGD's momentum, nesterov, dampening; Adam's betas (or beta1, beta2), eps
+    ...).
     ``torch_loss`` / ``ms_loss`` are "package.module:factory" paths of your losses, as the
     command line's --torch-loss / --ms-loss (default: mean cross entropy).
     Captures go to ``out`` (a temporary directory when None, deleted afterwards).
@@ -279,7 +293,7 @@ def check(torch_model: Any, ms_model: Any, *, batch_size: Optional[int] = None,
     own = dict(batch_size=2 if synthetic and batch_size is None else batch_size,
                image_size=224 if synthetic and image_size is None else image_size, seed=seed,
                torch_loss=torch_loss, ms_loss=ms_loss)
-    options = dict(optimizer or {})
+    options = _with_betas_split(dict(optimizer or {}))
     unknown = set(options) - set(StepConfig.__dataclass_fields__)
     if unknown:
         raise ParityInputError(f"unknown optimizer option(s) {', '.join(sorted(unknown))}")

@@ -1346,6 +1346,8 @@ def test_python_api_refuses_a_setting_given_twice_or_out_of_range():
     with pytest.raises(ParityInputError, match="^beta1, eps set Adam's and AdamW's step, and the "
                                                "optimizer is sgd"):
         parity.check(torch_tiny(), ms_tiny(), optimizer={"eps": 1e-6, "beta1": 0.8})
+    with pytest.raises(ParityInputError, match="betas in optimizer is a pair"):
+        parity.check(torch_tiny(), ms_tiny(), optimizer={"optimizer": "adam", "betas": 0.9})
 
 
 @pytest.mark.parametrize("settings", [{"nesterov": True},
@@ -1404,13 +1406,15 @@ def test_adam_and_adamw_step_on_mindspores_side_as_torchs(optimizer):
     import parity
     from tests.tiny import ms_tiny, torch_tiny
     result = parity.check(torch_tiny(), ms_tiny(), image_size=16,
-                          optimizer={"optimizer": optimizer, **ADAM})
+                          optimizer={"optimizer": optimizer, **ADAM, "betas": (0.85, 0.995)})
     assert result.passed, result.diagnosis
     records = result.records
     states = records[records.kind == "optimizer_state"]
     assert sorted(states.name.str.rpartition(".")[2].unique()) == ["exp_avg", "exp_avg_sq"]
     assert len(states) == 2 * (records.kind == "update").sum() > 0
-    assert result.meta.config["mindspore"]["optimizer"] == optimizer
+    settings = result.meta.config["mindspore"]
+    assert (settings["optimizer"], settings["beta1"], settings["beta2"]) == \
+        (optimizer, 0.85, 0.995)
     assert "mindspore: hooks change nothing" in " ".join(result.meta.notes)
 
 
