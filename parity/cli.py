@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional
 os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is imported
 
 from parity import __version__  # noqa: E402
-from parity.config import (ADAM_SETTINGS, INTEGER_SETTINGS, OPTIMIZERS,  # noqa: E402
-                           SGD_SETTINGS, SHARED_STEP_SETTINGS, WEIGHT_DECAY_SCOPES,
+from parity.config import (ADAM_SETTINGS, INTEGER_SETTINGS, MS_ADAMS,  # noqa: E402
+                           OPTIMIZERS, SGD_SETTINGS, SHARED_STEP_SETTINGS, WEIGHT_DECAY_SCOPES,
                            StepConfig, other_optimizers_settings, out_of_range)
 from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
                            INTERRUPT_NAMES, TRACEBACK_HINT, Interrupted,
@@ -146,6 +146,10 @@ def _add_step_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ms-weight-decay-scope", choices=WEIGHT_DECAY_SCOPES, default="all",
                        help="which MindSpore parameters get weight decay; torch decays all. "
                             "MindSpore's own default skips gamma/beta")
+    group.add_argument("--ms-adam", choices=MS_ADAMS,
+                       help="step MindSpore's side of --optimizer adam/adamw with this "
+                            "optimizer, as your training script does (default: "
+                            "experimental.optim.AdamW, which matches torch's)")
     group.add_argument("--ms-loss-scale", type=_number("ms_loss_scale"), default=1.0,
                        help="MindSpore optimizer loss_scale")
     group.add_argument("--ms-no-scale-loss", action="store_true",
@@ -289,7 +293,7 @@ def step_config(args: argparse.Namespace,
             **shared, torch_loss=args.torch_loss,
             ms_loss=args.ms_loss,
             ms_weight_decay_scope=args.ms_weight_decay_scope, ms_loss_scale=args.ms_loss_scale,
-            ms_scale_loss=not args.ms_no_scale_loss)
+            ms_scale_loss=not args.ms_no_scale_loss, ms_adam=args.ms_adam)
     except ValueError as error:
         raise ParityInputError(str(error)) from None
 

@@ -25,6 +25,9 @@ OPTIMIZER_STATE = {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq"
 OPTIMIZERS = tuple(OPTIMIZER_STATE)
 STATE_SUFFIXES = tuple(sorted({f".{state}" for states in OPTIMIZER_STATE.values()
                                for state in states}))
+# MindSpore's own Adams, which a training script may step with instead of the one parity
+# steps to match torch's (experimental.optim.AdamW): --ms-adam reproduces them
+MS_ADAMS = ("nn.Adam", "nn.AdamWeightDecay")
 SGD_SETTINGS = ("momentum", "nesterov", "dampening")
 ADAM_SETTINGS = ("beta1", "beta2", "eps")
 SEEDS = range(2**32)     # what MindSpore's set_seed takes
@@ -113,6 +116,7 @@ class StepConfig:
     ms_weight_decay_scope: str = "all"
     ms_loss_scale: float = 1.0
     ms_scale_loss: bool = True
+    ms_adam: Optional[str] = None          # one of MS_ADAMS; None: torch's Adam or AdamW
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -134,6 +138,12 @@ class StepConfig:
             if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
             object.__setattr__(self, name, bool(value))
+        if self.ms_adam is not None and self.ms_adam not in MS_ADAMS:
+            raise ValueError(f"ms_adam must be one of {', '.join(MS_ADAMS)}, got "
+                             f"{self.ms_adam!r}")
+        if self.ms_adam is not None and self.optimizer == "sgd":
+            raise ValueError(f"{self.ms_adam} steps MindSpore's side of Adam or AdamW; the "
+                             "optimizer is sgd: choose adam or adamw")
         if self.nesterov and self.optimizer != "sgd":
             raise ValueError(f"Nesterov momentum is SGD's; {self.optimizer} has none")
         if self.nesterov and not (self.momentum > 0 and self.dampening == 0):

@@ -1444,6 +1444,30 @@ def test_a_loss_scale_not_undone_is_named_under_adamw():
         ("update", "loss scale not undone")
 
 
+@pytest.mark.parametrize("optimizer, ms_adam, cause, told", [
+    ("adam", "nn.Adam", "eps before the bias correction", "eps/√(1 − β2) = 3.2e-07"),
+    ("adamw", "nn.Adam", "eps before the bias correction",
+     "with weight decay added to the gradient (Adam's, nn.Adam's) where torch's AdamW"),
+    ("adamw", "nn.AdamWeightDecay", "no bias correction", "(1 − β1)/√(1 − β2) = 3.16 times"),
+    ("adam", "nn.AdamWeightDecay", "no bias correction",
+     "with weight decay decoupled (AdamW's, nn.AdamWeightDecay's) where torch's Adam"),
+])
+def test_mindspores_own_adams_are_named_by_their_step(optimizer, ms_adam, cause, told):
+    """A training script stepping nn.Adam or nn.AdamWeightDecay for torch's Adam or AdamW
+    (--ms-adam) takes another first step; its update is that step of its own gradient to
+    float32 rounding (nn.AdamWeightDecay's with β2 held in float32), which names the convention.
+    Its hook-free rerun starts nn.Adam's powers of the betas from 1 again."""
+    import parity
+    from tests.tiny import ms_tiny, torch_tiny
+    result = parity.check(torch_tiny(), ms_tiny(), image_size=16,
+                          optimizer={"optimizer": optimizer, **ADAM, "ms_adam": ms_adam})
+    assert (result.first_divergence.kind, result.diagnosis.cause) == \
+        ("update", f"MindSpore's Adam differs: {cause}")
+    assert told in result.diagnosis.detail and result.diagnosis.confidence == "certain"
+    assert all(result.records[result.records.kind == "grad"].passed)
+    assert "mindspore: hooks change nothing" in " ".join(result.meta.notes)
+
+
 def test_adams_updates_apart_by_gradient_noise_near_zero_pass_the_correct_port(tmp_path):
     """Adam's first update is nearly -lr·sign(g): a gradient within float32 noise of zero moves
     it by up to lr. The correct ResNet18 port under AdamW, batch 2, 32², had 8 updates and

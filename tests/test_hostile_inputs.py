@@ -334,6 +334,8 @@ def test_step_settings_out_of_range(option, value, message):
     (["--optimizer", "adam", "--momentum", "0.5", "--nesterov"],
      "--momentum, --nesterov set SGD's step, and the optimizer is adam: pass --optimizer sgd, "
      "or leave them out"),
+    (["--ms-adam", "nn.Adam"], "nn.Adam steps MindSpore's side of Adam or AdamW; the optimizer "
+                               "is sgd: choose adam or adamw"),
 ])
 def test_another_optimizers_settings_are_refused_not_ignored(tmp_path, settings, message):
     process = parity_cli("run", *TINY, *settings, "--out", tmp_path / "run")

@@ -211,9 +211,18 @@ def _adamw(decayed: List, kept: List, config: StepConfig):
     MindSpore 2.8.0: 99.3 % of 100,000 first updates bit-equal to torch 2.14.1's, README).
     torch's Adam is it with no decay of its own, _train_step adding wd·w to the gradient as
     torch's does: MindSpore's Adams add eps before the bias correction (nn.Adam,
-    experimental.optim.Adam), and nn.AdamWeightDecay corrects no bias (README, Known limits).
-    It takes no loss scale: _train_step divides the gradients by it, as nn.Momentum does."""
+    experimental.optim.Adam), and nn.AdamWeightDecay corrects no bias (README, Known limits):
+    those two with --ms-adam. None takes the loss scale here: _train_step divides the
+    gradients by it, as nn.Momentum does."""
+    from mindspore import nn
     from mindspore.experimental.optim import AdamW
+    if config.ms_adam:          # MindSpore's own, each decaying as it does (--ms-adam)
+        groups = [{"params": decayed, "weight_decay": config.weight_decay},
+                  {"params": kept, "weight_decay": 0.0}]
+        adam = {"nn.Adam": nn.Adam, "nn.AdamWeightDecay": nn.AdamWeightDecay}[config.ms_adam]
+        return adam([group for group in groups if group["params"]] +
+                    [{"order_params": decayed + kept}], learning_rate=config.lr,
+                    beta1=config.beta1, beta2=config.beta2, eps=config.eps)
     decoupled = config.weight_decay if config.optimizer == "adamw" else 0.0
     groups = [{"params": decayed, "weight_decay": decoupled},
               {"params": kept, "weight_decay": 0.0}]
@@ -229,6 +238,10 @@ def _optimizer_state(optimizer) -> Dict[str, tuple]:
         return {"momentum_buffer": optimizer.accum}
     if isinstance(optimizer, nn.Momentum):
         return {"momentum_buffer": optimizer.moments}
+    if isinstance(optimizer, nn.Adam):
+        return {"exp_avg": optimizer.moment1, "exp_avg_sq": optimizer.moment2}
+    if isinstance(optimizer, nn.AdamWeightDecay):
+        return {"exp_avg": optimizer.moments1, "exp_avg_sq": optimizer.moments2}
     return {"exp_avg": optimizer.exp_avg, "exp_avg_sq": optimizer.exp_avg_sq}
 
 
@@ -342,8 +355,10 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
 
 def _adam_gradients(optimizer, grads: tuple, config: StepConfig) -> tuple:
     """What _adamw steps with: the gradients divided by the optimizer's loss scale (as
-    MindSpore's optimizers take it), and for torch's Adam its weight decay wd·w added."""
-    decayed = _decayed(optimizer.parameters, config) if config.optimizer == "adam" else ()
+    MindSpore's optimizers take it), and for torch's Adam its weight decay wd·w added (MindSpore's
+    own Adams decay as they do)."""
+    coupled = config.optimizer == "adam" and not config.ms_adam
+    decayed = _decayed(optimizer.parameters, config) if coupled else ()
     return tuple(grad / config.ms_loss_scale + config.weight_decay * param
                  if param.name in decayed else grad / config.ms_loss_scale
                  for param, grad in zip(optimizer.parameters, grads))
@@ -409,8 +424,11 @@ def _restore(net, values: Mapping[str, np.ndarray], optimizer=None) -> None:
         for state in (*(s for states in _optimizer_state(optimizer).values() for s in states),
                       *getattr(optimizer, "max_exp_avg_sq", ()), *counted):
             ms.ops.assign(state, ms.ops.zeros_like(state))
-        for first_step in getattr(optimizer, "stat", ()):      # nn.SGD's: 1 until it steps
-            ms.ops.assign(first_step, ms.ops.ones_like(first_step))
+        # nn.SGD's first-step flags and nn.Adam's powers of the betas start at 1
+        for one in (*getattr(optimizer, "stat", ()),
+                    *(getattr(optimizer, power) for power in ("beta1_power", "beta2_power")
+                      if hasattr(optimizer, power))):
+            ms.ops.assign(one, ms.ops.ones_like(one))
 
 
 def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,

@@ -681,6 +681,10 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
                                     "rounding: its optimizer unscales a loss that was never "
                                     "scaled (multiply the loss by loss_scale, or leave "
                                     "loss_scale at 1).", confidence="certain")
+        found = _adam_convention_cause(param, ms_run.tensor(m_grad), w0, mu, step_config) \
+            if optimizer.is_adam(config) and own_gradient else None
+        if found:
+            return found
         # Adam's update of a gradient far above eps is -lr·sign(g + wd·w) whatever the decay:
         # the step without it, to rounding, tells
         undecayed = {**step_config, "weight_decay": 0.0}
@@ -715,6 +719,39 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
                             f"{first.kind} differs: compare lr, {settings}, its scope and the "
                             "loss scale between the two optimizers.",
                      confidence="likely" if own_step else "guess")
+
+
+def _adam_convention_cause(param: str, grad: np.ndarray, w0: np.ndarray, update: np.ndarray,
+                           config: Dict) -> Optional[Diagnosis]:
+    """MindSpore's update that is, to rounding, the step of another Adam than torch's."""
+    found = optimizer.adam_convention(grad, w0, update, config)
+    if found is None:
+        return None
+    convention, coupling = found
+    beta1, beta2 = float(config["beta1"]), float(config["beta2"])
+    what = []
+    if convention == "eps before the bias correction":
+        what.append(f"with eps added before the bias correction, as "
+                    f"{optimizer.ADAM_CONVENTIONS[convention]} do (it acts as eps/√(1 − β2) = "
+                    f"{float(config['eps']) / np.sqrt(1 - beta2):.2g} on the first step, so "
+                    "gradients near it move less than in torch)")
+    elif convention == "no bias correction":
+        what.append(f"without bias correction, as {optimizer.ADAM_CONVENTIONS[convention]} "
+                    f"does (its first update is (1 − β1)/√(1 − β2) = "
+                    f"{(1 - beta1) / np.sqrt(1 - beta2):.3g} times torch's)")
+    if coupling != config["optimizer"]:
+        what.append("with weight decay added to the gradient (Adam's, nn.Adam's) where torch's "
+                    "AdamW decouples it" if coupling == "adam" else
+                    "with weight decay decoupled (AdamW's, nn.AdamWeightDecay's) where torch's "
+                    "Adam adds it to the gradient")
+    cause = f"MindSpore's Adam differs: {convention}" if convention else \
+        "weight decay coupled otherwise"
+    return Diagnosis(cause=cause,
+                     detail=f"MindSpore's update of {param} is torch's {optimizer.name(config)} "
+                            f"step of its gradient {' and '.join(what)}, to float32 rounding. "
+                            "mindspore.experimental.optim.AdamW steps as torch's AdamW (for "
+                            "torch's Adam: its weight_decay 0, wd·w added to the gradient).",
+                     confidence="certain")
 
 
 def _norm_class(op: str) -> str:

@@ -23,7 +23,7 @@ updated weight and v are judged by this check, their gradient by its own compari
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -148,6 +148,47 @@ def state_error(grad: np.ndarray, w0: np.ndarray, exp_avg_sq: np.ndarray,
             off = np.abs(value[block] - factor * step.exp_avg_sq) / allowed
             worst[index] = max(worst[index], float(off.max(initial=0.0)))
     return min(worst)
+
+
+# MindSpore's Adams that take another step than torch's: eps added before the bias correction
+# acts as eps/√(1 - β2) on the first step; without bias correction the step is also
+# (1 - β1)/√(1 - β2) times larger (README, Known limits)
+ADAM_CONVENTIONS = {"eps before the bias correction": "nn.Adam and experimental.optim.Adam",
+                    "no bias correction": "nn.AdamWeightDecay"}
+
+
+def adam_convention(grad: np.ndarray, w0: np.ndarray, update: np.ndarray,
+                    config: Mapping[str, Any]) -> Optional[Tuple[Optional[str], str]]:
+    """The convention (None: torch's) and weight-decay coupling ("adam": added to the
+    gradient, "adamw": decoupled) of the first step MindSpore's update is, to rounding, where it
+    is not torch's; None when no such step is."""
+    ours = config["optimizer"]
+    other = "adamw" if ours == "adam" else "adam"
+    for convention in (None, *ADAM_CONVENTIONS):
+        for coupling in (ours, other):
+            if (convention, coupling) != (None, ours) and step_error(
+                    grad, w0, update, _in_convention(config, convention, coupling)) <= 1:
+                return convention, coupling
+    return None
+
+
+def _in_convention(config: Mapping[str, Any], convention: Optional[str],
+                   coupling: str) -> Dict[str, Any]:
+    """Settings under which torch's first step is that of ``convention`` and ``coupling``; the
+    betas in float32, as MindSpore holds them (without bias correction to undo it, 1 - β2
+    from 0.999 in float32 moved nn.AdamWeightDecay's updates by 6.4e-6, 6 times the rounding
+    allowed)."""
+    lr, wd, eps = (float(config[key]) for key in ("lr", "weight_decay", "eps"))
+    beta1, beta2 = (float(np.float32(config[key])) for key in ("beta1", "beta2"))
+    root = np.sqrt(1 - beta2)
+    settings = {**config, "optimizer": coupling}
+    if convention is not None:
+        settings["eps"] = eps / root
+    if convention == "no bias correction":
+        settings["lr"] = lr * (1 - beta1) / root
+        if coupling == "adamw" and settings["lr"]:      # its decay stays lr·wd·w
+            settings["weight_decay"] = wd * lr / settings["lr"]
+    return settings
 
 
 def reason(error: float, config: Mapping[str, Any], what: str = "update") -> str:
