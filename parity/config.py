@@ -27,7 +27,7 @@ STATE_SUFFIXES = tuple(sorted({f".{state}" for states in OPTIMIZER_STATE.values(
                                for state in states}))
 # MindSpore's own Adams, which a training script may step with instead of the one parity
 # steps to match torch's (experimental.optim.AdamW): --ms-adam reproduces them
-MS_ADAMS = ("nn.Adam", "nn.AdamWeightDecay")
+MS_ADAMS = ("nn.Adam", "nn.AdamWeightDecay", "experimental.optim.Adam")
 SGD_SETTINGS = ("momentum", "nesterov", "dampening")
 ADAM_SETTINGS = ("beta1", "beta2", "eps")
 SEEDS = range(2**32)     # what MindSpore's set_seed takes

@@ -1451,12 +1451,15 @@ def test_a_loss_scale_not_undone_is_named_under_adamw():
     ("adamw", "nn.AdamWeightDecay", "no bias correction", "(1 − β1)/√(1 − β2) = 3.16 times"),
     ("adam", "nn.AdamWeightDecay", "no bias correction",
      "with weight decay decoupled (AdamW's, nn.AdamWeightDecay's) where torch's Adam"),
+    ("adam", "experimental.optim.Adam", "eps before the bias correction",
+     "as nn.Adam and experimental.optim.Adam do"),
 ])
 def test_mindspores_own_adams_are_named_by_their_step(optimizer, ms_adam, cause, told):
-    """A training script stepping nn.Adam or nn.AdamWeightDecay for torch's Adam or AdamW
-    (--ms-adam) takes another first step; its update is that step of its own gradient to
-    float32 rounding (nn.AdamWeightDecay's with β2 held in float32), which names the convention.
-    Its hook-free rerun starts nn.Adam's powers of the betas from 1 again."""
+    """A training script stepping nn.Adam, nn.AdamWeightDecay or experimental.optim.Adam for
+    torch's Adam or AdamW (--ms-adam) takes another first step; its update is that step of its
+    own gradient to float32 rounding (nn.AdamWeightDecay's with β2 held in float32), which
+    names the convention. Its hook-free rerun starts nn.Adam's powers of the betas from 1
+    again."""
     import parity
     from tests.tiny import ms_tiny, torch_tiny
     result = parity.check(torch_tiny(), ms_tiny(), image_size=16,

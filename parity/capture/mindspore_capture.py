@@ -212,22 +212,22 @@ def _adamw(decayed: List, kept: List, config: StepConfig):
     torch's Adam is it with no decay of its own, _train_step adding wd·w to the gradient as
     torch's does: MindSpore's Adams add eps before the bias correction (nn.Adam,
     experimental.optim.Adam), and nn.AdamWeightDecay corrects no bias (README, Known limits):
-    those two with --ms-adam. None takes the loss scale here: _train_step divides the
-    gradients by it, as nn.Momentum does."""
+    each of those three with --ms-adam. None takes the loss scale here: _train_step divides
+    the gradients by it, as nn.Momentum does."""
     from mindspore import nn
-    from mindspore.experimental.optim import AdamW
-    if config.ms_adam:          # MindSpore's own, each decaying as it does (--ms-adam)
-        groups = [{"params": decayed, "weight_decay": config.weight_decay},
-                  {"params": kept, "weight_decay": 0.0}]
-        adam = {"nn.Adam": nn.Adam, "nn.AdamWeightDecay": nn.AdamWeightDecay}[config.ms_adam]
-        return adam([group for group in groups if group["params"]] +
-                    [{"order_params": decayed + kept}], learning_rate=config.lr,
+    from mindspore.experimental.optim import Adam, AdamW
+    # MindSpore's own decay as each does (--ms-adam); AdamW's matches torch's
+    own = config.ms_adam is not None
+    decay = config.weight_decay if own or config.optimizer == "adamw" else 0.0
+    groups = [group for group in ({"params": decayed, "weight_decay": decay},
+                                  {"params": kept, "weight_decay": 0.0}) if group["params"]]
+    if config.ms_adam in ("nn.Adam", "nn.AdamWeightDecay"):
+        adam = nn.Adam if config.ms_adam == "nn.Adam" else nn.AdamWeightDecay
+        return adam([*groups, {"order_params": decayed + kept}], learning_rate=config.lr,
                     beta1=config.beta1, beta2=config.beta2, eps=config.eps)
-    decoupled = config.weight_decay if config.optimizer == "adamw" else 0.0
-    groups = [{"params": decayed, "weight_decay": decoupled},
-              {"params": kept, "weight_decay": 0.0}]
-    return AdamW([group for group in groups if group["params"]], lr=config.lr,
-                 betas=(config.beta1, config.beta2), eps=config.eps, weight_decay=0.0)
+    adam = Adam if config.ms_adam else AdamW
+    return adam(groups, lr=config.lr, betas=(config.beta1, config.beta2), eps=config.eps,
+                weight_decay=0.0)
 
 
 def _optimizer_state(optimizer) -> Dict[str, tuple]:
