@@ -681,21 +681,22 @@ def _update_cause(first: Comparison, t: RecordInfo, m: RecordInfo, torch_run: Ru
                                     "rounding: its optimizer unscales a loss that was never "
                                     "scaled (multiply the loss by loss_scale, or leave "
                                     "loss_scale at 1).", confidence="certain")
-        found = _adam_convention_cause(param, ms_run.tensor(m_grad), w0, mu, step_config) \
-            if optimizer.is_adam(config) and own_gradient else None
-        if found:
-            return found
-        # Adam's update of a gradient far above eps is -lr·sign(g + wd·w) whatever the decay:
-        # the step without it, to rounding, tells
-        undecayed = {**step_config, "weight_decay": 0.0}
-        if config.get("optimizer") == "adam" and wd and own_gradient and optimizer.step_error(
-                ms_run.tensor(m_grad), w0, mu, undecayed) <= 1:
-            return Diagnosis(cause="weight decay skipped on the MindSpore side",
-                             detail=f"{param}'s update is torch's Adam step of MindSpore's own "
-                                    "gradient without weight decay, to float32 rounding: "
-                                    "MindSpore optimizers skip parameters named gamma/beta (and "
-                                    "some set-ups bias) unless told otherwise; torch decays all.",
-                             confidence="likely")
+        if optimizer.is_adam(config) and own_gradient:
+            # Adam's update of a gradient far above eps is -lr·sign(g + wd·w) whatever the
+            # decay, and the step without it, to rounding, tells; before the conventions, one
+            # of which (the decay coupled otherwise) can match it where wd·w is that small
+            undecayed = {**step_config, "weight_decay": 0.0}
+            if wd and optimizer.step_error(ms_run.tensor(m_grad), w0, mu, undecayed) <= 1:
+                return Diagnosis(cause="weight decay skipped on the MindSpore side",
+                                 detail=f"{param}'s update is torch's {optimizer.name(config)} "
+                                        "step of MindSpore's own gradient without weight decay, "
+                                        "to float32 rounding: MindSpore optimizers skip "
+                                        "parameters named gamma/beta (and some set-ups bias) "
+                                        "unless told otherwise; torch decays all.",
+                                 confidence="likely")
+            found = _adam_convention_cause(param, ms_run.tensor(m_grad), w0, mu, step_config)
+            if found:
+                return found
         if np.abs(decay_step).max() > 0 and _close(_median_ratio(decay_step, mu - own), 1.0, 0.1):
             return Diagnosis(cause="weight decay skipped on the MindSpore side",
                              detail=f"{param}'s update differs by exactly {decay_term}: MindSpore "

@@ -161,15 +161,15 @@ def adam_convention(grad: np.ndarray, w0: np.ndarray, update: np.ndarray,
                     config: Mapping[str, Any]) -> Optional[Tuple[Optional[str], str]]:
     """The convention (None: torch's) and weight-decay coupling ("adam": added to the
     gradient, "adamw": decoupled) of the first step MindSpore's update is, to rounding, where it
-    is not torch's; None when no such step is."""
+    is not torch's; None when no such step is, or more than one (where wd·w or eps is below
+    what this update can show, a weight decay skipped on the tiny pair matched two)."""
     ours = config["optimizer"]
     other = "adamw" if ours == "adam" else "adam"
-    for convention in (None, *ADAM_CONVENTIONS):
-        for coupling in (ours, other):
-            if (convention, coupling) != (None, ours) and step_error(
-                    grad, w0, update, _in_convention(config, convention, coupling)) <= 1:
-                return convention, coupling
-    return None
+    matching = [(convention, coupling) for convention in (None, *ADAM_CONVENTIONS)
+                for coupling in (ours, other) if (convention, coupling) != (None, ours)
+                and step_error(grad, w0, update,
+                               _in_convention(config, convention, coupling)) <= 1]
+    return matching[0] if len(matching) == 1 else None
 
 
 def _in_convention(config: Mapping[str, Any], convention: Optional[str],
