@@ -174,7 +174,7 @@ def _name_parameters_by_path(net) -> None:
             param.name = path
 
 
-def _optimizer(net, config: StepConfig, left_out: Collection[str] = ()):
+def _optimizer(net, config: StepConfig, left_out: Collection[str]):
     """nn.Momentum with torch's weight-decay scope by default (MindSpore skips gamma/beta);
     nn.SGD for Nesterov: nn.Momentum(use_nesterov=True) steps plain momentum on the CPU in
     MindSpore 2.7.0 to 2.10.0 (its ApplyMomentum kernel ignores the attribute; measured: a

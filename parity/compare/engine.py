@@ -405,10 +405,7 @@ def _linear_in_gradient(kind: str, state: str, config: Mapping[str, Any]) -> Opt
         return 1.0
     if optimizer.is_adam(config):
         return 1 - float(config.get("beta1", 0.0)) if state == ".exp_avg" else None
-    if kind in ("update", "weight"):
-        return float(config.get("lr", 0.0)) * (1 + float(config.get("momentum", 0.0))
-                                               if config.get("nesterov") else 1.0)
-    return 1.0
+    return -optimizer.sgd_scale(config) if kind in ("update", "weight") else 1.0
 
 
 def _allow_for_the_logits(plan: List[_Planned], comparisons: List[Comparison],
@@ -445,11 +442,21 @@ def _step_checks(plan: List[_Planned], config: Mapping[str, Any],
              if p.pair.torch.kind == "grad" and not p.pair.torch.attrs.get("activation")}
     checks = {}
     for index, p in enumerate(plan):
-        param, state = split_state(p.pair.torch.name)
-        if (p.pair.torch.kind == "update" or state == ".exp_avg_sq") \
-                and param in grads and param in weights:
-            checks[index] = StepCheck(p.pair.mindspore, grads[param], param, dict(config))
+        checked = _checked_step(p.pair.torch.name, p.pair.torch.kind)
+        if checked and p.pair.torch.kind != "weight" and checked[0] in grads \
+                and checked[0] in weights:
+            checks[index] = StepCheck(p.pair.mindspore, grads[checked[0]], checked[0],
+                                      dict(config))
     return checks
+
+
+def _checked_step(name: str, kind: str) -> Optional[Tuple[str, str]]:
+    """The parameter and the step check ("update" or "exp_avg_sq") a record's verdict follows:
+    an update's and updated weight's the update's, Adam's exp_avg_sq its own; None for others."""
+    param, state = split_state(name)
+    if state == ".exp_avg_sq":
+        return param, "exp_avg_sq"
+    return (param, "update") if kind in ("update", "weight") else None
 
 
 def _judge_steps(plan: List[_Planned], comparisons: List[Comparison],
@@ -463,22 +470,19 @@ def _judge_steps(plan: List[_Planned], comparisons: List[Comparison],
     judged = list(comparisons)
     by_step = {}
     for index, error in errors.items():
-        param, state = split_state(plan[index].pair.torch.name)
-        what = state.lstrip(".") or "update"
-        by_step[(param, what)] = error
+        checked = _checked_step(plan[index].pair.torch.name, plan[index].pair.torch.kind)
+        by_step[checked] = error
         if error > 1:
-            judged[index] = _failed(judged[index], optimizer.reason(error, config, what))
+            judged[index] = _failed(judged[index], optimizer.reason(error, config, checked[1]))
     if not optimizer.is_adam(config):
         return judged, []
     grad_passed = {c.name for p, c in zip(plan, comparisons) if c.kind == "grad" and c.passed
                    and not p.pair.torch.attrs.get("activation")}
     stepped = []
     for index, comparison in enumerate(judged):
-        param, state = split_state(comparison.name)
-        what = "exp_avg_sq" if state == ".exp_avg_sq" else \
-            "update" if comparison.kind in ("update", "weight") else None
-        error = by_step.get((param, what))
-        if comparison.passed or error is None or error > 1 or param not in grad_passed \
+        checked = _checked_step(comparison.name, comparison.kind)
+        error = by_step.get(checked)
+        if comparison.passed or error is None or error > 1 or checked[0] not in grad_passed \
                 or comparison.nan_torch + comparison.nan_mindspore + comparison.inf_torch \
                 + comparison.inf_mindspore or structure.violation(
                     plan[index].pair.torch, plan[index].pair.mindspore):

@@ -55,7 +55,7 @@ def torch_step(grad: np.ndarray, w0: np.ndarray, config: Mapping[str, Any]) -> n
     w = np.asarray(w0, np.float64)
     if is_adam(config):
         return _adam(grad, w, config).update
-    return (grad + float(config["weight_decay"]) * w) * _scale(config)
+    return (grad + float(config["weight_decay"]) * w) * sgd_scale(config)
 
 
 class _AdamStep(NamedTuple):
@@ -79,10 +79,10 @@ def _adam(grad: np.ndarray, w: np.ndarray, config: Mapping[str, Any]) -> _AdamSt
                      np.abs(grad) + coupled * np.abs(w))
 
 
-def _scale(config: Mapping[str, Any]) -> float:
-    """Δ = scale · d on the first step."""
-    return -float(config["lr"]) * (1 + float(config["momentum"]) if config.get("nesterov")
-                                   else 1.0)
+def sgd_scale(config: Mapping[str, Any]) -> float:
+    """Δ = scale · d on SGD's first step."""
+    return -float(config.get("lr", 0.0)) * (1 + float(config.get("momentum", 0.0))
+                                            if config.get("nesterov") else 1.0)
 
 
 def step_error(grad: np.ndarray, w0: np.ndarray, update: np.ndarray,
@@ -94,7 +94,7 @@ def step_error(grad: np.ndarray, w0: np.ndarray, update: np.ndarray,
     grad, w0, update = (np.asarray(a).reshape(-1) for a in (grad, w0, update))
     if is_adam(config):
         return _adam_step_error(grad, w0, update, config)
-    scale, decay = _scale(config), float(config["weight_decay"])
+    scale, decay = sgd_scale(config), float(config["weight_decay"])
     work = Workspace.get(np.float64)
     w_all, step_all, off_all = work.a, work.b, work.diff
     worst = 0.0
