@@ -13,7 +13,7 @@ import re
 from collections import OrderedDict
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from parity.records import Alignment, RecordInfo
+from parity.records import CONTAINER_OPS, DROPPING_OPS, Alignment, RecordInfo
 from parity.sketch import sketch_distance
 
 # MindSpore parameter names (BatchNorm's, Embedding's table, PReLU's) -> the PyTorch role they play.
@@ -25,7 +25,9 @@ GENERIC_OP = "module"
 # differs; pad widths given top and bottom first, which transposes a square map's) is still
 # paired when it is the same module, well below any same-shape match: the first divergence is
 # then named where the shape changed, not left unmatched. Outputs that differ only by size-1
-# dimensions (a flatten keeping (2, 8, 1, 1)) stay unmatched.
+# dimensions hold the same values in the same order and are paired as outputs of one shape:
+# mindcv's GlobalAvgPooling returns (N, C) where torch's AdaptiveAvgPool2d returns (N, C, 1, 1),
+# and compare reads the two in torch's shape.
 SHAPE_DIFFERS = 0.25
 
 
@@ -113,20 +115,30 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
                      overrides: Optional[Mapping[str, str]] = None) -> Alignment:
     """Match MindSpore parameters to torch state-dict entries.
 
-    Order of evidence: an explicit override; the same name; the same name once MindSpore's
-    roles are renamed (BatchNorm's gamma -> weight) and torch's weight_norm and spectral_norm
-    parametrizations' are given their older names (weight_g, weight_orig...); then whole
-    modules matched by their (role, layout) signature in order.
+    Order of evidence: an explicit override; the same name and layout; the same name and layout
+    once MindSpore's roles are renamed (BatchNorm's gamma -> weight) and torch's weight_norm and
+    spectral_norm parametrizations' are given their older names (weight_g, weight_orig...);
+    then whole modules matched by their (role, layout) signature in order; then the same name
+    in another layout, which the weight transfer refuses naming both shapes (a port holding
+    torch's nested stem flat names its BatchNorm ``1`` where torch's ``1`` is the next conv:
+    its gamma was given that conv's weight by name); last, what is left on both sides, one to
+    one in order where every pair agrees (_leftovers_in_order).
     """
     torch_names = {older_name(name): name for name, _ in torch_params}
+    torch_layouts = {name: layout(shape) for name, shape in torch_params}
     mapping: Dict[str, str] = {}
-    for ms_name, _ in mindspore_params:
+    misfits: Dict[str, str] = {}        # same name, another layout
+    for ms_name, shape in mindspore_params:
         if overrides and ms_name in overrides:
             mapping[ms_name] = overrides[ms_name]
-        elif ms_name in torch_names:        # a LayerScale's gamma on both sides
-            mapping[ms_name] = torch_names[ms_name]
-        elif torch_role(ms_name) in torch_names:
-            mapping[ms_name] = torch_names[torch_role(ms_name)]
+            continue
+        # the name itself first: a LayerScale's gamma on both sides
+        named = [torch_names[n] for n in (ms_name, torch_role(ms_name)) if n in torch_names]
+        fitting = [name for name in named if torch_layouts[name] == layout(shape)]
+        if fitting:
+            mapping[ms_name] = fitting[0]
+        elif named:
+            misfits[ms_name] = named[0]
     used = set(mapping.values())
     torch_left = _group_by_module([(older_name(n), s) for n, s in torch_params
                                    if n not in used])
@@ -150,10 +162,48 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
         for role, (m_name, _) in m_roles.items():
             mapping[ms_original[m_name]] = torch_names[t_roles[role][0]]
     used = set(mapping.values())
+    for ms_name, torch_name in misfits.items():
+        if ms_name not in mapping and torch_name not in used:
+            mapping[ms_name] = torch_name
+            used.add(torch_name)
+    mapping.update(_leftovers_in_order([p for p in torch_params if p[0] not in used],
+                                       [p for p in mindspore_params if p[0] not in mapping],
+                                       mapping))
+    used = set(mapping.values())
     return Alignment(
         mindspore_to_torch=mapping,
         unmatched_torch=tuple(n for n, _ in torch_params if n not in used),
         unmatched_mindspore=tuple(n for n, _ in mindspore_params if n not in mapping))
+
+
+def _leftovers_in_order(torch_left: Sequence[Tuple[str, Tuple[int, ...]]],
+                        ms_left: Sequence[Tuple[str, Tuple[int, ...]]],
+                        mapping: Mapping[str, str]) -> Dict[str, str]:
+    """The parameters left on each side paired one to one in order, where there are as many
+    on each side, each pair has one layout, and each lies in the module its siblings' mapping
+    says: a role named otherwise on each side (torchvision's ConvNeXt holds each block's layer
+    scale as ``layer_scale`` (C, 1, 1), mindcv's as ``gamma_`` (C,): 18 left on each side).
+    Else nothing: a port missing one parameter is refused naming what is left."""
+    if not torch_left or len(torch_left) != len(ms_left):
+        return {}
+    modules = module_map_from_parameters(mapping)
+    pairs = {}
+    for (torch_name, torch_shape), (ms_name, ms_shape) in zip(torch_left, ms_left):
+        ms_module, torch_module = split_param(ms_name)[0], split_param(torch_name)[0]
+        if layout(torch_shape) != layout(ms_shape) or \
+                not _sibling_modules_agree(ms_module, torch_module, modules):
+            return {}
+        pairs[ms_name] = torch_name
+    return pairs
+
+
+def _sibling_modules_agree(ms_module: str, torch_module: str, modules: Mapping[str, str]) -> bool:
+    """Whether the modules the mapping pairs inside ``ms_module`` lie inside ``torch_module``
+    (true where the mapping pairs none there)."""
+    inside = [theirs for ours, theirs in modules.items()
+              if ours == ms_module or ours.startswith(ms_module + ".")] if ms_module else []
+    return all(theirs == torch_module or theirs.startswith(torch_module + ".")
+               for theirs in inside)
 
 
 def module_map_from_parameters(param_map: Mapping[str, str]) -> Dict[str, str]:
@@ -228,14 +278,16 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     def score(i: int, j: int) -> float:
         t, m, target = torch_sites[i], ms_sites[j], targets[j]
         pinned_here = None if target is None else target in (t.name, t.base) and t.call == m.call
-        if t.shape != m.shape:
+        if t.layout != m.layout:
             same_module = pinned_here if pinned_here is not None else \
                 t.op == m.op != GENERIC_OP and t.normalised == m.normalised and t.call == m.call
-            return SHAPE_DIFFERS if same_module and t.layout != m.layout else 0.0
+            return SHAPE_DIFFERS if same_module else 0.0
         if pinned_here is not None:
             return 10.0 if pinned_here else 0.0
         if t.op == m.op:
             value = 3.0
+        elif "identity" in (t.op, m.op) and {t.op, m.op} - {"identity"} <= set(DROPPING_OPS):
+            value = 2.0       # a dropout of rate 0 written as an Identity (timm's, mindcv's)
         elif GENERIC_OP in (t.op, m.op):
             value = 1.0
         elif t.normalised == m.normalised:
@@ -250,8 +302,42 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
 
     pairs = align_sequences(len(torch_records), len(mindspore_records), score)
     mapping = {mindspore_records[j].name: torch_records[i].name for i, j in pairs}
-    matched_torch = {torch_records[i].name for i, _ in pairs}
+    for ms_name in _containers_ending_apart(mapping, torch_records, mindspore_records):
+        del mapping[ms_name]
+    matched_torch = set(mapping.values())
     return Alignment(
         mindspore_to_torch=mapping,
         unmatched_torch=tuple(r.name for r in torch_records if r.name not in matched_torch),
         unmatched_mindspore=tuple(r.name for r in mindspore_records if r.name not in mapping))
+
+
+def _containers_ending_apart(mapping: Mapping[str, str], torch_records: Sequence[RecordInfo],
+                             mindspore_records: Sequence[RecordInfo]) -> List[str]:
+    """The MindSpore containers paired with torch containers that end at modules which are not
+    each other's pair. A container's output is its last module's, stored once for both names;
+    where the two sides draw the container around other modules, their outputs are of
+    different points in the same computation. torchvision's DenseNet ``features`` ends at its
+    ``norm5`` and applies the ReLU in its forward, mindcv's at a ``relu5`` it holds: the correct
+    port failed at ``features`` ("extra operation in the port"), every record after it passing.
+    The modules inside are compared as they are paired."""
+    torch_ends, ms_ends = _last_modules(torch_records), _last_modules(mindspore_records)
+    return [ms_name for ms_name, torch_name in mapping.items()
+            if ms_name in ms_ends and torch_name in torch_ends
+            and mapping.get(ms_ends[ms_name]) != torch_ends[torch_name]]
+
+
+def _last_modules(records: Sequence[RecordInfo]) -> Dict[str, str]:
+    """Container name -> the module inside it whose output it returns (the same stored tensor),
+    for each container returning one."""
+    stored: Dict[Tuple[str, str], List[RecordInfo]] = {}
+    for record in records:
+        if record.op not in CONTAINER_OPS:
+            stored.setdefault((record.shard, record.key), []).append(record)
+    ends: Dict[str, str] = {}
+    for container in records:
+        prefix = container.name.split("#")[0] + "."
+        inside = [r for r in stored.get((container.shard, container.key), [])
+                  if r.name.startswith(prefix)] if container.op in CONTAINER_OPS else []
+        if inside:
+            ends[container.name] = max(inside, key=lambda r: r.order).name
+    return ends

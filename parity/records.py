@@ -7,7 +7,7 @@ Every record is named by the PyTorch module/parameter path (``layer1.0.conv2``,
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 # The order in which a divergence is looked for: where a bug is, not where it shows.
@@ -19,6 +19,9 @@ PARAM_KINDS = ("grad", "update", "optimizer_state", "weight", "buffer")
 # The op types of modules that drop at random in training: dropout, and stochastic depth
 # (torchvision's StochasticDepth, timm's and mindcv's DropPath), which drops a sample's branch.
 DROPPING_OPS = ("dropout", "droppath")
+# The op types of modules holding others (a user's own module, Sequential, ModuleList, and
+# MindSpore's cells of those names).
+CONTAINER_OPS = ("module", "sequential", "list")
 # Recurrent layers, which drop between their stacked layers at their ``dropout`` rate.
 RECURRENT_OPS = ("lstm", "gru", "rnn")
 
@@ -59,6 +62,15 @@ class RecordInfo:
     # in float64 or back (parity/kinks.py); none at an nn.ReLU, whose float32 units the
     # float64 rerun replays (capture/masks.py)
     fp32_flipped: Optional[Tuple[int, ...]] = None
+    # compare's, never stored: the shape the capture stored the tensor in, where ``shape`` is
+    # the other side's that compare reads it in (viewed_as)
+    stored_shape: Optional[Tuple[int, ...]] = None
+
+    def viewed_as(self, shape: Tuple[int, ...]) -> "RecordInfo":
+        """This record read in another shape of as many values in the same order (its size-1
+        dimensions elsewhere): mindcv's GlobalAvgPooling output (N, C) as torch's
+        AdaptiveAvgPool2d's (N, C, 1, 1)."""
+        return replace(self, shape=tuple(shape), stored_shape=self.stored_shape or self.shape)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "shape": list(self.shape),

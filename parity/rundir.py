@@ -664,11 +664,12 @@ class RunReader:
         if entry is None:
             raise ParityInputError(f"{file} has no tensor for {record.name}; capture again")
         start, end, dtype, shape = entry
-        if (dtype, shape) != (record.dtype, record.shape):
+        stored = record.stored_shape or record.shape
+        if (dtype, shape) != (record.dtype, stored):
             raise ParityInputError(f"{file} holds {record.name} as {dtype} {list(shape)}, its "
-                                   f"manifest says {record.dtype} {list(record.shape)}; "
+                                   f"manifest says {record.dtype} {list(stored)}; "
                                    "capture again")
-        count = math.prod(record.shape)
+        count = math.prod(stored)
         if end - start != count * np.dtype(record.dtype).itemsize:
             raise ParityInputError(f"{file}: {record.name} has {end - start} bytes, its shape "
                                    f"and dtype need {count * np.dtype(record.dtype).itemsize}; "

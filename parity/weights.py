@@ -297,7 +297,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                  if tuple(state_dict[alias].shape) == ms_shapes[name][0]]
         advice = f": torch ties {', '.join(alike)} (one parameter); tie the port's as well" \
             if alike else ""
-        if group and split_param(name)[1] == "gamma":
+        if group and split_param(name)[1] == "gamma" and _torch_holds_beside(name, state_dict):
             advice = f": torch's {split_param(name)[0]} has no weight or bias (a norm built " \
                 "with affine=False or elementwise_affine=False); freeze the port's " \
                 f"{' and '.join(group)} (requires_grad=False) at ones and zeros"
@@ -469,6 +469,15 @@ def _norm_group_torch_lacks(name: str, unmatched: Sequence[str],
                 not any(f"{module}.{torch_role}" in state_dict for torch_role in torch_roles)
             return names if lacks else []
     return []
+
+
+def _torch_holds_beside(name: str, state_dict: Mapping[str, np.ndarray]) -> bool:
+    """Whether torch holds tensors in the module holding ``name``'s module: a norm without
+    weight or bias leaves nothing of its own in the state dict, but its neighbours do. A port of
+    another architecture (mindcv's ShuffleNetV2, whose blocks hold a ``branch_main`` where
+    torchvision's hold ``branch1`` and ``branch2``) was told each of its norms had none."""
+    parent = split_param(split_param(name)[0])[0]
+    return not parent or any(key.startswith(parent + ".") for key in state_dict)
 
 
 def frozen_norm_defaults(net) -> Set[str]:

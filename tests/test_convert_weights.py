@@ -487,3 +487,22 @@ def test_a_starting_point_without_ties_is_written_as_by_earlier_versions():
     earlier = save(arrays, metadata={ORDER_KEY: json.dumps(["b.weight", "a.weight"])})
     assert save_state_dict_bytes(StateDict(arrays)) == earlier
     assert save_state_dict_bytes(StateDict(arrays, {"b.weight": "a.weight"})) != earlier
+
+
+def test_weights_load_under_the_models_own_version_metadata(tmp_path):
+    """torchvision's MNASNet reads its version from the loaded state dict's metadata and
+    refused parity's ("version should be set to 1 or 2 instead of None"): the torch capture,
+    which loads the initial weights again for its observer rerun, stopped, and so did loading
+    --torch-weights. Both load now, under the model's own metadata."""
+    import torch
+    import torchvision
+
+    from parity.capture.torch_capture import _load_weights, _restore
+    saved = torchvision.models.mnasnet0_5(num_classes=10)
+    torch.save(saved.state_dict(), tmp_path / "w.pth")
+    model = torchvision.models.mnasnet0_5(num_classes=10)
+    _load_weights(model, tmp_path / "w.pth")
+    assert torch.equal(model.layers[0].weight, saved.layers[0].weight)
+    other = torchvision.models.mnasnet0_5(num_classes=10)
+    _restore(model, {k: v.numpy() for k, v in other.state_dict().items()})
+    assert torch.equal(model.classifier[1].weight, other.classifier[1].weight)

@@ -752,6 +752,62 @@ def test_a_layernorm_over_other_dimensions_is_named(ms_model, first, cause, name
     _assert_named_at_forward(result, first, cause, named)
 
 
+@pytest.mark.parametrize("torch_model, unmatched", [
+    ("torch_tiny_grouped_stem", {}),
+    ("torch_tiny_dropout", {"torch forward": ("8",), "torch grad": ("8",)})])
+def test_a_container_the_port_lacks_is_compared_as_its_last_module(torch_model, unmatched):
+    """torch holds its stem's conv, BatchNorm and ReLU in a Sequential, as torchvision's
+    Conv2dNormActivation does, and the port holds them flat (as mindcv's MobileNetV2 does
+    torchvision's 35 of them): the Sequential's output and gradient are its ReLU's, compared
+    under the ReLU's name, and not listed as unmatched (they were). A module of its own that
+    the port lacks (a dropout, whose output equals its input here) is still listed."""
+    import parity
+    from tests import tiny
+    result = parity.check(getattr(tiny, torch_model)(), tiny.ms_tiny(), image_size=16)
+    assert result.passed, result.diagnosis
+    assert result.unmatched == unmatched
+
+
+@pytest.mark.parametrize("ms_model", ["ms_relu_in_features", "ms_leaky_relu_in_features"])
+def test_containers_ending_at_modules_not_paired_are_not_compared(ms_model):
+    """torch's ``features`` end at a BatchNorm and its forward applies the ReLU after them (as
+    torchvision's DenseNet does); the port's end at a ReLU cell (as mindcv's DenseNet121 does).
+    The two containers' outputs are of different points of the same computation: they are no
+    pair (the correct port failed at ``features``, "extra operation in the port", and
+    mindcv's DenseNet121 so, every other record passing). What the port's last cell does is
+    still seen where its output is used: a LeakyReLU there fails at the dense layer."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_relu_after_features(), getattr(tiny, ms_model)(),
+                          image_size=16)
+    assert "features" not in set(result.records.name)
+    assert result.unmatched["mindspore forward"] == ("features.2", "features")
+    assert result.passed == (ms_model == "ms_relu_in_features"), result.diagnosis
+    if not result.passed:
+        assert (result.first_divergence.name, result.first_divergence.kind) == ("fc", "forward")
+
+
+@pytest.mark.parametrize("ms_model", ["ms_tiny_pooled_flat", "ms_tiny_pooled_over_channels"])
+def test_a_pooled_output_without_its_size_1_dimensions_is_compared(ms_model):
+    """The port pools as mindcv's GlobalAvgPooling does, to (N, C), where torch's
+    AdaptiveAvgPool2d(1) returns (N, C, 1, 1) and a Flatten follows: the same values in the
+    same order. The pools' outputs and gradients are paired and compared in torch's shape;
+    torch's Flatten, which has no counterpart, is listed. They were left unmatched (mindcv's
+    ResNet50's too): here MindSpore's pool was paired with torch's Flatten, and a pool over the
+    wrong axes was told as "computation between modules differs" at that Flatten."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_tiny(), getattr(tiny, ms_model)(), image_size=16)
+    pooled = result.records[result.records.name == "6"].set_index("kind")
+    assert pooled.loc["forward", "shape"] == (2, 8, 1, 1)
+    assert (pooled.loc["forward", "mindspore_name"], pooled.loc["grad", "mindspore_name"]) == \
+        ("6", "6")
+    assert result.unmatched == {"torch forward": ("7",), "torch grad": ("7",)}
+    assert result.passed == (ms_model == "ms_tiny_pooled_flat"), result.diagnosis
+    if not result.passed:
+        assert (result.first_divergence.name, result.first_divergence.kind) == ("6", "forward")
+
+
 @pytest.mark.parametrize("ms_model", ["ms_flattened", "ms_flattened_channels_last"])
 def test_a_feature_map_flattened_channels_last_is_named(ms_model):
     """The port flattens the conv's output channels-last before its dense layer: the first
@@ -797,6 +853,11 @@ def test_values_in_another_order_are_named(torch_model, ms_model, first, cause, 
     ("ms_drop_path_other_rate", "drop_path", "DropPath rate differs",
      "torch drop_path drops a sample's branch with probability 0.2, MindSpore drop_path with "
      "0.1"),
+    # a rate of 0 written as an Identity, as mindcv's ConvNeXt-T does at its default
+    # drop_path_rate where torchvision's is 0.1: it was paired with nothing
+    ("ms_drop_path_identity", "drop_path", "DropPath rate differs",
+     "torch drop_path drops a sample's branch with probability 0.2, MindSpore drop_path, an "
+     "Identity, with 0"),
 ])
 def test_stochastic_depth_runs_as_identity_and_its_rate_is_compared(ms_model, first, cause,
                                                                      named):

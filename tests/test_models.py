@@ -238,6 +238,13 @@ def test_transfer_takes_the_same_name_first_and_leaves_out_only_what_it_is_told(
                        r"affine=False or elementwise_affine=False\); freeze the port's bn\.gamma "
                        r"and bn\.beta \(requires_grad=False\)"):
         plan_transfer(state_dict, specs)
+    # a port of another architecture: torch holds nothing beside that norm (in its block), and
+    # nothing says it is a norm without weight or bias
+    nested = [(f"block.{name}", shape, dtype) for name, shape, dtype in specs]
+    with pytest.raises(ParityInputError, match=r"block\.bn\.gamma \(8,\) receives no torch "
+                       r"tensor \(missing key\); ") as refused:
+        plan_transfer(state_dict, nested)
+    assert "affine=False" not in str(refused.value)
     # a weights file that lost one running statistic: a missing key, frozen initial values or
     # not (convert-weights wrote such a file without a word)
     del state_dict["bn.running_mean"]

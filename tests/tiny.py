@@ -37,6 +37,13 @@ def torch_tiny() -> tnn.Module:
     return _torch_tiny()
 
 
+def torch_tiny_grouped_stem() -> tnn.Module:
+    """Its first conv, BatchNorm and ReLU in a Sequential of their own, as torchvision's
+    Conv2dNormActivation holds them (ms_tiny, flat, is its port)."""
+    net = _torch_tiny()
+    return tnn.Sequential(tnn.Sequential(*net[:3]), *net[3:])
+
+
 def torch_tiny_frozen() -> tnn.Module:
     """Every parameter frozen: nothing for a training step to train."""
     return _torch_tiny().requires_grad_(False)
@@ -119,13 +126,13 @@ def torch_killed_in_training() -> tnn.Module:
     return _KilledInTraining()
 
 
-def _ms_tiny(final_relu: bool = True, pad_mode: str = "pad", head=()) -> msnn.Cell:
+def _ms_tiny(final_relu: bool = True, pad_mode: str = "pad", head=(), pool=None) -> msnn.Cell:
     padding = 1 if pad_mode == "pad" else 0
     return msnn.SequentialCell([
         msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1), msnn.BatchNorm2d(8, momentum=0.9),
         msnn.ReLU(), msnn.Conv2d(8, 8, 3, stride=2, pad_mode=pad_mode, padding=padding),
         msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU() if final_relu else msnn.Identity(),
-        GlobalAvgPool(), msnn.Flatten(), *head, msnn.Dense(8, 10)])
+        *(pool or [GlobalAvgPool(), msnn.Flatten()]), *head, msnn.Dense(8, 10)])
 
 
 def ms_tiny_dropout() -> msnn.Cell:
@@ -233,6 +240,29 @@ def frozen_stem(model):
 def ms_tiny_same_padding() -> msnn.Cell:
     """The stride-2 conv (cell "3") with pad_mode='same'."""
     return _ms_tiny(pad_mode="same")
+
+
+class GlobalAvgPooling(msnn.Cell):
+    """A mean over space returning (N, C), as mindcv's GlobalAvgPooling does where torch's
+    AdaptiveAvgPool2d(1) returns (N, C, 1, 1): the port needs no Flatten after it. ``axes``
+    (1, 2) means over a channels-last map's height and width, which this one is not."""
+
+    def __init__(self, axes: Tuple[int, int] = (2, 3)) -> None:
+        super().__init__()
+        self.axes = axes
+
+    def construct(self, x):
+        return ops.mean(x, self.axes, keep_dims=False)
+
+
+def ms_tiny_pooled_flat() -> msnn.Cell:
+    return _ms_tiny(pool=[GlobalAvgPooling()])
+
+
+def ms_tiny_pooled_over_channels() -> msnn.Cell:
+    """Its mean taken over axes (1, 2), as over a channels-last (N, H, W, C) map: at 16² the
+    stride-2 conv leaves 8 channels over 8 × 8, so the output keeps its shape."""
+    return _ms_tiny(pool=[GlobalAvgPooling((1, 2))])
 
 
 # A conv net whose layers' MindSpore defaults differ from torch's: nn.Conv2d (pad_mode 'same',
@@ -497,6 +527,44 @@ class _MsFlattened(msnn.Cell):
         return self.fc(y.reshape(y.shape[0], -1))
 
 
+# A conv net whose ``features`` end at a BatchNorm, its ReLU applied in the forward after them,
+# as torchvision's DenseNet does; its port holds the ReLU as the last cell of its features, as
+# mindcv's DenseNet does. One variant's last cell is a LeakyReLU.
+class _TorchReluAfterFeatures(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = tnn.Sequential(tnn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False),
+                                       tnn.BatchNorm2d(8))
+        self.fc = tnn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(tnn.functional.relu(self.features(x)).mean((2, 3)))
+
+
+class _MsReluInFeatures(msnn.Cell):
+    def __init__(self, activation: msnn.Cell) -> None:
+        super().__init__()
+        self.features = msnn.SequentialCell([
+            msnn.Conv2d(3, 8, 3, stride=2, pad_mode="pad", padding=1),
+            msnn.BatchNorm2d(8, momentum=0.9), activation])
+        self.fc = msnn.Dense(8, 10)
+
+    def construct(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+def torch_relu_after_features() -> tnn.Module:
+    return _TorchReluAfterFeatures()
+
+
+def ms_relu_in_features() -> msnn.Cell:
+    return _MsReluInFeatures(msnn.ReLU())
+
+
+def ms_leaky_relu_in_features() -> msnn.Cell:
+    return _MsReluInFeatures(msnn.LeakyReLU(0.2))
+
+
 def torch_flattened() -> tnn.Module:
     return _TorchFlattened()
 
@@ -634,7 +702,8 @@ class _MsDropPath(msnn.Cell):
         super().__init__()
         self.stem = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
         self.conv = msnn.Conv2d(8, 8, 3, pad_mode="pad", padding=1, has_bias=True)
-        self.drop_path = DropPath(drop_prob)
+        # as mindcv and timm write it
+        self.drop_path = DropPath(drop_prob) if drop_prob > 0 else msnn.Identity()
         self.scale = _Twos()
         self.fc = msnn.Dense(8, 10)
 
@@ -653,6 +722,11 @@ def ms_drop_path() -> msnn.Cell:
 
 def ms_drop_path_other_rate() -> msnn.Cell:
     return _MsDropPath(0.1)
+
+
+def ms_drop_path_identity() -> msnn.Cell:
+    """A rate of 0: an Identity cell."""
+    return _MsDropPath(0.0)
 
 
 # A net with a square projection, and ports of it as a dense cell of their own: one computes

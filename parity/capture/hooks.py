@@ -30,6 +30,7 @@ OPS = {
     "MaxPool2d": "maxpool2d", "AvgPool2d": "avgpool2d", "MaxPool3d": "maxpool3d",
     "AvgPool3d": "avgpool3d", "AdaptiveAvgPool3d": "adaptiveavgpool3d",
     "AdaptiveAvgPool2d": "globalavgpool", "GlobalAvgPool": "globalavgpool",
+    "GlobalAvgPooling": "globalavgpool",                      # mindcv's
     "Linear": "dense", "Dense": "dense", "Flatten": "flatten", "Dropout": "dropout",
     "Dropout1d": "dropout", "Dropout2d": "dropout", "Dropout3d": "dropout",
     "DropoutExt": "dropout", "Dropout2dExt": "dropout", "AlphaDropout": "dropout",

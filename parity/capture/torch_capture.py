@@ -6,7 +6,7 @@ import ctypes
 import math
 import platform
 import warnings
-from collections import Counter
+from collections import Counter, OrderedDict
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
@@ -77,12 +77,17 @@ def _load_weights(model, path: Path) -> None:
         hint = class_count_hint(list(misfits.values())) if not (missing or extra) else ""
         raise ParityInputError(f"{path} does not fit the torch model: {' | '.join(parts)}"
                                f"{'. ' + hint if hint else ''}")
-    model.load_state_dict(state_dict, strict=True)
+    _restore(model, arrays)
 
 
 def _restore(model, state: Mapping[str, np.ndarray]) -> None:
+    """Load these arrays into the model, under the model's own version metadata (which module
+    code wrote each entry): torchvision's MNASNet refuses a state dict without it ("version
+    should be set to 1 or 2 instead of None"), and a file's own is not kept."""
     import torch
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    tensors = OrderedDict((k, torch.from_numpy(v)) for k, v in state.items())
+    tensors._metadata = getattr(model.state_dict(), "_metadata", OrderedDict())
+    model.load_state_dict(tensors, strict=True)
 
 
 def _infer_num_classes(model, inputs: Tuple[np.ndarray, ...]) -> int:

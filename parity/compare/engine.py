@@ -12,12 +12,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Set,
+                    Tuple)
 
 import numpy as np
 
 from parity import kinks
-from parity.align import align_forward
+from parity.align import align_forward, layout
 from parity.compare import loss, optimizer, structure, sums
 from parity.compare.diagnosis import diagnose, step_settings_differ
 from parity.compare.measure import (AnyJob, Helper, Job, Runs, StepCheck, helper_for,
@@ -27,8 +28,9 @@ from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
 from parity.compare.tolerance import TolerancePolicy
 from parity.config import split_state
 from parity.errors import ParityInputError, first_few
-from parity.records import (DROPPING_OPS, KIND_RANK, PARAM_KINDS, Comparison, Divergence, Meta,
-                            RecordInfo, TensorStats, drops_between_layers, module_of)
+from parity.records import (CONTAINER_OPS, DROPPING_OPS, KIND_RANK, PARAM_KINDS, Comparison,
+                            Divergence, Meta, RecordInfo, TensorStats, drops_between_layers,
+                            module_of)
 from parity.resources import peak_resident_mb
 from parity.result import CheckResult, RecordDetail
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
@@ -127,6 +129,8 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
 
     pairs: List[Pair] = []
     unmatched: Dict[str, Tuple[str, ...]] = {}
+    containers = {side: {r.name for r in by_kind.get("forward", []) if r.op in CONTAINER_OPS}
+                  for side, by_kind in (("torch", torch_by_kind), ("mindspore", ms_by_kind))}
     for kind, torch_records in torch_by_kind.items():
         by_torch_name = {t: m for m, t in mapping.get(kind, {}).items()}
         ms_records = {r.name: r for r in ms_by_kind.get(kind, [])}
@@ -136,13 +140,19 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
             ms_name = by_torch_name.get(record.name)
             if ms_name is None or ms_name not in ms_records:
                 continue
-            pairs.append(Pair(record, ms_records[ms_name],
+            pairs.append(Pair(record, _in_torch_shape(ms_records[ms_name], record),
                               (KIND_RANK[kind], positions[record.name])))
         matched_torch = set(by_torch_name) & {r.name for r in torch_records}
-        missing_torch = tuple(r.name for r in torch_records if r.name not in matched_torch)
+        compared = {side: {(getattr(p, side).shard, getattr(p, side).key) for p in pairs
+                           if p.torch.kind == kind} for side in ("torch", "mindspore")}
+        missing_torch = tuple(r.name for r in torch_records if r.name not in matched_torch
+                              and not _compared_container(r, containers["torch"],
+                                                          compared["torch"]))
         # no torch name, or a torch name torch recorded nothing under
         missing_ms = tuple(r.name for r in ms_by_kind.get(kind, [])
-                           if mapping.get(kind, {}).get(r.name) not in matched_torch)
+                           if mapping.get(kind, {}).get(r.name) not in matched_torch
+                           and not _compared_container(r, containers["mindspore"],
+                                                       compared["mindspore"]))
         if missing_torch:
             unmatched[f"torch {kind}"] = missing_torch
         if missing_ms:
@@ -158,6 +168,24 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
                 del unmatched[key]
     pairs.sort(key=lambda p: p.rank)
     return pairs, unmatched
+
+
+def _compared_container(record: RecordInfo, containers: Set[str],
+                        compared: Set[Tuple[str, str]]) -> bool:
+    """Whether ``record`` is a container's output (or gradient) stored as a compared record's
+    tensor. A capture stores a tensor once for all its names, and a container's output is its
+    last module's (torchvision's Conv2dNormActivation's is its ReLU6's): a container the other
+    side has no counterpart for is compared all the same, under that module's name."""
+    return record.name in containers and (record.shard, record.key) in compared
+
+
+def _in_torch_shape(ms_record: RecordInfo, torch_record: RecordInfo) -> RecordInfo:
+    """MindSpore's record, read in torch's shape where the two hold as many values in the same
+    order (align.py pairs such outputs); as it is otherwise."""
+    if ms_record.shape != torch_record.shape and \
+            layout(ms_record.shape) == layout(torch_record.shape):
+        return ms_record.viewed_as(torch_record.shape)
+    return ms_record
 
 
 def _trained_on_one_side(torch_by_kind: Dict[str, List[RecordInfo]],

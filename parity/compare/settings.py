@@ -12,7 +12,8 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from parity.compare.structure import (batch_statistics_in_eval_on_torch_only,
-                                      different_drop_rates, different_operations, op_family)
+                                      different_drop_rates, different_gelu_forms,
+                                      different_operations, dropping_op, op_family)
 from parity.records import Diagnosis, RecordInfo, module_of
 
 NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
@@ -32,12 +33,13 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
         m = dataclasses.replace(m, attrs=_in_one_dimension(m.attrs))
     ta, ma = t.attrs, m.attrs
     rates = different_drop_rates(t, m)
-    if rates is not None and t.op == "droppath":
+    if rates is not None and dropping_op(t, m) == "droppath":
+        t_is, m_is = (", an Identity," if r.op == "identity" else "" for r in (t, m))
         return Diagnosis(cause="DropPath rate differs",
-                         detail=f"torch {t.name} drops a sample's branch with probability "
-                                f"{rates[0]:g}, MindSpore {m.name} with {rates[1]:g} (stochastic "
-                                "depth runs as identity in both captures, so only its rate can "
-                                "differ here).", confidence="certain")
+                         detail=f"torch {t.name}{t_is} drops a sample's branch with probability "
+                                f"{rates[0]:g}, MindSpore {m.name}{m_is} with {rates[1]:g} "
+                                "(stochastic depth runs as identity in both captures, so only "
+                                "its rate can differ here).", confidence="certain")
     if rates is not None and t.op in SEQUENCE_OPS:
         return Diagnosis(cause=f"{SEQUENCE_OPS[t.op]} dropout differs",
                          detail=f"torch {module_of(t.name)} drops {rates[0]:g} of each stacked "
@@ -47,7 +49,7 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                          confidence="certain")
     if rates is not None:
         keep_prob = " MindSpore's nn.Dropout takes keep_prob as its first argument: write " \
-            f"nn.Dropout(p={rates[0]:g})." if "p" not in ma else ""
+            f"nn.Dropout(p={rates[0]:g})." if "p" not in ma and m.op == "dropout" else ""
         return Diagnosis(cause="Dropout rate differs",
                          detail=f"torch {t.name} drops {rates[0]:g} of its inputs, MindSpore "
                                 f"{m.name} {rates[1]:g}.{keep_prob}", confidence="certain")
@@ -58,8 +60,8 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                 "use the same operation. One batch through random initial "
                                 f"weights need not show the difference{example}.",
                          confidence="certain")
-    forms = _gelu_form(ta.get("approximate")), _gelu_form(ma.get("approximate"))
-    if t.op == m.op == "gelu" and None not in forms and forms[0] != forms[1]:
+    forms = different_gelu_forms(t, m)
+    if forms is not None:
         return Diagnosis(cause="GELU approximation differs",
                          detail=f"torch {t.name} computes GELU with approximate='{forms[0]}', "
                                 f"MindSpore {m.name} with '{forms[1]}' (MindSpore's nn.GELU "
@@ -322,13 +324,6 @@ def _ms_transposed_crops(attrs: Dict, mode: str) -> Optional[Tuple[int, ...]]:
         total = max(dilation * (kernel - 1) + 1 - stride, 0)
         crops += (total // 2, total - total // 2)
     return crops
-
-
-def _gelu_form(approximate) -> Optional[str]:
-    """'tanh' or 'none' from either framework's setting (MindSpore: True/False, or the string)."""
-    if isinstance(approximate, bool):
-        return "tanh" if approximate else "none"
-    return str(approximate).lower() if approximate is not None else None
 
 
 def _as_pair(value) -> Tuple:
