@@ -768,6 +768,25 @@ def test_a_container_the_port_lacks_is_compared_as_its_last_module(torch_model, 
     assert result.unmatched == unmatched
 
 
+@pytest.mark.parametrize("ms_model", ["ms_silu_as_swish", "ms_silu_as_swish_of_2x"])
+def test_the_cells_a_port_computes_one_torch_module_with_are_not_listed(ms_model):
+    """The port computes torch's SiLU as mindcv's Swish does, x times the output of a Sigmoid
+    cell it holds: the Swish is paired with the SiLU, and the Sigmoid inside it, the port's way
+    of computing that one module, is not listed as unmatched (mindcv's EfficientNet-B0 listed
+    49 such Sigmoids, and its Swish cells were paired with torchvision's containers). A Swish
+    computing otherwise fails there (it was told "extra operation in the port: MindSpore runs
+    2.sigmoid")."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_silu(), getattr(tiny, ms_model)(), image_size=16)
+    assert result.records.set_index(["name", "kind"]).loc[("2", "forward"),
+                                                          "mindspore_name"] == "2"
+    assert result.unmatched == {}
+    assert result.passed == (ms_model == "ms_silu_as_swish"), result.diagnosis
+    if not result.passed:
+        assert (result.first_divergence.name, result.first_divergence.kind) == ("2", "forward")
+
+
 @pytest.mark.parametrize("ms_model", ["ms_relu_in_features", "ms_leaky_relu_in_features"])
 def test_containers_ending_at_modules_not_paired_are_not_compared(ms_model):
     """torch's ``features`` end at a BatchNorm and its forward applies the ReLU after them (as

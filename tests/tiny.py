@@ -527,6 +527,38 @@ class _MsFlattened(msnn.Cell):
         return self.fc(y.reshape(y.shape[0], -1))
 
 
+# A conv net with a SiLU, and its port computing it as mindcv's Swish does: a cell multiplying
+# by the output of a Sigmoid cell it holds. One variant's Swish takes sigmoid(2x).
+def torch_silu() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False),
+                          tnn.BatchNorm2d(8), tnn.SiLU(), tnn.AdaptiveAvgPool2d(1),
+                          tnn.Flatten(), tnn.Linear(8, 10))
+
+
+class Swish(msnn.Cell):
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.sigmoid = msnn.Sigmoid()
+        self.scale = scale
+
+    def construct(self, x):
+        return x * self.sigmoid(self.scale * x)
+
+
+def _ms_silu(swish: msnn.Cell) -> msnn.Cell:
+    return msnn.SequentialCell([msnn.Conv2d(3, 8, 3, stride=2, pad_mode="pad", padding=1),
+                                msnn.BatchNorm2d(8, momentum=0.9), swish, GlobalAvgPool(),
+                                msnn.Flatten(), msnn.Dense(8, 10)])
+
+
+def ms_silu_as_swish() -> msnn.Cell:
+    return _ms_silu(Swish())
+
+
+def ms_silu_as_swish_of_2x() -> msnn.Cell:
+    return _ms_silu(Swish(2.0))
+
+
 # A conv net whose ``features`` end at a BatchNorm, its ReLU applied in the forward after them,
 # as torchvision's DenseNet does; its port holds the ReLU as the last cell of its features, as
 # mindcv's DenseNet does. One variant's last cell is a LeakyReLU.

@@ -22,6 +22,7 @@ OPS = {
     "FrozenBatchNorm2d": "batchnorm2d",
     "GroupNorm": "groupnorm",
     "ReLU": "relu", "ReLU6": "relu6", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid",
+    "Swish": "silu",                                          # mindcv's, x · sigmoid(x)
     "Tanh": "tanh", "Softmax": "softmax", "LogSoftmax": "logsoftmax", "LeakyReLU": "leakyrelu",
     "SELU": "selu", "SeLU": "selu", "Hardswish": "hardswish", "HSwish": "hardswish",
     "Hardsigmoid": "hardsigmoid", "HSigmoid": "hardsigmoid", "ELU": "elu",
