@@ -153,7 +153,7 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
                            if mapping.get(kind, {}).get(r.name) not in matched_torch
                            and not _compared_container(r, containers["mindspore"],
                                                        compared["mindspore"])
-                           and not _inside_a_leaf(r.name, mapping["forward"], torch_by_kind))
+                           and not _inside_a_leaf(r, mapping["forward"], torch_by_kind))
         if missing_torch:
             unmatched[f"torch {kind}"] = missing_torch
         if missing_ms:
@@ -180,13 +180,16 @@ def _compared_container(record: RecordInfo, containers: Set[str],
     return record.name in containers and (record.shard, record.key) in compared
 
 
-def _inside_a_leaf(ms_name: str, forward: Mapping[str, str],
+def _inside_a_leaf(record: RecordInfo, forward: Mapping[str, str],
                    torch_by_kind: Mapping[str, List[RecordInfo]]) -> bool:
-    """Whether ``ms_name`` is recorded inside a MindSpore cell paired with a torch module that
-    records nothing inside it: the port's way of computing that one module (mindcv's Swish, a
-    cell multiplying by the output of a Sigmoid cell it holds, for torch's SiLU), compared as
-    that cell's output. Listed, those Sigmoids were 49 unmatched records of EfficientNet-B0."""
-    parts = ms_name.split("#")[0].split(".")
+    """Whether ``record`` is a cell's output (or its gradient) inside a MindSpore cell paired
+    with a torch module that records nothing inside it: the port's way of computing that one
+    module (mindcv's Swish, a cell multiplying by the output of a Sigmoid cell it holds, for
+    torch's SiLU), compared as that cell's output. Listed, those Sigmoids were 49 unmatched
+    records of EfficientNet-B0. A parameter's records are its own."""
+    if record.kind != "forward" and not record.attrs.get("activation"):
+        return False
+    parts = record.name.split("#")[0].split(".")
     torch_names = {r.name.split("#")[0] for r in torch_by_kind.get("forward", [])}
     for end in range(len(parts) - 1, 0, -1):
         torch_module = forward.get(".".join(parts[:end]))
