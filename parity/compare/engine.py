@@ -131,6 +131,8 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
     unmatched: Dict[str, Tuple[str, ...]] = {}
     containers = {side: {r.name for r in by_kind.get("forward", []) if r.op in CONTAINER_OPS}
                   for side, by_kind in (("torch", torch_by_kind), ("mindspore", ms_by_kind))}
+    computing_leaves = _computing_a_leaf(ms_by_kind.get("forward", []), mapping["forward"],
+                                         torch_by_kind.get("forward", []))
     for kind, torch_records in torch_by_kind.items():
         by_torch_name = {t: m for m, t in mapping.get(kind, {}).items()}
         ms_records = {r.name: r for r in ms_by_kind.get(kind, [])}
@@ -153,7 +155,8 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
                            if mapping.get(kind, {}).get(r.name) not in matched_torch
                            and not _compared_container(r, containers["mindspore"],
                                                        compared["mindspore"])
-                           and not _inside_a_leaf(r, mapping["forward"], torch_by_kind))
+                           and not (r.name in computing_leaves and
+                                    (kind == "forward" or r.attrs.get("activation"))))
         if missing_torch:
             unmatched[f"torch {kind}"] = missing_torch
         if missing_ms:
@@ -180,23 +183,27 @@ def _compared_container(record: RecordInfo, containers: Set[str],
     return record.name in containers and (record.shard, record.key) in compared
 
 
-def _inside_a_leaf(record: RecordInfo, forward: Mapping[str, str],
-                   torch_by_kind: Mapping[str, List[RecordInfo]]) -> bool:
-    """Whether ``record`` is a cell's output (or its gradient) inside a MindSpore cell paired
-    with a torch module that records nothing inside it: the port's way of computing that one
-    module (mindcv's Swish, a cell multiplying by the output of a Sigmoid cell it holds, for
-    torch's SiLU), compared as that cell's output. Listed, those Sigmoids were 49 unmatched
-    records of EfficientNet-B0. A parameter's records are its own."""
-    if record.kind != "forward" and not record.attrs.get("activation"):
-        return False
-    parts = record.name.split("#")[0].split(".")
-    torch_names = {r.name.split("#")[0] for r in torch_by_kind.get("forward", [])}
-    for end in range(len(parts) - 1, 0, -1):
-        torch_module = forward.get(".".join(parts[:end]))
-        if torch_module is not None:
-            torch_module = torch_module.split("#")[0]
-            return not any(name.startswith(torch_module + ".") for name in torch_names)
-    return False
+def _computing_a_leaf(ms_forward: Sequence[RecordInfo], forward: Mapping[str, str],
+                     torch_forward: Sequence[RecordInfo]) -> Set[str]:
+    """The MindSpore cells recorded inside a cell paired with a torch module that records
+    nothing inside it, before that cell's output: the port's way of computing that one module
+    (mindcv's Swish, a cell multiplying by the output of a Sigmoid cell it holds, for torch's
+    SiLU), compared as that cell's output. Listed, those Sigmoids were 49 unmatched records of
+    EfficientNet-B0. A cell recorded after it (nn.Dense's activation, recorded apart from the
+    layer's output before it) is an operation of its own."""
+    torch_names = {r.name.split("#")[0] for r in torch_forward}
+    orders = {r.name: r.order for r in ms_forward}
+    inner = set()
+    for record in ms_forward:
+        parts = record.name.split("#")[0].split(".")
+        cell = next((".".join(parts[:end]) for end in range(len(parts) - 1, 0, -1)
+                     if ".".join(parts[:end]) in forward), None)
+        if cell is None or record.order > orders.get(cell, -1):
+            continue
+        torch_module = forward[cell].split("#")[0]
+        if not any(name.startswith(torch_module + ".") for name in torch_names):
+            inner.add(record.name)
+    return inner
 
 
 def _in_torch_shape(ms_record: RecordInfo, torch_record: RecordInfo) -> RecordInfo:
