@@ -191,17 +191,17 @@ def _computing_a_leaf(ms_forward: Sequence[RecordInfo], forward: Mapping[str, st
     SiLU), compared as that cell's output. Listed, those Sigmoids were 49 unmatched records of
     EfficientNet-B0. A cell recorded after it (nn.Dense's activation, recorded apart from the
     layer's output before it) is an operation of its own."""
-    torch_names = {r.name.split("#")[0] for r in torch_forward}
+    holding = {".".join(parts[:end]) for parts in (r.name.split("#")[0].split(".")
+                                                   for r in torch_forward)
+               for end in range(1, len(parts))}          # torch modules recording inside
     orders = {r.name: r.order for r in ms_forward}
     inner = set()
     for record in ms_forward:
         parts = record.name.split("#")[0].split(".")
         cell = next((".".join(parts[:end]) for end in range(len(parts) - 1, 0, -1)
                      if ".".join(parts[:end]) in forward), None)
-        if cell is None or record.order > orders.get(cell, -1):
-            continue
-        torch_module = forward[cell].split("#")[0]
-        if not any(name.startswith(torch_module + ".") for name in torch_names):
+        if cell is not None and record.order < orders.get(cell, -1) and \
+                forward[cell].split("#")[0] not in holding:
             inner.add(record.name)
     return inner
 
