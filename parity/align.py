@@ -13,7 +13,7 @@ import re
 from collections import OrderedDict
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from parity.records import CONTAINER_OPS, DROPPING_OPS, Alignment, RecordInfo
+from parity.records import CONTAINER_OPS, Alignment, RecordInfo, dropping_for_identity
 from parity.sketch import sketch_distance
 
 # MindSpore parameter names (BatchNorm's, Embedding's table, PReLU's) -> the PyTorch role they play.
@@ -286,8 +286,8 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
             return 10.0 if pinned_here else 0.0
         if t.op == m.op:
             value = 3.0
-        elif "identity" in (t.op, m.op) and {t.op, m.op} - {"identity"} <= set(DROPPING_OPS):
-            value = 2.0       # a dropout of rate 0 written as an Identity (timm's, mindcv's)
+        elif dropping_for_identity(t.op, m.op):
+            value = 2.0
         elif GENERIC_OP in (t.op, m.op):
             value = 1.0
         elif t.normalised == m.normalised:

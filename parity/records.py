@@ -32,6 +32,14 @@ def module_of(record_name: str) -> str:
     return re.sub(r"\.out\d+$", "", record_name)
 
 
+def dropping_for_identity(op: str, other: str) -> Optional[str]:
+    """The dropping op of two op types where one is an Identity: a rate of 0 as timm and mindcv
+    write it (``DropPath(p) if p > 0 else Identity()``); else None."""
+    ops = {op, other}
+    return (ops - {"identity"}).pop() if "identity" in ops and len(ops) == 2 and \
+        ops - {"identity"} <= set(DROPPING_OPS) else None
+
+
 def drops_between_layers(op: str, attrs: Mapping[str, Any]) -> bool:
     """Whether a module is a recurrent layer dropping at random between its stacked layers."""
     rate = attrs.get("dropout")

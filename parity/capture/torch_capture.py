@@ -49,7 +49,6 @@ def refuse_map_names_not_in_model(model, overrides: Mapping[str, str]) -> None:
 
 
 def _load_weights(model, path: Path) -> None:
-    import torch
     arrays = load_state_dict(path)
     expected = model.state_dict()
     inner = without_prefix(arrays, outer_prefix(arrays))    # DataParallel's "module.", ...
@@ -63,11 +62,10 @@ def _load_weights(model, path: Path) -> None:
         elif alias in arrays and not same_bytes(arrays[alias], arrays[key]):   # NaN == NaN
             raise ParityInputError(f"{path}: {alias} and {key} differ, but the torch model ties "
                                    "them (one parameter): are these weights of an untied model?")
-    state_dict = {k: torch.from_numpy(v) for k, v in arrays.items()}
-    missing = [k for k in expected if k not in state_dict]
-    extra = [k for k in state_dict if k not in expected]
-    misfits = {k: (tuple(v.shape), tuple(expected[k].shape)) for k, v in state_dict.items()
-               if k in expected and v.shape != expected[k].shape}
+    missing = [k for k in expected if k not in arrays]
+    extra = [k for k in arrays if k not in expected]
+    misfits = {k: (tuple(v.shape), tuple(expected[k].shape)) for k, v in arrays.items()
+               if k in expected and tuple(v.shape) != tuple(expected[k].shape)}
     shapes = [f"{k}: file {theirs} vs model {ours}" for k, (theirs, ours) in misfits.items()]
     if missing or extra or shapes:
         parts = [f"{what}: {first_few(names, MAX_PROBLEMS_LISTED, separator)}"

@@ -138,15 +138,15 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
         ms_records = {r.name: r for r in ms_by_kind.get(kind, [])}
         positions = _backward_positions(torch_records) if kind == "grad" else \
             {r.name: float(i) for i, r in enumerate(torch_records)}
-        for record in torch_records:
-            ms_name = by_torch_name.get(record.name)
-            if ms_name is None or ms_name not in ms_records:
-                continue
-            pairs.append(Pair(record, _in_torch_shape(ms_records[ms_name], record),
-                              (KIND_RANK[kind], positions[record.name])))
+        kind_pairs = [Pair(record, _in_torch_shape(ms_records[by_torch_name[record.name]],
+                                                   record),
+                           (KIND_RANK[kind], positions[record.name]))
+                      for record in torch_records
+                      if by_torch_name.get(record.name) in ms_records]
+        pairs.extend(kind_pairs)
         matched_torch = set(by_torch_name) & {r.name for r in torch_records}
-        compared = {side: {(getattr(p, side).shard, getattr(p, side).key) for p in pairs
-                           if p.torch.kind == kind} for side in ("torch", "mindspore")}
+        compared = {side: {(getattr(p, side).shard, getattr(p, side).key) for p in kind_pairs}
+                    for side in ("torch", "mindspore")}
         missing_torch = tuple(r.name for r in torch_records if r.name not in matched_torch
                               and not _compared_container(r, containers["torch"],
                                                           compared["torch"]))

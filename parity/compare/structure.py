@@ -12,7 +12,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from parity.records import DROPPING_OPS, RECURRENT_OPS, RecordInfo
+from parity.records import DROPPING_OPS, RECURRENT_OPS, RecordInfo, dropping_for_identity
 
 # Op types that only move or select data: modules differing in these are not flagged.
 STRUCTURAL_OPS = {"module", "sequential", "list", "flatten", "identity", "dropout", "droppath"}
@@ -36,8 +36,7 @@ def dropping_op(t: RecordInfo, m: RecordInfo) -> Optional[str]:
     timm and mindcv write it (``DropPath(p) if p > 0 else Identity()``)."""
     if t.op == m.op:
         return t.op if t.op in DROPPING_OPS + RECURRENT_OPS else None
-    dropping = {t.op, m.op} - {"identity"}
-    return dropping.pop() if len(dropping) == 1 and dropping <= set(DROPPING_OPS) else None
+    return dropping_for_identity(t.op, m.op)
 
 
 def _rate(record: RecordInfo) -> Optional[float]:
