@@ -1016,3 +1016,45 @@ def test_values_that_differ_are_no_reordering():
     not_finite[0, 0, 0, 0] = np.nan                 # NaN compares false with any bound
     assert reorder.permutation(torch_out, not_finite) is None
     assert reorder.permutation(torch_out, torch_out[:, :, ::-1].copy())[0] == 2
+
+
+def _at(name: str, op: str, key: str, order: int, **attrs) -> RecordInfo:
+    """A forward record stored under ``key`` (dropping modules share their input's)."""
+    return RecordInfo(name=name, kind="forward", shape=(2, 5, 8), dtype="float32", order=order,
+                      shard="s", key=key, op=op, attrs=attrs)
+
+
+@pytest.mark.parametrize("proj_drop, mismatched", [(0.1, {}), (0.0, {"dropout": (0.1, 0.0)})])
+def test_dropping_modules_are_compared_at_the_tensor_they_drop(proj_drop, mismatched):
+    """torchvision's ViT drops the attention's output in its encoder block; mindcv's inside the
+    attention (proj_drop), with an Identity (ls1) where torchvision's dropout is, paired with
+    it. Module by module that port, with torch's rate, failed "rate differs: torch 0.1,
+    MindSpore 0" at the Identity: at the tensor they both drop the rates agree."""
+    from parity.compare.dropping import drop_mismatches
+    attention, dropout = _at("attn", "attention", "a", 0), _at("dropout", "dropout", "a", 1, p=0.1)
+    torch_forward = [attention, dropout, _at("ln_2", "layernorm", "c", 2)]
+    ms_forward = [_at("attn.proj", "dense", "b", 0), _at("attn.proj_drop", "dropout", "b", 1,
+                                                         p=proj_drop),
+                  _at("attn", "module", "b", 2), _at("ls1", "identity", "b", 3),
+                  _at("norm2", "layernorm", "d", 4)]
+    pairs = [(attention, ms_forward[2]), (dropout, ms_forward[3]),
+             (torch_forward[2], ms_forward[4])]
+    found = drop_mismatches(pairs, torch_forward, ms_forward)
+    assert list(found) == list(mismatched)
+    for name, rates in mismatched.items():
+        assert found[name].rates == pytest.approx(rates)
+
+
+def test_a_dropout_one_side_lacks_marks_the_pair_run_next_after_it():
+    from parity.compare.dropping import drop_mismatches
+    torch_forward = [_at("flatten", "flatten", "f", 0), _at("drop", "dropout", "f", 1, p=0.2),
+                     _at("fc", "dense", "g", 2)]
+    ms_forward = [_at("flatten", "flatten", "F", 0), _at("fc", "dense", "G", 1)]
+    pairs = [(torch_forward[0], ms_forward[0]), (torch_forward[2], ms_forward[1])]
+    found = drop_mismatches(pairs, torch_forward, ms_forward)
+    assert list(found) == ["fc"] and found["fc"].lacking == "mindspore"
+    assert found["fc"].reason() == ("dropout on one side only: torch runs drop (dropout 0.2) "
+                                    "next to this module, the other side no dropout")
+    # the same dropout at the end, nothing after it: the pair before it
+    found = drop_mismatches(pairs[:1], torch_forward[:2], ms_forward[:1])
+    assert list(found) == ["flatten"]

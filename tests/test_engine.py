@@ -760,11 +760,12 @@ def test_a_container_the_port_lacks_is_compared_as_its_last_module(torch_model, 
     Conv2dNormActivation does, and the port holds them flat (as mindcv's MobileNetV2 does
     torchvision's 35 of them): the Sequential's output and gradient are its ReLU's, compared
     under the ReLU's name, and not listed as unmatched (they were). A module of its own that
-    the port lacks (a dropout, whose output equals its input here) is still listed."""
+    the port lacks (a dropout, whose output equals its input here) is still listed (and fails
+    the run: test_a_dropout_on_one_side_only_fails_the_module_next_to_it)."""
     import parity
     from tests import tiny
     result = parity.check(getattr(tiny, torch_model)(), tiny.ms_tiny(), image_size=16)
-    assert result.passed, result.diagnosis
+    assert result.passed == (not unmatched), result.diagnosis
     assert result.unmatched == unmatched
 
 
@@ -1243,6 +1244,41 @@ def test_dropout_runs_as_identity_and_its_rate_is_compared(tmp_path):
     assert report["diagnosis"]["cause"] == "Dropout rate differs"
     assert "torch 8 drops 0.2 of its inputs, MindSpore 8 0.8" in report["diagnosis"]["detail"]
     assert "write nn.Dropout(p=0.2)" in report["diagnosis"]["detail"]
+
+
+@pytest.mark.parametrize("torch_model, ms_model, first, cause, named", [
+    ("torch_tiny_dropout", "ms_tiny", "9", "Dropout missing in the port",
+     "torch runs 8 (dropout 0.2) just before 9; MindSpore runs no dropout before 8 (torch's 9): "
+     "add nn.Dropout(p=0.2) there"),
+    ("torch_tiny", "ms_tiny_dropout", "8", "extra Dropout in the port",
+     "MindSpore runs 8 (dropout 0.2) just before 9 (torch's 8); torch runs no dropout there"),
+])
+def test_a_dropout_on_one_side_only_fails_the_module_next_to_it(torch_model, ms_model, first,
+                                                                cause, named):
+    """Both captures run dropout as identity, so a port without torch's Dropout(0.2) before its
+    classifier passed, the dropout only listed as unmatched (and a note said it "ran as
+    identity on both sides")."""
+    import parity
+    from tests import tiny
+    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
+                          image_size=16)
+    _assert_named_at_forward(result, first, cause, named)
+    assert "dropout on one side only" in next(c.reason for c in result.comparisons
+                                              if c.name == first and c.kind == "forward")
+    assert not any("on both sides" in note for note in result.meta.notes)
+
+
+def test_a_module_computing_nothing_is_noted_not_listed_as_unmatched():
+    """timm and mindcv hold Identity cells torchvision has nothing for (mindcv's ViT: 18, its
+    one real extra module, patch_embed, listed among them)."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_tiny(), tiny.ms_tiny_identity(), image_size=16)
+    assert result.passed, result.diagnosis
+    assert not result.unmatched
+    assert any(note.startswith("1 module computing nothing (an Identity, or a dropout of rate "
+                               "0) with no counterpart") and note.endswith(": mindspore 8")
+               for note in result.meta.notes), result.meta.notes
 
 
 def test_your_own_losses_through_the_python_api():

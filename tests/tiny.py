@@ -148,6 +148,12 @@ def ms_tiny() -> msnn.Cell:
     return _ms_tiny()
 
 
+def ms_tiny_identity() -> msnn.Cell:
+    """An Identity before the classifier torch has nothing for, as timm and mindcv build a
+    head norm or a dropout of rate 0."""
+    return _ms_tiny(head=[msnn.Identity()])
+
+
 class _MsWaitsInTraining(msnn.SequentialCell):
     """The tiny net, but its training construct writes its process id into the file named by
     $PARITY_TEST_MS_FORWARD_MARKER, then sleeps: a MindSpore capture caught mid-step."""

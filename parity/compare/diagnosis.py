@@ -15,6 +15,7 @@ import numpy as np
 
 from parity.compare import functional, inputs, kernels, loss, optimizer, reorder, sums
 from parity.compare.batches import batch_difference, further_input_difference
+from parity.compare.dropping import DropMismatch
 from parity.compare.settings import settings_cause
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
                                       frozen_on_one_side)
@@ -48,7 +49,8 @@ AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
 
 def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                    comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
-                   unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
+                   unmatched: Dict[str, Tuple[str, ...]],
+                   dropping: Optional[DropMismatch]) -> Diagnosis:
     if m.dtype in HALF_DTYPES and t.dtype not in HALF_DTYPES:
         return Diagnosis(cause="MindSpore computes in half precision",
                          detail=f"MindSpore's {m.name} returns {m.dtype}, torch's {t.name} "
@@ -56,7 +58,8 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f" a float16 cast) costs {first.max_rel:.2g} here, against "
                                 "float32's ~1e-7. To check the port itself, run it in float32.",
                          confidence="certain")
-    proven = settings_cause(t, m)
+    proven = settings_cause(t, m) or \
+        (dropping.cause(t, m) if dropping else None)
     if proven is not None:
         return proven
     if tuple(t.shape) != tuple(m.shape):
@@ -307,8 +310,11 @@ FALLBACK_CAUSES = ("loss function differs", "running statistics update differs",
 
 def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
              comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
-             unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
-    found = _diagnose(first, t, m, comparisons, torch_run, ms_run, unmatched)
+             unmatched: Dict[str, Tuple[str, ...]],
+             dropping: Optional[DropMismatch] = None) -> Diagnosis:
+    """The likely cause of the first divergence ``first`` (its torch record ``t``, MindSpore's
+    ``m``); ``dropping``: the point next to them each side drops at another rate, if any."""
+    found = _diagnose(first, t, m, comparisons, torch_run, ms_run, unmatched, dropping)
     if found.confidence == "guess" or found.cause in FALLBACK_CAUSES:
         return _random_step(torch_run, ms_run, comparisons) or \
             _ill_conditioned(first, t, torch_run) or \
@@ -498,7 +504,8 @@ def step_settings_differ(torch_run: RunReader, ms_run: RunReader) -> List[str]:
 
 def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
               comparisons: Sequence[Comparison], torch_run: RunReader,
-              ms_run: RunReader, unmatched: Dict[str, Tuple[str, ...]]) -> Diagnosis:
+              ms_run: RunReader, unmatched: Dict[str, Tuple[str, ...]],
+              dropping: Optional[DropMismatch]) -> Diagnosis:
     ms_config = ms_run.manifest.get("config", {})
     if first.nan_torch + first.nan_mindspore + first.inf_torch + first.inf_mindspore:
         side = "both" if (first.nan_torch + first.inf_torch) and \
@@ -525,7 +532,8 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"{how(torch_run.tensor(t), ms_run.tensor(m))}",
                          confidence="certain")
     if first.kind == "forward":
-        return _forward_cause(first, t, m, comparisons, torch_run, ms_run, unmatched)
+        return _forward_cause(first, t, m, comparisons, torch_run, ms_run, unmatched,
+                              dropping)
     if first.kind == "loss":
         torch_loss, ms_loss = (float(np.asarray(run.tensor(r)).reshape(-1)[0])
                                for run, r in ((torch_run, t), (ms_run, m)))

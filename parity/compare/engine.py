@@ -21,6 +21,7 @@ from parity import kinks
 from parity.align import align_forward, layout
 from parity.compare import loss, optimizer, structure, sums
 from parity.compare.diagnosis import diagnose, step_settings_differ
+from parity.compare.dropping import DropMismatch, drop_mismatches
 from parity.compare.measure import (AnyJob, Helper, Job, Runs, StepCheck, helper_for,
                                     run_all)
 from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
@@ -52,6 +53,8 @@ class Pair:
     torch: RecordInfo
     mindspore: RecordInfo
     rank: Tuple[int, float]
+    # the point next to this pair each side drops at another rate (compare/dropping.py)
+    dropping: Optional[DropMismatch] = None
 
 
 def open_pair(run_a: Path, run_b: Path) -> Tuple[RunReader, RunReader]:
@@ -133,6 +136,9 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
                   for side, by_kind in (("torch", torch_by_kind), ("mindspore", ms_by_kind))}
     computing_leaves = _computing_a_leaf(ms_by_kind.get("forward", []), mapping["forward"],
                                          torch_by_kind.get("forward", []))
+    # modules computing nothing (an Identity, a dropout of rate 0): named in a note, not listed
+    idle = {side: {r.name for r in by_kind.get("forward", []) if structure.computes_nothing(r)}
+            for side, by_kind in (("torch", torch_by_kind), ("mindspore", ms_by_kind))}
     for kind, torch_records in torch_by_kind.items():
         by_torch_name = {t: m for m, t in mapping.get(kind, {}).items()}
         ms_records = {r.name: r for r in ms_by_kind.get(kind, [])}
@@ -149,20 +155,25 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
                     for side in ("torch", "mindspore")}
         missing_torch = tuple(r.name for r in torch_records if r.name not in matched_torch
                               and not _compared_container(r, containers["torch"],
-                                                          compared["torch"]))
+                                                          compared["torch"])
+                              and not _of_modules(r, idle["torch"]))
         # no torch name, or a torch name torch recorded nothing under
         missing_ms = tuple(r.name for r in ms_by_kind.get(kind, [])
                            if mapping.get(kind, {}).get(r.name) not in matched_torch
                            and not _compared_container(r, containers["mindspore"],
                                                        compared["mindspore"])
-                           and not (r.name in computing_leaves and
-                                    (kind == "forward" or r.attrs.get("activation"))))
+                           and not _of_modules(r, computing_leaves | idle["mindspore"]))
         if missing_torch:
             unmatched[f"torch {kind}"] = missing_torch
         if missing_ms:
             unmatched[f"mindspore {kind}"] = missing_ms
     for kind in set(ms_by_kind) - set(torch_by_kind):
         unmatched[f"mindspore {kind}"] = tuple(r.name for r in ms_by_kind[kind])
+    mismatches = drop_mismatches([(p.torch, p.mindspore) for p in pairs
+                                  if p.torch.kind == "forward"],
+                                 torch_by_kind.get("forward", []), ms_by_kind.get("forward", []))
+    pairs = [dataclasses.replace(p, dropping=mismatches[p.torch.name])
+             if p.torch.kind == "forward" and p.torch.name in mismatches else p for p in pairs]
     for pair in _trained_on_one_side(torch_by_kind, ms_by_kind, mapping):
         pairs.append(pair)
         for side, record in (("torch", pair.torch), ("mindspore", pair.mindspore)):
@@ -172,6 +183,12 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
                 del unmatched[key]
     pairs.sort(key=lambda p: p.rank)
     return pairs, unmatched
+
+
+def _of_modules(record: RecordInfo, modules: Set[str]) -> bool:
+    """Whether ``record`` is the output of one of ``modules``, or that output's gradient."""
+    return record.name in modules and (record.kind == "forward" or
+                                       bool(record.attrs.get("activation")))
 
 
 def _compared_container(record: RecordInfo, containers: Set[str],
@@ -287,7 +304,8 @@ def _failed(comparison: Comparison, reason: str) -> Comparison:
 
 def _structure_checked(pair: Pair, comparison: Comparison) -> Comparison:
     """A pair that fails whatever its numbers (compare/structure.py)."""
-    reason = structure.violation(pair.torch, pair.mindspore)
+    reason = structure.violation(pair.torch, pair.mindspore) or \
+        (pair.dropping.reason() if pair.dropping else "")
     return _failed(comparison, reason) if reason else comparison
 
 
@@ -704,7 +722,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
         pair = next(p for p in pairs if p.torch.name == first.name
                     and p.torch.kind == first.kind)
         diagnosis = diagnose(first, pair.torch, pair.mindspore, comparisons, torch_run, ms_run,
-                             unmatched)
+                             unmatched, pair.dropping)
     notes = _notes(torch_run, ms_run, self_checks, sites, comparisons, policy,
                    forward_overrides or {})
     if stepped:
@@ -737,7 +755,10 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
     noisy = [c for c in comparisons if c.fp32_noise >= MOSTLY_NOISE]     # NaN: no float64
     if noisy:
         notes.append(_noise_note(noisy))
-    dropping = [r for r in torch_run.records if r.kind == "forward" and r.op in DROPPING_OPS]
+    paired = {"torch": {c.name for c in comparisons if c.kind == "forward"},
+              "mindspore": {c.mindspore_name for c in comparisons if c.kind == "forward"}}
+    dropping = [r for r in torch_run.records if r.kind == "forward" and r.op in DROPPING_OPS
+                and r.name in paired["torch"]]
     dropouts = [r.name for r in dropping]
     if dropouts:
         kind = "dropout" if all(r.op == "dropout" for r in dropping) else \
@@ -745,6 +766,13 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
         notes.append(f"{len(dropouts)} {kind} module{'s' if len(dropouts) > 1 else ''} "
                      f"({first_few(dropouts)}) ran as identity on both sides: the frameworks "
                      "draw different random masks, so their rates are compared instead")
+    idle = [f"{run.framework} {r.name}" for run in (torch_run, ms_run) for r in run.records
+            if r.kind == "forward" and structure.computes_nothing(r)
+            and r.name not in paired[run.framework]]
+    if idle:
+        notes.append(f"{len(idle)} module{'s' if len(idle) > 1 else ''} computing nothing (an "
+                     "Identity, or a dropout of rate 0) with no counterpart on the other side, "
+                     f"not listed as unmatched: {first_few(idle)}")
     stacked = list(dict.fromkeys(module_of(r.name) for r in torch_run.records
                                  if r.kind == "forward" and drops_between_layers(r.op, r.attrs)))
     if stacked:

@@ -18,7 +18,7 @@ from parity.records import DROPPING_OPS, RECURRENT_OPS, RecordInfo, dropping_for
 STRUCTURAL_OPS = {"module", "sequential", "list", "flatten", "identity", "dropout", "droppath"}
 
 
-def _drop_rate(attrs: Dict) -> Optional[float]:
+def _rate_in(attrs: Dict) -> Optional[float]:
     """A dropout module's rate: torch's ``p``; MindSpore's ``p``, or 1 − ``keep_prob`` where
     ``p`` is unset (``nn.Dropout(0.2)`` keeps 20 %: its first argument is keep_prob); a
     DropPath's ``drop_prob`` (timm), or 1 − ``keep_prob`` (mindcv); a recurrent layer's
@@ -39,8 +39,16 @@ def dropping_op(t: RecordInfo, m: RecordInfo) -> Optional[str]:
     return dropping_for_identity(t.op, m.op)
 
 
-def _rate(record: RecordInfo) -> Optional[float]:
-    return 0.0 if record.op == "identity" else _drop_rate(record.attrs)
+def drop_rate(record: RecordInfo) -> Optional[float]:
+    """A dropping module's rate (0 for an Identity), None where its settings do not say."""
+    return 0.0 if record.op == "identity" else _rate_in(record.attrs)
+
+
+def computes_nothing(record: RecordInfo) -> bool:
+    """An Identity, or a dropout or stochastic depth of rate 0: a module a port may hold or
+    lack with no effect (timm and mindcv build their pre-norm, layer scale and drop path cells
+    as Identity where torchvision builds nothing)."""
+    return record.op == "identity" or (record.op in DROPPING_OPS and drop_rate(record) == 0)
 
 
 def different_drop_rates(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[float, float]]:
@@ -48,7 +56,7 @@ def different_drop_rates(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[float, 
     layers) whose rates differ, else None."""
     if dropping_op(t, m) is None:
         return None
-    rates = _rate(t), _rate(m)
+    rates = drop_rate(t), drop_rate(m)
     if None in rates or np.isclose(*rates, rtol=1e-6, atol=0):
         return None
     return rates
@@ -115,9 +123,8 @@ def violation(t: RecordInfo, m: RecordInfo) -> str:
         return (f"{FROZEN_ON_ONE_SIDE}: {sides[0]} trains this parameter, {sides[1]} does "
                 f"not ({why})")
     rates = different_drop_rates(t, m)
-    if rates is not None:
-        what = f"{t.op} dropout" if t.op in RECURRENT_OPS else dropping_op(t, m)
-        return f"{what} rate differs: torch {rates[0]:g}, MindSpore {rates[1]:g}"
+    if rates is not None and t.op in RECURRENT_OPS:    # dropout modules: compare/dropping.py
+        return f"{t.op} dropout rate differs: torch {rates[0]:g}, MindSpore {rates[1]:g}"
     if different_operations(t, m):
         return f"different operation: torch {t.op}, MindSpore {m.op}"
     forms = different_gelu_forms(t, m)
