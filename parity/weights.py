@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+from itertools import zip_longest
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
@@ -280,7 +281,9 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                     if not is_ignored(k) and k not in tied]
     aligned = [(n, s) for n, s, _ in mindspore_params if not is_ignored(n)]
     alignment = align_parameters(torch_params, aligned, overrides)
-    problems: List[str] = []
+    missing: List[str] = []     # the port's parameters no torch tensor goes to
+    extra: List[str] = []       # torch tensors going to no parameter of the port
+    problems: List[str] = []    # of the pairs made
     ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
     mapping = dict(alignment.mindspore_to_torch)
     modules = module_map_from_parameters(mapping)
@@ -301,7 +304,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
             advice = f": torch's {split_param(name)[0]} has no weight or bias (a norm built " \
                 "with affine=False or elementwise_affine=False); freeze the port's " \
                 f"{' and '.join(group)} (requires_grad=False) at ones and zeros"
-        problems.append(f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch "
+        missing.append(f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch "
                         f"tensor (missing key){advice}")
     transferred = set(alignment.mindspore_to_torch.values())
     for name in alignment.unmatched_torch:
@@ -319,7 +322,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         if alike and not why:
             why = f": the port ties {', '.join(alike)} (one parameter), torch does not; " \
                 "untie the port's"
-        problems.append(f"torch tensor {name} {shape} is used by no MindSpore parameter "
+        extra.append(f"torch tensor {name} {shape} is used by no MindSpore parameter "
                         f"(extra key){why}")
     seen: Dict[str, str] = {}
     misfits: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = []
@@ -343,12 +346,20 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         if t_dtype != m_dtype:
             problems.append(f"{torch_name}: torch dtype {t_dtype} but MindSpore {ms_name} "
                             f"expects {m_dtype}")
-    if problems:
-        hint = class_count_hint(misfits) if len(misfits) == len(problems) else ""
-        raise TransferRefused(len(problems), f"weight transfer refused, {len(problems)} "
-                              "problem(s): "
+    if missing or extra or problems:
+        hint = class_count_hint(misfits) if len(misfits) == len(problems) and not \
+            (missing or extra) else ""
+        count = len(missing) + len(extra) + len(problems)
+        kinds = [f"{len(group)} {what}" for group, what in ((missing, "missing keys"),
+                                                             (extra, "extra keys"),
+                                                             (problems, "pairs that do not fit"))
+                 if group]
+        tally = f" ({', '.join(kinds)})" if len(kinds) > 1 else ""
+        # each kind in turn: the few listed show them all
+        listed = [p for row in zip_longest(problems, missing, extra) for p in row if p]
+        raise TransferRefused(count, f"weight transfer refused, {count} problem(s){tally}: "
                               f"{_not_the_same_model(alignment, aligned, torch_params)}"
-                              f"{first_few(problems, MAX_PROBLEMS_LISTED, '; ')}. "
+                              f"{first_few(listed, MAX_PROBLEMS_LISTED, '; ')}. "
                               f"{hint or FIX_THE_TRANSFER}")
     return mapping
 

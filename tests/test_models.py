@@ -184,6 +184,22 @@ def test_transfer_refuses_extra_key():
         plan_transfer(state_dict, specs)
 
 
+def test_a_refusal_of_many_problems_lists_each_kind():
+    """mindcv's GoogLeNet (no BatchNorm, 5×5 convs where torchvision's are 3×3) was refused
+    with 246 problems, the six listed all its 5×5 convs' missing keys: torchvision's 237 extra
+    BatchNorm tensors went unseen."""
+    state_dict, specs = _specs()
+    for name in [k for k in state_dict if k.startswith("layer2.") and k.endswith(".weight")][:8]:
+        del state_dict[name]
+    for index in range(8):
+        state_dict[f"head.extra{index}.weight"] = np.zeros((3, 3), np.float32)
+    with pytest.raises(ParityInputError, match=r"16 problem\(s\) \(8 missing keys, 8 extra "
+                                               r"keys\): ") as refused:
+        plan_transfer(state_dict, specs)
+    listed = str(refused.value).split(" and 10 more")[0]
+    assert listed.count("(missing key)") == listed.count("(extra key)") == 3
+
+
 def test_an_integer_or_boolean_constant_the_port_computes_itself_is_left_out():
     """Swin's relative_position_index, BERT's position_ids, GPT-2's causal mask: integer and
     boolean torch buffers a port holds as plain tensors, not parameters. The transfer refused
