@@ -1281,6 +1281,27 @@ def test_a_module_computing_nothing_is_noted_not_listed_as_unmatched():
                for note in result.meta.notes), result.meta.notes
 
 
+@pytest.mark.parametrize("ms_model, first, cause, named", [
+    ("ms_pooled_in_cell", None, None, None),
+    ("ms_pooled_in_cell_same_padded", "conv2", "extra operation in the port",
+     "pool averages without counting its padding (pad_mode='same'); torch's average pools "
+     "count it by default, in a module or in a forward (F.avg_pool2d(x, 3, stride=1, "
+     "padding=1)): to pool as they do, write nn.AvgPool2d(3, 1, pad_mode='pad', padding=1, "
+     "count_include_pad=True)"),
+])
+def test_an_average_pool_torch_runs_in_its_forward_is_told_by_its_padding(ms_model, first,
+                                                                          cause, named):
+    """mindcv's InceptionV3 pools its branches with nn.AvgPool2d(3, pad_mode="same"), which
+    does not count the padding; torchvision's calls F.avg_pool2d(x, 3, stride=1, padding=1),
+    which does: it was told only that the port's pool cell, which torch has no module for,
+    adds something."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_pooled_in_forward(), getattr(tiny, ms_model)(),
+                          image_size=16)
+    _assert_named_at_forward(result, first, cause, named, confidence="likely")
+
+
 def test_your_own_losses_through_the_python_api():
     import torch
 

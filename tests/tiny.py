@@ -2258,3 +2258,43 @@ def ms_video_momentum_as_torch() -> msnn.Cell:
 
 def ms_video_eps() -> msnn.Cell:
     return _ms_video(momentum=0.9, eps=1e-3)
+
+
+# A conv net averaging between its convs in the forward, as torchvision's Inception3 does in
+# its branch pools (F.avg_pool2d(x, 3, stride=1, padding=1), counting the padding), and its
+# port, a pool cell (mindcv's: nn.AvgPool2d(3, pad_mode="same"), which does not count it).
+class _TorchPooledInForward(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = tnn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.conv2 = tnn.Conv2d(4, 4, 1)
+        self.fc = tnn.Linear(4, 10)
+
+    def forward(self, x):
+        y = tnn.functional.avg_pool2d(self.conv1(x), 3, stride=1, padding=1)
+        return self.fc(self.conv2(y).mean((2, 3)))
+
+
+class _MsPooledInCell(msnn.Cell):
+    def __init__(self, pool: msnn.Cell) -> None:
+        super().__init__()
+        self.conv1 = msnn.Conv2d(3, 4, 3, stride=2, pad_mode="pad", padding=1, has_bias=True)
+        self.pool = pool
+        self.conv2 = msnn.Conv2d(4, 4, 1, has_bias=True)
+        self.fc = msnn.Dense(4, 10)
+
+    def construct(self, x):
+        return self.fc(self.conv2(self.pool(self.conv1(x))).mean((2, 3)))
+
+
+def torch_pooled_in_forward() -> tnn.Module:
+    return _TorchPooledInForward()
+
+
+def ms_pooled_in_cell() -> msnn.Cell:
+    return _MsPooledInCell(msnn.AvgPool2d(3, 1, pad_mode="pad", padding=1,
+                                          count_include_pad=True))
+
+
+def ms_pooled_in_cell_same_padded() -> msnn.Cell:
+    return _MsPooledInCell(msnn.AvgPool2d(3, 1, pad_mode="same"))

@@ -16,7 +16,7 @@ import numpy as np
 from parity.compare import functional, inputs, kernels, loss, optimizer, reorder, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.dropping import DropMismatch
-from parity.compare.settings import settings_cause
+from parity.compare.settings import settings_cause, uncounted_padding
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
                                       frozen_on_one_side)
 from parity.config import SHARED_STEP_SETTINGS, split_state
@@ -91,11 +91,12 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     if reordered is not None:
         return reordered
     if extra:
+        pools = "".join(uncounted_padding(ms_run.record(name, "forward")) for name in extra)
         return Diagnosis(cause="extra operation in the port",
                          detail=f"MindSpore runs {', '.join(extra)} after the last output that "
                                 f"matched and before {m.name}, and torch has no counterpart: "
-                                "what that cell adds (a scale, an extra op) is the likely cause.",
-                         confidence="likely")
+                                "what that cell adds (a scale, an extra op) is the likely "
+                                f"cause.{pools}", confidence="likely")
     fed = inputs.first_input_difference(t, m)
     passed_on = NOISE_MARGIN * _largest_error_before(first, comparisons)
     if fed is not None and first.ref_rms and fed >= INPUT_SHARE * first.rms / first.ref_rms \
