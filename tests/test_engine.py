@@ -1302,6 +1302,29 @@ def test_an_average_pool_torch_runs_in_its_forward_is_told_by_its_padding(ms_mod
     _assert_named_at_forward(result, first, cause, named, confidence="likely")
 
 
+@pytest.mark.parametrize("torch_model", ["torch_relu_in_forward", "torch_relu_left_out"])
+def test_a_module_one_side_computes_in_a_forward_is_checked_in_its_pair(torch_model):
+    """torch's block applies its ReLU in its forward (torchvision's Inception3 BasicConv2d),
+    the port's block holds a ReLU cell (mindcv's): the block pair compares that ReLU's output,
+    so the cell is not listed as unmatched (mindcv's InceptionV3 listed 105 such cells), but
+    noted. Where torch's block applies none, the blocks end at modules that are no pair (they
+    are not compared), the dense layer after them fails, and the cell is still listed and named
+    as the extra operation."""
+    import parity
+    from tests import tiny
+    result = parity.check(getattr(tiny, torch_model)(), tiny.ms_relu_cell(), image_size=16)
+    if torch_model == "torch_relu_in_forward":
+        assert result.passed, result.diagnosis
+        assert not result.unmatched
+        assert any("1 module with no counterpart on the other side holds" in note
+                   and note.endswith(": mindspore block.relu") for note in result.meta.notes)
+    else:
+        assert (result.first_divergence.name, result.first_divergence.kind) == ("fc", "forward")
+        assert result.diagnosis.cause == "extra operation in the port"
+        assert "MindSpore runs block.relu, block after" in result.diagnosis.detail
+        assert result.unmatched["mindspore forward"] == ("block.relu", "block")
+
+
 def test_your_own_losses_through_the_python_api():
     import torch
 

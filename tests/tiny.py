@@ -2298,3 +2298,61 @@ def ms_pooled_in_cell() -> msnn.Cell:
 
 def ms_pooled_in_cell_same_padded() -> msnn.Cell:
     return _MsPooledInCell(msnn.AvgPool2d(3, 1, pad_mode="same"))
+
+
+# A conv and a BatchNorm in a block applying ReLU in its forward, as torchvision's Inception3
+# BasicConv2d does; its port holds a ReLU cell in the block, as mindcv's does. ``relu``: False
+# applies none (the port's ReLU is then one too many).
+class _TorchBasicConv(tnn.Module):
+    def __init__(self, relu: bool) -> None:
+        super().__init__()
+        self.conv = tnn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)
+        self.bn = tnn.BatchNorm2d(8)
+        self.relu = relu
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        return tnn.functional.relu(y) if self.relu else y
+
+
+class _TorchBasicConvNet(tnn.Module):
+    def __init__(self, relu: bool) -> None:
+        super().__init__()
+        self.block = _TorchBasicConv(relu)
+        self.fc = tnn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(self.block(x).mean((2, 3)))
+
+
+class _MsBasicConv(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = msnn.Conv2d(3, 8, 3, stride=2, pad_mode="pad", padding=1)
+        self.bn = msnn.BatchNorm2d(8, momentum=0.9)
+        self.relu = msnn.ReLU()
+
+    def construct(self, x):
+        return self.relu(self.bn(self.conv(x)))
+
+
+class _MsBasicConvNet(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _MsBasicConv()
+        self.fc = msnn.Dense(8, 10)
+
+    def construct(self, x):
+        return self.fc(self.block(x).mean((2, 3)))
+
+
+def torch_relu_in_forward() -> tnn.Module:
+    return _TorchBasicConvNet(relu=True)
+
+
+def torch_relu_left_out() -> tnn.Module:
+    return _TorchBasicConvNet(relu=False)
+
+
+def ms_relu_cell() -> msnn.Cell:
+    return _MsBasicConvNet()
