@@ -1325,6 +1325,39 @@ def test_a_module_one_side_computes_in_a_forward_is_checked_in_its_pair(torch_mo
         assert result.unmatched["mindspore forward"] == ("block.relu", "block")
 
 
+def test_a_layer_the_port_holds_but_never_runs_is_named():
+    """A construct that skips a layer given torch's weights: it was "computation between modules
+    differs" at the next layer, whose input differed."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_tiny(), tiny.ms_tiny_skipping_a_norm(), image_size=16)
+    assert (result.first_divergence.name, result.first_divergence.kind) == ("5", "forward")
+    assert (result.diagnosis.cause, result.diagnosis.confidence) == \
+        ("operation missing in the port", "likely")
+    assert "torch runs 4 (batchnorm2d) after the last output that matched and before 5, and " \
+        "MindSpore has no counterpart: MindSpore's 4 holds its weights but never ran" in \
+        result.diagnosis.detail
+
+
+def test_an_activation_module_the_port_writes_as_a_function_is_named_on_both_sides():
+    """torch's nn.GELU() ported as ops.gelu(x, approximate="tanh") in the construct: torch's
+    GELU has no counterpart record, and the run was told "between 1 and 2, torch applies
+    nothing, MindSpore gelu (tanh approximation)"."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_gelu_mlp(), tiny.ms_functional_gelu_tanh_mlp(),
+                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
+                                  rng.integers(0, 5, 4)))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("2", "activation between modules differs")
+    assert "torch runs 1 (gelu, approximate='none') after the last output that matched and " \
+        "before 2; MindSpore has no cell for it and applies gelu (tanh approximation) in its " \
+        "construct there (told from fc2's input)" in result.diagnosis.detail
+
+
 def test_your_own_losses_through_the_python_api():
     import torch
 

@@ -2356,3 +2356,17 @@ def torch_relu_left_out() -> tnn.Module:
 
 def ms_relu_cell() -> msnn.Cell:
     return _MsBasicConvNet()
+
+
+class _MsSkipping(msnn.SequentialCell):
+    """ms_tiny's cells, its second BatchNorm (``4``) given torch's weights but never called."""
+
+    def construct(self, x):
+        for index, cell in enumerate(self.cell_list):
+            if index != 4:
+                x = cell(x)
+        return x
+
+
+def ms_tiny_skipping_a_norm() -> msnn.Cell:
+    return _MsSkipping(list(_ms_tiny().cell_list))

@@ -97,6 +97,8 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"matched and before {m.name}, and torch has no counterpart: "
                                 "what that cell adds (a scale, an extra op) is the likely "
                                 f"cause.{pools}", confidence="likely")
+    if missing:
+        return _missing_cause(missing, t, m, torch_run, ms_run)
     fed = inputs.first_input_difference(t, m)
     passed_on = NOISE_MARGIN * _largest_error_before(first, comparisons)
     if fed is not None and first.ref_rms and fed >= INPUT_SHARE * first.rms / first.ref_rms \
@@ -191,6 +193,52 @@ def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -
         if all(np.array_equal(run.tensor(r).reshape(-1), before) for r in extra):
             return []
     return [r.name for r in extra]
+
+
+def _missing_cause(missing: Sequence[str], t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                   ms_run: RunReader) -> Diagnosis:
+    """Modules torch runs after the last output that matched and before ``t``, which the port
+    lacks: a cell given their weights that never ran, or what the port applies there instead."""
+    described = ", ".join(_described(torch_run.record(name, "forward")) for name in missing)
+    ran = f"torch runs {described} after the last output that matched and before {t.name}"
+    idle = _holding_but_never_run(missing, ms_run)
+    applied = None if idle else functional.applied_activation(ms_run, m)
+    if applied not in (None, "nothing"):
+        return Diagnosis(cause="activation between modules differs",
+                         detail=f"{ran}; MindSpore has no cell for it and applies {applied} in "
+                                f"its construct there (told from {m.name}'s input).",
+                         confidence="likely")
+    if idle:
+        them = "it" if len(idle) == 1 else "them"
+        port = f"MindSpore's {', '.join(idle)} {'holds' if len(idle) == 1 else 'hold'} its " \
+            f"weights but never ran: the construct does not call {them} (a cell set on a " \
+            "SequentialCell with setattr stays out of the cells it runs)"
+    else:
+        port = "the port leaves it out, or computes it otherwise in its construct"
+    return Diagnosis(cause="operation missing in the port",
+                     detail=f"{ran}, and MindSpore has no counterpart: {port}.",
+                     confidence="likely")
+
+
+def _described(record: RecordInfo) -> str:
+    """A module by its name, op and GELU form: 2 (gelu, approximate='none')."""
+    form = f", approximate='{record.attrs['approximate']}'" if "approximate" in record.attrs \
+        else ""
+    return f"{record.name} ({record.op}{form})" if record.op else record.name
+
+
+def _holding_but_never_run(torch_modules: Sequence[str], ms_run: RunReader) -> List[str]:
+    """The MindSpore cells given the weights of ``torch_modules`` that recorded no output:
+    defined, loaded, never run (a construct that skips a layer; a cell replaced by setattr in a
+    SequentialCell, whose cell_list still runs the old one)."""
+    ran = {r.name.split("#")[0] for r in ms_run.records if r.kind == "forward"}
+    modules = set(torch_modules)
+    cells: List[str] = []
+    for ms_param, torch_param in ms_run.manifest.get("param_map", {}).items():
+        cell = ms_param.rpartition(".")[0]
+        if torch_param.rpartition(".")[0] in modules and cell not in ran and cell not in cells:
+            cells.append(cell)
+    return cells
 
 
 def _reordered(*sides: Tuple[str, RecordInfo, List[str], RunReader, Set[str]]

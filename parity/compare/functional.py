@@ -103,6 +103,17 @@ def sketch_distances(previous: np.ndarray, sketch: Sequence[float]) -> Dict[Cand
     return distances
 
 
+def applied_activation(run: RunReader, record: RecordInfo) -> Optional[str]:
+    """The activation ``run`` applies between its previous module and ``record``, values laid
+    out as that module left them, told from ``record``'s input sketch; None where none fits."""
+    sketch, previous = record.attrs.get("input_sketch"), _previous_forward(run, record)
+    if previous is None or not sketch or previous.dtype != "float32":
+        return None
+    distances = sketch_distances(run.tensor(previous), sketch)
+    (activation, layout), distance = min(distances.items(), key=lambda item: item[1])
+    return activation if distance <= SAME_SKETCH and layout == AS_LAID_OUT else None
+
+
 def _previous_forward(run: RunReader, record: RecordInfo) -> Optional[RecordInfo]:
     before = [r for r in run.records if r.kind == "forward" and r.order < record.order]
     return max(before, key=lambda r: r.order) if before else None
