@@ -322,8 +322,14 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         if alike and not why:
             why = f": the port ties {', '.join(alike)} (one parameter), torch does not; " \
                 "untie the port's"
+        parts = _stacked_in_torch(name, shape, list(ms_shapes), ms_shapes, modules)
+        if parts and not why:
+            why = f": it holds the port's {', '.join(parts)} stacked along its first axis " \
+                f"(one fused layer in torch, {len(parts)} in the port), and parity splits no " \
+                f"tensor: fuse them in the port (one layer of {shape[0]} outputs, split in the " \
+                "construct)"
         extra.append(f"torch tensor {name} {shape} is used by no MindSpore parameter "
-                        f"(extra key){why}")
+                     f"(extra key){why}")
     seen: Dict[str, str] = {}
     misfits: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = []
     for ms_name, torch_name in mapping.items():
@@ -378,6 +384,32 @@ def class_count_hint(misfits: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]])
     count = counts.pop()
     return (f"Weights of a {count}-class model? Pass --num-classes {count} (a built-in model) "
             f"or build yours with {count} classes")
+
+
+# The layers a fused attention projection holds stacked, as ports split them, in torch's order.
+SPLIT_PROJECTIONS = (("q", "k", "v"), ("query", "key", "value"), ("k", "v"), ("key", "value"))
+
+
+def _stacked_in_torch(name: str, shape: Tuple[int, ...], ms_names: Sequence[str],
+                      ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
+                      modules: Mapping[str, str]) -> List[str]:
+    """The port's parameters that torch's ``name`` holds stacked along its first axis: those
+    of its role in the port's q, k and v layers (or query, key, value; or k and v) under the
+    module the port's other parameters map to torch's parent, whose first dimensions add up to
+    its own and whose others are its own. mindcv's Swin splits torchvision's fused qkv so.
+    By name: the transfer pairs same-shaped parameters in order, and gave torchvision's proj
+    the port's q."""
+    module, role = split_param(name)
+    parent = module.rpartition(".")[0]
+    for ms_parent in {ms.rpartition(".")[0] for ms, t in modules.items()
+                      if t.rpartition(".")[0] == parent}:
+        for layers in SPLIT_PROJECTIONS:
+            parts = [f"{ms_parent}.{layer}.{role}".lstrip(".") for layer in layers]
+            if all(p in ms_shapes and len(ms_shapes[p][0]) == len(shape)
+                   and ms_shapes[p][0][1:] == shape[1:] for p in parts) and \
+                    sum(ms_shapes[p][0][0] for p in parts) == shape[0]:
+                return parts
+    return []
 
 
 def _a_tie_the_file_lost(state_dict: Mapping[str, np.ndarray], name: str,

@@ -200,6 +200,25 @@ def test_a_refusal_of_many_problems_lists_each_kind():
     assert listed.count("(missing key)") == listed.count("(extra key)") == 3
 
 
+def test_a_fused_projection_the_port_splits_is_named():
+    """mindcv's Swin holds q, k and v layers for torchvision's fused qkv: its transfer was
+    refused with the fused tensors listed as extra keys, the split ones as missing, nothing
+    joining them."""
+    f32 = np.float32
+    state_dict = {"blocks.0.attn.qkv.weight": np.zeros((12, 4), f32),
+                  "blocks.0.attn.qkv.bias": np.zeros(12, f32),
+                  "blocks.0.attn.proj.weight": np.zeros((4, 4), f32),
+                  "blocks.0.attn.proj.bias": np.zeros(4, f32)}
+    specs = [(f"layers.0.attn.{layer}.{role}", (4, 4) if role == "weight" else (4,), "float32")
+             for layer in ("q", "k", "v", "proj") for role in ("weight", "bias")]
+    with pytest.raises(ParityInputError) as refused:
+        plan_transfer(state_dict, specs)
+    assert "torch tensor blocks.0.attn.qkv.weight (12, 4) is used by no MindSpore parameter " \
+        "(extra key): it holds the port's layers.0.attn.q.weight, layers.0.attn.k.weight, " \
+        "layers.0.attn.v.weight stacked along its first axis (one fused layer in torch, 3 in " \
+        "the port), and parity splits no tensor" in str(refused.value)
+
+
 def test_an_integer_or_boolean_constant_the_port_computes_itself_is_left_out():
     """Swin's relative_position_index, BERT's position_ids, GPT-2's causal mask: integer and
     boolean torch buffers a port holds as plain tensors, not parameters. The transfer refused
