@@ -305,7 +305,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                 "with affine=False or elementwise_affine=False); freeze the port's " \
                 f"{' and '.join(group)} (requires_grad=False) at ones and zeros"
         missing.append(f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch "
-                        f"tensor (missing key){advice}")
+                       f"tensor (missing key){advice}")
     transferred = set(alignment.mindspore_to_torch.values())
     for name in alignment.unmatched_torch:
         if _a_tie_the_file_lost(state_dict, name, alignment.mindspore_to_torch, port_ties):
@@ -322,7 +322,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         if alike and not why:
             why = f": the port ties {', '.join(alike)} (one parameter), torch does not; " \
                 "untie the port's"
-        parts = _stacked_in_torch(name, shape, list(ms_shapes), ms_shapes, modules)
+        parts = _stacked_in_torch(name, shape, ms_shapes, modules)
         if parts and not why:
             why = f": it holds the port's {', '.join(parts)} stacked along its first axis " \
                 f"(one fused layer in torch, {len(parts)} in the port), and parity splits no " \
@@ -390,7 +390,7 @@ def class_count_hint(misfits: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]])
 SPLIT_PROJECTIONS = (("q", "k", "v"), ("query", "key", "value"), ("k", "v"), ("key", "value"))
 
 
-def _stacked_in_torch(name: str, shape: Tuple[int, ...], ms_names: Sequence[str],
+def _stacked_in_torch(name: str, shape: Tuple[int, ...],
                       ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
                       modules: Mapping[str, str]) -> List[str]:
     """The port's parameters that torch's ``name`` holds stacked along its first axis: those
@@ -401,8 +401,8 @@ def _stacked_in_torch(name: str, shape: Tuple[int, ...], ms_names: Sequence[str]
     the port's q."""
     module, role = split_param(name)
     parent = module.rpartition(".")[0]
-    for ms_parent in {ms.rpartition(".")[0] for ms, t in modules.items()
-                      if t.rpartition(".")[0] == parent}:
+    for ms_parent in sorted({ms.rpartition(".")[0] for ms, t in modules.items()
+                             if t.rpartition(".")[0] == parent}):
         for layers in SPLIT_PROJECTIONS:
             parts = [f"{ms_parent}.{layer}.{role}".lstrip(".") for layer in layers]
             if all(p in ms_shapes and len(ms_shapes[p][0]) == len(shape)
