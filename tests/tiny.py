@@ -2276,15 +2276,16 @@ class _TorchPooledInForward(tnn.Module):
 
 
 class _MsPooledInCell(msnn.Cell):
-    def __init__(self, pool: msnn.Cell) -> None:
+    def __init__(self, pool: msnn.Cell, scale: float = 1.0) -> None:
         super().__init__()
         self.conv1 = msnn.Conv2d(3, 4, 3, stride=2, pad_mode="pad", padding=1, has_bias=True)
         self.pool = pool
         self.conv2 = msnn.Conv2d(4, 4, 1, has_bias=True)
         self.fc = msnn.Dense(4, 10)
+        self.scale = scale
 
     def construct(self, x):
-        return self.fc(self.conv2(self.pool(self.conv1(x))).mean((2, 3)))
+        return self.fc(self.conv2(self.pool(self.conv1(x) * self.scale)).mean((2, 3)))
 
 
 def torch_pooled_in_forward() -> tnn.Module:
@@ -2298,6 +2299,11 @@ def ms_pooled_in_cell() -> msnn.Cell:
 
 def ms_pooled_in_cell_same_padded() -> msnn.Cell:
     return _MsPooledInCell(msnn.AvgPool2d(3, 1, pad_mode="same"))
+
+
+def ms_pooled_in_cell_same_padded_scaled_first() -> msnn.Cell:
+    """Its pool's input scaled in the construct too: no record holds what the pool reads."""
+    return _MsPooledInCell(msnn.AvgPool2d(3, 1, pad_mode="same"), scale=1.5)
 
 
 # A conv and a BatchNorm in a block applying ReLU in its forward, as torchvision's Inception3

@@ -16,7 +16,7 @@ import numpy as np
 from parity.compare import functional, inputs, kernels, loss, optimizer, reorder, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.dropping import DropMismatch
-from parity.compare.settings import settings_cause, uncounted_padding
+from parity.compare.settings import counting_padding, settings_cause, uncounted_padding
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
                                       frozen_on_one_side)
 from parity.config import SHARED_STEP_SETTINGS, split_state
@@ -91,12 +91,7 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     if reordered is not None:
         return reordered
     if extra:
-        pools = "".join(uncounted_padding(ms_run.record(name, "forward")) for name in extra)
-        return Diagnosis(cause="extra operation in the port",
-                         detail=f"MindSpore runs {', '.join(extra)} after the last output that "
-                                f"matched and before {m.name}, and torch has no counterpart: "
-                                "what that cell adds (a scale, an extra op) is the likely "
-                                f"cause.{pools}", confidence="likely")
+        return _extra_cause(extra, t, m, comparisons, torch_run, ms_run)
     if missing:
         return _missing_cause(missing, t, m, torch_run, ms_run)
     fed = inputs.first_input_difference(t, m)
@@ -193,6 +188,41 @@ def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -
         if all(np.array_equal(run.tensor(r).reshape(-1), before) for r in extra):
             return []
     return [r.name for r in extra]
+
+
+def _extra_cause(extra: Sequence[str], t: RecordInfo, m: RecordInfo,
+                 comparisons: Sequence[Comparison], torch_run: RunReader,
+                 ms_run: RunReader) -> Diagnosis:
+    """Cells the port runs after the last output that matched and before ``m``, which torch
+    lacks. An average pool among them not counting its padding, where torch pools in its
+    forward counting it (torchvision's Inception3: F.avg_pool2d(x, 3, stride=1, padding=1)), is
+    proven so from the next module's input sketch; suspected where that cannot be done."""
+    torch_names = {c.mindspore_name: c.name for c in comparisons if c.kind == "forward"}
+    hints = []
+    for name in extra:
+        pool = ms_run.record(name, "forward")
+        uncounted = uncounted_padding(pool)
+        if uncounted is None:
+            continue
+        kernel, setting = uncounted
+        source = functional.pooled_padding_counted(pool, kernel, t, ms_run, torch_run,
+                                                   torch_names)
+        if source is not None:
+            return Diagnosis(cause="avgpool2d count_include_pad differs",
+                             detail=f"between {source} and {t.name} torch averages over "
+                                    f"{kernel}×{kernel} windows counting the padding (told from "
+                                    f"{t.name}'s input: F.avg_pool2d(x, {kernel}, stride=1, "
+                                    f"padding={kernel // 2}) in its forward), MindSpore "
+                                    f"{pool.name} does not ({setting}): write "
+                                    f"{counting_padding(kernel)}.", confidence="certain")
+        hints.append(f" {pool.name} averages without counting its padding ({setting}); torch's "
+                     "average pools count it by default, in a module or in a forward: to pool "
+                     f"as they do, write {counting_padding(kernel)}.")
+    return Diagnosis(cause="extra operation in the port",
+                     detail=f"MindSpore runs {', '.join(extra)} after the last output that "
+                            f"matched and before {m.name}, and torch has no counterpart: what "
+                            f"that cell adds (a scale, an extra op) is the likely cause."
+                            f"{''.join(hints)}", confidence="likely")
 
 
 def _missing_cause(missing: Sequence[str], t: RecordInfo, m: RecordInfo, torch_run: RunReader,

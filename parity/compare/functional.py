@@ -14,11 +14,11 @@ forms differ by ~1e-4 of it (their relative RMS difference over normal inputs at
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parity.sketch import SKETCH_PERIOD, input_sketch
+from parity.sketch import SKETCH_PERIOD, input_sketch, sketch_distance
 from parity.records import Diagnosis, RecordInfo
 from parity.rundir import RunReader
 
@@ -29,6 +29,8 @@ from parity.rundir import RunReader
 # may fit no candidate: then nothing is named.
 SAME_SKETCH = 3e-5
 BLOCK = 64 * SKETCH_PERIOD
+# The port's records of the pool's shape, latest first, searched for the pool's input.
+MAX_POOL_INPUTS = 32
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -112,6 +114,51 @@ def applied_activation(run: RunReader, record: RecordInfo) -> Optional[str]:
     distances = sketch_distances(run.tensor(previous), sketch)
     (activation, layout), distance = min(distances.items(), key=lambda item: item[1])
     return activation if distance <= SAME_SKETCH and layout == AS_LAID_OUT else None
+
+
+def pooled_padding_counted(pool: RecordInfo, kernel: int, t: RecordInfo, ms_run: RunReader,
+                           torch_run: RunReader, torch_names: Mapping[str, str]
+                           ) -> Optional[str]:
+    """The torch record an average pool in torch's forward reads, where torch counts the
+    padding and the port's ``pool`` cell (odd ``kernel``, stride 1) does not: found by the pool's
+    input sketch among the port's earlier records of its shape, read on torch's side (its pair,
+    ``torch_names``: MindSpore name -> torch name), pooled both ways and sketched; counted fits
+    the input of ``t`` (the module torch runs next) and uncounted does not. None otherwise."""
+    wanted = pool.attrs.get("input_sketch")
+    if not wanted or not t.attrs.get("input_sketch") or len(pool.shape) != 4:
+        return None
+    earlier = sorted((r for r in ms_run.records if r.kind == "forward" and r.order < pool.order
+                      and tuple(r.shape) == tuple(pool.shape) and r.dtype == "float32"
+                      and r.name in torch_names), key=lambda r: -r.order)
+    for candidate in earlier[:MAX_POOL_INPUTS]:
+        distance = sketch_distance(input_sketch(ms_run.tensor(candidate)), wanted)
+        if distance is None or distance > SAME_SKETCH:
+            continue
+        source = torch_run.record(torch_names[candidate.name], "forward")
+        if source is None or tuple(source.shape) != tuple(pool.shape):
+            return None
+        x = torch_run.tensor(source)
+        fits = [sketch_distance(t.attrs["input_sketch"],
+                                input_sketch(_average_pooled(x, kernel, counted)))
+                for counted in (True, False)]
+        if None not in fits and fits[0] <= SAME_SKETCH < fits[1]:
+            return source.name
+        return None
+    return None
+
+
+def _average_pooled(x: np.ndarray, kernel: int, counted: bool) -> np.ndarray:
+    """x (N, C, H, W) averaged over kernel × kernel windows, stride 1, padded by kernel // 2 with
+    zeros, the padding counted in each window's size or not; in float64, returned in float32."""
+    pad, (height, width) = kernel // 2, x.shape[2:]
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    sums = sum(padded[:, :, i:i + height, j:j + width] for i in range(kernel)
+               for j in range(kernel))
+    if counted:
+        return (sums / kernel ** 2).astype(np.float32)
+    inside = np.pad(np.ones((height, width)), pad)
+    counts = sum(inside[i:i + height, j:j + width] for i in range(kernel) for j in range(kernel))
+    return (sums / counts).astype(np.float32)
 
 
 def _previous_forward(run: RunReader, record: RecordInfo) -> Optional[RecordInfo]:

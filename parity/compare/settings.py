@@ -374,27 +374,25 @@ def _same_named_setting_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosi
     return None
 
 
-def uncounted_padding(m: RecordInfo) -> str:
-    """Advice for a MindSpore average pool not counting its padding, which torch's counts by
-    default, as a sentence (empty for another cell): where torch pools in its forward
-    (torchvision's Inception3 calls F.avg_pool2d(x, 3, stride=1, padding=1)), the port's cell
-    has no torch module to be compared with, and is named as an extra operation. mindcv's
-    InceptionV3 pools with pad_mode='same' so: 0.27 of the norm off at the first such branch."""
+def uncounted_padding(m: RecordInfo) -> Optional[Tuple[int, str]]:
+    """(kernel, the setting) of a MindSpore average pool of an odd square kernel and stride 1
+    that does not count its padding, which torch's pools count by default; else None."""
     ma = m.attrs
     kernel, stride = ma.get("kernel_size"), ma.get("stride", 1)
     if op_family(m.op) != "avgpool" or not isinstance(kernel, int) or stride != 1 or \
             kernel % 2 == 0 or kernel == 1:
-        return ""
+        return None
     if str(ma.get("pad_mode", "")).lower() == "same":
-        setting = "pad_mode='same'"
-    elif ma.get("count_include_pad") is False and ma.get("padding"):
-        setting = "count_include_pad=False"
-    else:
-        return ""
-    return (f" {m.name} averages without counting its padding ({setting}); torch's average "
-            f"pools count it by default, in a module or in a forward (F.avg_pool2d(x, {kernel}, "
-            f"stride=1, padding={kernel // 2})): to pool as they do, write nn.AvgPool2d({kernel}, "
-            f"1, pad_mode='pad', padding={kernel // 2}, count_include_pad=True).")
+        return kernel, "pad_mode='same'"
+    if ma.get("count_include_pad") is False and ma.get("padding") == kernel // 2:
+        return kernel, "count_include_pad=False"
+    return None
+
+
+def counting_padding(kernel: int) -> str:
+    """The MindSpore pool that counts its padding as torch's F.avg_pool2d does by default."""
+    return f"nn.AvgPool2d({kernel}, 1, pad_mode='pad', padding={kernel // 2}, " \
+        "count_include_pad=True)"
 
 
 PADS = ("reflectionpad", "replicationpad", "circularpad", "constantpad")
