@@ -1269,7 +1269,7 @@ def test_a_dropout_on_one_side_only_fails_the_module_next_to_it(torch_model, ms_
 
 
 def test_a_module_computing_nothing_is_noted_not_listed_as_unmatched():
-    """timm and mindcv hold Identity cells torchvision has nothing for (mindcv's ViT: 18, its
+    """timm and mindcv hold Identity cells torchvision has nothing for (mindcv's ViT: 10, its
     one real extra module, patch_embed, listed among them)."""
     import parity
     from tests import tiny

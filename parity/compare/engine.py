@@ -96,8 +96,9 @@ def _torch_param_name(ms_name: str, param_map: Mapping[str, str]) -> Optional[st
 
 def pair_records(torch_run: RunReader, ms_run: RunReader,
                  forward_overrides: Optional[Mapping[str, str]] = None
-                 ) -> Tuple[List[Pair], Dict[str, Tuple[str, ...]]]:
-    """All (torch, mindspore) record pairs in divergence order, and what stayed unmatched."""
+                 ) -> Tuple[List[Pair], Dict[str, Tuple[str, ...]], List[str]]:
+    """All (torch, mindspore) record pairs in divergence order, what stayed unmatched, and the
+    modules computing nothing left unpaired, not listed with it (side first: "mindspore 8")."""
     param_map = dict(ms_run.manifest.get("param_map", {}))
     torch_by_kind: Dict[str, List[RecordInfo]] = {}
     ms_by_kind: Dict[str, List[RecordInfo]] = {}
@@ -139,6 +140,7 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
     # modules computing nothing (an Identity, a dropout of rate 0): named in a note, not listed
     idle = {side: {r.name for r in by_kind.get("forward", []) if structure.computes_nothing(r)}
             for side, by_kind in (("torch", torch_by_kind), ("mindspore", ms_by_kind))}
+    idle_left: List[str] = []       # their forward records left unpaired, side first
     for kind, torch_records in torch_by_kind.items():
         by_torch_name = {t: m for m, t in mapping.get(kind, {}).items()}
         ms_records = {r.name: r for r in ms_by_kind.get(kind, [])}
@@ -153,20 +155,20 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
         matched_torch = set(by_torch_name) & {r.name for r in torch_records}
         compared = {side: {(getattr(p, side).shard, getattr(p, side).key) for p in kind_pairs}
                     for side in ("torch", "mindspore")}
-        missing_torch = tuple(r.name for r in torch_records if r.name not in matched_torch
-                              and not _compared_container(r, containers["torch"],
-                                                          compared["torch"])
-                              and not _of_modules(r, idle["torch"]))
-        # no torch name, or a torch name torch recorded nothing under
-        missing_ms = tuple(r.name for r in ms_by_kind.get(kind, [])
-                           if mapping.get(kind, {}).get(r.name) not in matched_torch
-                           and not _compared_container(r, containers["mindspore"],
-                                                       compared["mindspore"])
-                           and not _of_modules(r, computing_leaves | idle["mindspore"]))
-        if missing_torch:
-            unmatched[f"torch {kind}"] = missing_torch
-        if missing_ms:
-            unmatched[f"mindspore {kind}"] = missing_ms
+        left = {"torch": [r for r in torch_records if r.name not in matched_torch
+                          and not _compared_container(r, containers["torch"], compared["torch"])],
+                # no torch name, or a torch name torch recorded nothing under
+                "mindspore": [r for r in ms_by_kind.get(kind, [])
+                              if mapping.get(kind, {}).get(r.name) not in matched_torch
+                              and not _compared_container(r, containers["mindspore"],
+                                                          compared["mindspore"])
+                              and not _of_modules(r, computing_leaves)]}
+        for side, records in left.items():
+            missing = tuple(r.name for r in records if not _of_modules(r, idle[side]))
+            if missing:
+                unmatched[f"{side} {kind}"] = missing
+            if kind == "forward":
+                idle_left.extend(f"{side} {r.name}" for r in records if r.name in idle[side])
     for kind in set(ms_by_kind) - set(torch_by_kind):
         unmatched[f"mindspore {kind}"] = tuple(r.name for r in ms_by_kind[kind])
     mismatches = drop_mismatches([(p.torch, p.mindspore) for p in pairs
@@ -182,7 +184,7 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
             if not unmatched[key]:
                 del unmatched[key]
     pairs.sort(key=lambda p: p.rank)
-    return pairs, unmatched
+    return pairs, unmatched, idle_left
 
 
 def _of_modules(record: RecordInfo, modules: Set[str]) -> bool:
@@ -678,7 +680,7 @@ def compare_runs(run_a: Path, run_b: Path, *, policy: Optional[TolerancePolicy] 
 def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], started: float,
              policy: TolerancePolicy, forward_overrides: Optional[Mapping[str, str]],
              command: str, use_fp64_reference: bool) -> CheckResult:
-    pairs, unmatched = pair_records(torch_run, ms_run, forward_overrides)
+    pairs, unmatched, idle = pair_records(torch_run, ms_run, forward_overrides)
     _refuse_other_starting_point(torch_run, ms_run)
     self_checks = {run.framework: run.observer_effect for run in (torch_run, ms_run)}
     # A torch step that draws random numbers (dropout in a forward, stochastic depth) drew
@@ -755,7 +757,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
         diagnosis = diagnose(first, pair.torch, pair.mindspore, comparisons, torch_run, ms_run,
                              unmatched, pair.dropping)
     notes = _notes(torch_run, ms_run, self_checks, sites, comparisons, policy,
-                   forward_overrides or {})
+                   forward_overrides or {}, idle)
     if stepped:
         notes.append(_adam_note(stepped, config))
     unmatched, checked = _checked_in_passing_pairs(unmatched, plan, comparisons,
@@ -779,9 +781,11 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
 
 def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, Any],
            sites: List[kinks.FlipSite], comparisons: List[Comparison],
-           policy: TolerancePolicy, forward_overrides: Mapping[str, str]) -> List[str]:
+           policy: TolerancePolicy, forward_overrides: Mapping[str, str],
+           idle: Sequence[str]) -> List[str]:
     """What the reader should know beside the verdicts: the self-checks, settings the captures
-    ran apart, allowances made, and options that matched nothing."""
+    ran apart, allowances made, modules left out of the unmatched lists (``idle``: computing
+    nothing), and options that matched nothing."""
     notes = [_observer_note(check, framework) for framework, check in self_checks.items()]
     differing = step_settings_differ(torch_run, ms_run)
     if differing:
@@ -794,10 +798,9 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
     noisy = [c for c in comparisons if c.fp32_noise >= MOSTLY_NOISE]     # NaN: no float64
     if noisy:
         notes.append(_noise_note(noisy))
-    paired = {"torch": {c.name for c in comparisons if c.kind == "forward"},
-              "mindspore": {c.mindspore_name for c in comparisons if c.kind == "forward"}}
+    paired = {c.name for c in comparisons if c.kind == "forward"}
     dropping = [r for r in torch_run.records if r.kind == "forward" and r.op in DROPPING_OPS
-                and r.name in paired["torch"]]
+                and r.name in paired]
     dropouts = [r.name for r in dropping]
     if dropouts:
         kind = "dropout" if all(r.op == "dropout" for r in dropping) else \
@@ -805,9 +808,6 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
         notes.append(f"{len(dropouts)} {kind} module{'s' if len(dropouts) > 1 else ''} "
                      f"({first_few(dropouts)}) ran as identity on both sides: the frameworks "
                      "draw different random masks, so their rates are compared instead")
-    idle = [f"{run.framework} {r.name}" for run in (torch_run, ms_run) for r in run.records
-            if r.kind == "forward" and structure.computes_nothing(r)
-            and r.name not in paired[run.framework]]
     if idle:
         notes.append(f"{len(idle)} module{'s' if len(idle) > 1 else ''} computing nothing (an "
                      "Identity, or a dropout of rate 0) with no counterpart on the other side, "
