@@ -9,11 +9,15 @@ any pair. Whatever stays unmatched is listed, never dropped silently.
 
 from __future__ import annotations
 
+import math
+import operator
 import re
 from collections import OrderedDict
+from itertools import accumulate
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from parity.records import CONTAINER_OPS, Alignment, RecordInfo, dropping_for_identity
+from parity.records import (CONTAINER_OPS, Alignment, Part, RecordInfo, dropping_for_identity,
+                            split_part)
 from parity.sketch import sketch_distance
 
 # MindSpore parameter names (BatchNorm's, Embedding's table, PReLU's) -> the PyTorch role they play.
@@ -25,10 +29,13 @@ GENERIC_OP = "module"
 # differs; pad widths given top and bottom first, which transposes a square map's) is still
 # paired when it is the same module, well below any same-shape match: the first divergence is
 # then named where the shape changed, not left unmatched. Outputs that differ only by size-1
-# dimensions hold the same values in the same order and are paired as outputs of one shape:
-# mindcv's GlobalAvgPooling returns (N, C) where torch's AdaptiveAvgPool2d returns (N, C, 1, 1),
-# and compare reads the two in torch's shape.
+# dimensions or merged adjacent ones hold the same values in the same order and are paired as
+# outputs of one shape (same_order): mindcv's GlobalAvgPooling returns (N, C) where torch's
+# AdaptiveAvgPool2d returns (N, C, 1, 1), and compare reads the two in torch's shape.
 SHAPE_DIFFERS = 0.25
+# A tie-break between MindSpore records scored alike against a user's own torch module, far
+# below any score's step even summed over 10⁵ such pairs.
+LATER_GENERIC = 1e-6
 
 
 def normalise(name: str) -> str:
@@ -41,6 +48,17 @@ def layout(shape: Sequence[int]) -> Tuple[int, ...]:
     the same order. MindSpore's nn.Conv1d keeps its weight as (out, in, 1, k), torch's as
     (out, in, k)."""
     return tuple(size for size in shape if size != 1)
+
+
+def same_order(shape: Sequence[int], other: Sequence[int]) -> bool:
+    """Whether two shapes hold as many values in one order: one is the other with runs of
+    adjacent dimensions merged, or with size-1 dimensions (layout). torchvision's Swin keeps
+    its tokens as (N, H, W, C), mindcv's as (N, H·W, C)."""
+    if layout(shape) == layout(other):
+        return True
+    ends, other_ends = (set(accumulate(s, operator.mul)) for s in (shape, other))
+    return math.prod(shape) == math.prod(other) > 0 and \
+        (ends <= other_ends or other_ends <= ends)
 
 
 def split_param(name: str) -> Tuple[str, str]:
@@ -268,6 +286,13 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
 
     Modules that own parameters are pinned by the parameter mapping; an override pins any name.
     """
+    # the layers a port splits off torch's fused one are paired with its output's parts
+    split = split_layers(param_map)
+    fused = {split_part(t)[0] for t in split.values()}
+    all_torch_records = torch_records
+    split_records = [r for r in mindspore_records if r.name.partition("#")[0] in split]
+    torch_records = [r for r in torch_records if r.name.partition("#")[0] not in fused]
+    mindspore_records = [r for r in mindspore_records if r.name.partition("#")[0] not in split]
     torch_sites = [_Site.of(r) for r in torch_records]
     ms_sites = [_Site.of(r) for r in mindspore_records]
     pinned = {**_pinned_to_wrappers(module_map_from_parameters(param_map), torch_records,
@@ -278,7 +303,7 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     def score(i: int, j: int) -> float:
         t, m, target = torch_sites[i], ms_sites[j], targets[j]
         pinned_here = None if target is None else target in (t.name, t.base) and t.call == m.call
-        if t.layout != m.layout:
+        if t.layout != m.layout and not same_order(t.shape, m.shape):
             same_module = pinned_here if pinned_here is not None else \
                 t.op == m.op != GENERIC_OP and t.normalised == m.normalised and t.call == m.call
             return SHAPE_DIFFERS if same_module else 0.0
@@ -298,17 +323,40 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
             value += 1.0
         if t.call == m.call:
             value += 0.5
+        if GENERIC_OP in (t.op, m.op):
+            # of equally scored records, the last: a module's output is its computation's
+            # last step (torchvision's Swin attention returns what mindcv's roll_pos does, after
+            # its roll_neg, window_partition, attn and window_reverse of that shape or order)
+            value += LATER_GENERIC * j / len(ms_sites)
         return value
 
     pairs = align_sequences(len(torch_records), len(mindspore_records), score)
     mapping = {mindspore_records[j].name: torch_records[i].name for i, j in pairs}
     for ms_name in _containers_ending_apart(mapping, torch_records, mindspore_records):
         del mapping[ms_name]
-    matched_torch = set(mapping.values())
+    for record in split_records:
+        _, call, index = record.name.partition("#")
+        whole, part = split_part(split[record.name.partition("#")[0]])
+        mapping[record.name] = part.of(whole + call + index)
+    matched_torch = {split_part(name)[0] for name in mapping.values()}
     return Alignment(
         mindspore_to_torch=mapping,
-        unmatched_torch=tuple(r.name for r in torch_records if r.name not in matched_torch),
-        unmatched_mindspore=tuple(r.name for r in mindspore_records if r.name not in mapping))
+        unmatched_torch=tuple(r.name for r in all_torch_records if r.name not in matched_torch),
+        unmatched_mindspore=tuple(r.name for r in [*mindspore_records, *split_records]
+                                  if r.name not in mapping))
+
+
+def split_layers(param_map: Mapping[str, str]) -> Dict[str, str]:
+    """MindSpore module -> the part of its torch module's output it computes, for each layer
+    a port splits off a fused torch layer (each of its parameters the same rows of that layer's:
+    mindcv's Swin's attn.q, "attn.qkv[..., 0:32]" for torchvision's attn.qkv)."""
+    outputs: Dict[str, set] = {}
+    for ms_name, torch_name in param_map.items():
+        whole, part = split_part(torch_name)
+        outputs.setdefault(split_param(ms_name)[0], set()).add(
+            Part(part.start, part.stop, last_axis=True).of(split_param(whole)[0]) if part else "")
+    return {module: names.pop() for module, names in outputs.items()
+            if len(names) == 1 and "" not in names}
 
 
 def _containers_ending_apart(mapping: Mapping[str, str], torch_records: Sequence[RecordInfo],

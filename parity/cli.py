@@ -530,6 +530,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(f"left out {len(transfer.left_out)} torch tensor(s) no MindSpore parameter takes "
               f"(step counters, integer constants the port holds itself): "
               f"{first_few(transfer.left_out, separator=', ')}")
+    if transfer.port_constants:
+        print(f"kept {len(transfer.port_constants)} frozen MindSpore parameter(s) no torch "
+              f"tensor feeds at the port's own values (constants it computes itself): "
+              f"{first_few(transfer.port_constants, separator=', ')}")
     if not_finite:
         print(f"parity: warning: {args.torch_weights} holds values that are not finite, copied "
               f"as they are ({first_few(not_finite, separator='; ')}): the port computes NaN "

@@ -26,6 +26,43 @@ CONTAINER_OPS = ("module", "sequential", "list")
 RECURRENT_OPS = ("lstm", "gru", "rnn")
 
 
+# A part of a torch tensor, named as torch indexes it: a fused layer's rows (``qkv.weight[0:32]``,
+# its gradient, update and optimizer state alike) or its output's last-axis slice
+# (``qkv[..., 0:32]``), compared with the layer a port splits it into (its ``q``).
+_PART = re.compile(r"(?P<whole>.+)\[(?P<last>\.\.\., )?(?P<start>\d+):(?P<stop>\d+)\]")
+
+
+@dataclass(frozen=True)
+class Part:
+    """Rows ``start:stop`` of a tensor's first axis, or of its last (``last_axis``)."""
+    start: int
+    stop: int
+    last_axis: bool = False
+
+    def of(self, whole: str) -> str:
+        """The part's name: ``whole`` indexed as torch would index it."""
+        return f"{whole}[{'..., ' if self.last_axis else ''}{self.start}:{self.stop}]"
+
+    def index(self, ndim: int) -> Tuple[slice, ...]:
+        axis = ndim - 1 if self.last_axis else 0
+        return (slice(None),) * axis + (slice(self.start, self.stop),)
+
+
+def split_part(name: str) -> Tuple[str, Optional[Part]]:
+    """A part's name as (the whole tensor's, the part); any other name as (itself, None)."""
+    found = _PART.fullmatch(name)
+    if found is None:
+        return name, None
+    return found["whole"], Part(int(found["start"]), int(found["stop"]), bool(found["last"]))
+
+
+def value_of(tensors: Mapping[str, Any], name: str) -> Any:
+    """The tensor ``name`` stands for among ``tensors``: its own, or a part of its whole's."""
+    whole, part = split_part(name)
+    value = tensors[whole]
+    return value[part.index(value.ndim)] if part is not None else value
+
+
 def module_of(record_name: str) -> str:
     """The module whose output a forward record is: an LSTM's first output is the record
     rnn.out0."""
@@ -73,6 +110,24 @@ class RecordInfo:
     # compare's, never stored: the shape the capture stored the tensor in, where ``shape`` is
     # the other side's that compare reads it in (viewed_as)
     stored_shape: Optional[Tuple[int, ...]] = None
+    # compare's, never stored: the part of the stored tensor this record is (part_named)
+    part: Optional[Part] = None
+
+    def part_named(self, name: str) -> "RecordInfo":
+        """The part of this record that ``name`` (split_part) names, read from its tensor. The
+        float64 rerun's noise is measured over the whole tensor: a part's is taken to be that
+        of the layer it is a part of (q, k and v rows of one fused matmul of one input)."""
+        whole, part = split_part(name)
+        if whole != self.name or part is None or self.part is not None or \
+                self.stored_shape is not None:
+            raise ValueError(f"{name} is no part of {self.name}")
+        shape = list(self.shape)
+        axis = len(shape) - 1 if part.last_axis else 0
+        if not shape or part.stop > shape[axis] or part.start >= part.stop:
+            raise ValueError(f"{name} lies outside {self.name}'s shape {self.shape}")
+        shape[axis] = part.stop - part.start
+        return replace(self, name=name, shape=tuple(shape), stored_shape=self.shape, part=part,
+                       fp32_flipped=None)
 
     def viewed_as(self, shape: Tuple[int, ...]) -> "RecordInfo":
         """This record read in another shape of as many values in the same order (its size-1

@@ -35,7 +35,7 @@ from parity import direct_io
 from parity.config import StepConfig
 from parity.errors import ParityInputError, damage, told_as
 from parity.io import read_parity_json, through_links
-from parity.records import KINDS, RecordInfo
+from parity.records import KINDS, RecordInfo, split_part
 
 FORMAT = "parity-run"
 FORMAT_VERSION = 2     # 2: torch's float64 rerun kept as per-record noise, not tensors
@@ -63,7 +63,8 @@ CAN_DROP_CACHE = hasattr(os, "posix_fadvise")      # Linux
 # refused when opened, not met as a TypeError deep in the compare.
 MANIFEST_TYPES = {"framework": str, "versions": dict, "seed": int, "config": dict,
                   "factory": str, "param_map": dict, "self_checks": dict, "resources": dict,
-                  "fingerprint": str, "records": list, "shards": list, "no_gradient": list}
+                  "fingerprint": str, "records": list, "shards": list, "no_gradient": list,
+                  "port_constants": list}
 
 
 def is_run_dir(path: Path) -> bool:
@@ -637,8 +638,14 @@ class RunReader:
         return self.observer_effect.get("deterministic") is False
 
     def record(self, name: str, kind: str) -> Optional[RecordInfo]:
-        """The first record of this name and kind, if the run has one."""
-        return next((r for r in self.records if r.name == name and r.kind == kind), None)
+        """The first record of this name and kind, if the run has one; for a part's name
+        (``qkv.weight[0:32]``, records.split_part), that part of the whole's record."""
+        found = next((r for r in self.records if r.name == name and r.kind == kind), None)
+        whole, part = split_part(name)
+        if found is None and part is not None:
+            of_whole = self.record(whole, kind)
+            return of_whole.part_named(name) if of_whole is not None else None
+        return found
 
     def _check_shard_size(self, shard: Dict[str, Any]) -> None:
         file = self.path / shard["file"]
@@ -683,6 +690,8 @@ class RunReader:
         if crc32(array) != record.crc32:
             raise ParityInputError(f"{file} is corrupted: {record.name} fails its checksum; "
                                    "capture again")
+        if record.part is not None:
+            return array.reshape(stored)[record.part.index(len(stored))]
         return array.reshape(record.shape)
 
     def _shard_index(self, name: str) -> Dict[str, Tuple[int, int, str, Tuple[int, ...]]]:

@@ -18,13 +18,14 @@ import re
 import zipfile
 from itertools import zip_longest
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from parity.align import align_parameters, layout, module_map_from_parameters, split_param
 from parity.errors import ParityInputError, first_few
+from parity.records import Part, split_part, value_of
 
 # torch bookkeeping, a step counter, not a weight: left out of the alignment (nn.BatchNorm2d has
 # no counterpart), given to a port holding one (mindspore.mint.nn's BatchNorm2d, torch's
@@ -266,7 +267,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                   mindspore_params: Sequence[Tuple[str, Tuple[int, ...], str]],
                   overrides: Optional[Mapping[str, str]] = None,
                   port_ties: Optional[Mapping[str, str]] = None,
-                  left_out: Optional[Set[str]] = None) -> Dict[str, str]:
+                  left_out: Optional[Set[str]] = None,
+                  frozen: Optional[Set[str]] = None) -> Dict[str, str]:
     """MindSpore parameter name -> torch key, validated; raises listing every problem.
 
     ``mindspore_params`` is (name, shape, dtype) in the network's parameter order. A
@@ -275,17 +277,42 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     weights file holds of a tie it did not keep, if the bits are the same; else it is named as
     left over by a tie torch lacks. ``left_out`` (frozen_norm_defaults): port parameters that
     need no torch tensor where torch holds none of their group (_norm_group_torch_lacks).
+    A torch tensor the port holds split into q, k and v layers goes to them in parts, each
+    named as torch indexes it (``qkv.weight[0:32]``, records.split_part). ``frozen``: the port's
+    parameters that take no gradient; those no torch tensor feeds, where no torch tensor is left
+    over either, are constants the port computes itself (mindcv's Swin holds its relative
+    position index and window mask so) and keep its values (port_constants).
     """
     tied = getattr(state_dict, "tied", {})
     torch_params = [(k, tuple(v.shape)) for k, v in state_dict.items()
                     if not is_ignored(k) and k not in tied]
     aligned = [(n, s) for n, s, _ in mindspore_params if not is_ignored(n)]
+    ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
     alignment = align_parameters(torch_params, aligned, overrides)
+    fused = _fused_in_torch(state_dict, alignment, ms_shapes, overrides or {})
+    constants = [n for n in alignment.unmatched_mindspore if n in (frozen or set())
+                 and split_param(n)[1] not in INITIAL_NORM_VALUES]     # those: left_out
+    torch_constants = {n for n in alignment.unmatched_torch
+                       if state_dict[n].dtype.kind in CONSTANT_TABLES}
+    if fused or constants or (torch_constants and alignment.unmatched_mindspore):
+        # aligned again without them: they stood in the way (the parameter alignment gave
+        # torchvision's Swin attn.proj the port's attn.q; its relative position table was
+        # not paired with the port's, its module holding the index as an integer tensor,
+        # the port's as a frozen parameter)
+        split = {part for parts in fused.values() for part in parts}
+        alignment = align_parameters(
+            [p for p in torch_params if p[0] not in fused and p[0] not in torch_constants],
+            [p for p in aligned if p[0] not in split and p[0] not in constants], overrides)
     missing: List[str] = []     # the port's parameters no torch tensor goes to
     extra: List[str] = []       # torch tensors going to no parameter of the port
     problems: List[str] = []    # of the pairs made
-    ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
     mapping = dict(alignment.mindspore_to_torch)
+    for torch_name, parts in fused.items():
+        start = 0
+        for part in parts:
+            rows = ms_shapes[part][0][0]
+            mapping[part] = Part(start, start + rows).of(torch_name)
+            start += rows
     modules = module_map_from_parameters(mapping)
     for name in filter(is_ignored, ms_shapes):
         module, role = split_param(name)
@@ -322,25 +349,23 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         if alike and not why:
             why = f": the port ties {', '.join(alike)} (one parameter), torch does not; " \
                 "untie the port's"
-        parts = _stacked_in_torch(name, shape, ms_shapes, modules)
-        if parts and not why:
-            why = f": it holds the port's {', '.join(parts)} stacked along its first axis " \
-                f"(one fused layer in torch, {len(parts)} in the port), and parity splits no " \
-                f"tensor: fuse them in the port (one layer of {shape[0]} outputs, split in the " \
-                "construct)"
         extra.append(f"torch tensor {name} {shape} is used by no MindSpore parameter "
                      f"(extra key){why}")
+    if extra:       # a constant of the port's or a tensor torch has left over: not told
+        missing.extend(f"MindSpore parameter {name} {ms_shapes[name][0]} (frozen) receives "
+                       "no torch tensor (missing key)" for name in constants)
     seen: Dict[str, str] = {}
     misfits: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = []
     for ms_name, torch_name in mapping.items():
-        if torch_name not in state_dict:
+        if split_part(torch_name)[0] not in state_dict:
             problems.append(f"{ms_name} is mapped to {torch_name}, which the torch weights lack")
             continue
         if torch_name in seen:
             problems.append(f"torch tensor {torch_name} is used twice ({seen[torch_name]}, "
                             f"{ms_name})")
         seen[torch_name] = ms_name
-        t_shape, (m_shape, m_dtype) = tuple(state_dict[torch_name].shape), ms_shapes[ms_name]
+        value = value_of(state_dict, torch_name)
+        t_shape, (m_shape, m_dtype) = tuple(value.shape), ms_shapes[ms_name]
         if layout(t_shape) != layout(m_shape):
             transposed = ", its transpose: the port holds the weight as (in, out) for x @ W; " \
                 "parity transfers no transposes: hold it as (out, in) and compute x @ W.T, " \
@@ -348,7 +373,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
             problems.append(f"{torch_name}: torch shape {t_shape} but MindSpore {ms_name} "
                             f"expects {m_shape}{transposed}")
             misfits.append((t_shape, m_shape))
-        t_dtype = str(state_dict[torch_name].dtype)
+        t_dtype = str(value.dtype)
         if t_dtype != m_dtype:
             problems.append(f"{torch_name}: torch dtype {t_dtype} but MindSpore {ms_name} "
                             f"expects {m_dtype}")
@@ -390,6 +415,25 @@ def class_count_hint(misfits: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]])
 SPLIT_PROJECTIONS = (("q", "k", "v"), ("query", "key", "value"), ("k", "v"), ("key", "value"))
 
 
+def _fused_in_torch(state_dict: Mapping[str, np.ndarray], alignment,
+                    ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
+                    overrides: Mapping[str, str]) -> Dict[str, List[str]]:
+    """Each torch tensor no port parameter took that holds the port's parameters stacked
+    along its first axis -> those parameters, in order (_stacked_in_torch)."""
+    modules = module_map_from_parameters(alignment.mindspore_to_torch)
+    fused: Dict[str, List[str]] = {}
+    taken: Set[str] = set(overrides)
+    for name in alignment.unmatched_torch:
+        value = state_dict[name]
+        if value.dtype.kind in CONSTANT_TABLES:
+            continue
+        parts = _stacked_in_torch(name, tuple(value.shape), ms_shapes, modules)
+        if parts and not taken & set(parts):
+            fused[name] = parts
+            taken.update(parts)
+    return fused
+
+
 def _stacked_in_torch(name: str, shape: Tuple[int, ...],
                       ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
                       modules: Mapping[str, str]) -> List[str]:
@@ -397,8 +441,8 @@ def _stacked_in_torch(name: str, shape: Tuple[int, ...],
     of its role in the port's q, k and v layers (or query, key, value; or k and v) under the
     module the port's other parameters map to torch's parent, whose first dimensions add up to
     its own and whose others are its own. mindcv's Swin splits torchvision's fused qkv so.
-    By name: the transfer pairs same-shaped parameters in order, and gave torchvision's proj
-    the port's q."""
+    By name: the first alignment pairs same-shaped parameters in order, and gave torchvision's
+    proj the port's q."""
     module, role = split_param(name)
     parent = module.rpartition(".")[0]
     for ms_parent in sorted({ms.rpartition(".")[0] for ms, t in modules.items()
@@ -462,13 +506,15 @@ def mindspore_ties(net) -> Dict[str, str]:
 
 @dataclass(frozen=True)
 class Transfer:
-    """What load_into_mindspore did: the names' mapping (MindSpore parameter -> torch key),
-    torch's shape of each parameter MindSpore holds in another shape of the same layout (its
-    Conv1d weight: (out, in, 1, k) for torch's (out, in, k)), and the torch keys no MindSpore
-    parameter took (step counters, integer constants the port holds itself)."""
+    """What load_into_mindspore did: the names' mapping (MindSpore parameter -> torch key, or a
+    part of one), torch's shape of each parameter MindSpore holds in another shape of the same
+    layout (its Conv1d weight: (out, in, 1, k) for torch's (out, in, k)), the torch keys no
+    MindSpore parameter took (step counters, integer constants the port holds itself), and the
+    port's frozen parameters no torch tensor fed, kept at its own values (plan_transfer)."""
     plan: Dict[str, str]
     torch_shapes: Dict[str, Tuple[int, ...]]
     left_out: List[str]
+    port_constants: List[str] = field(default_factory=list)
 
 
 def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
@@ -477,17 +523,22 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
     (a Lightning checkpoint's "model.") are tried without it when they do not fit as they
     are."""
     import mindspore as ms
-    state_dict, plan = _names_that_fit(state_dict, mindspore_param_specs(net), overrides,
-                                       mindspore_ties(net), frozen_norm_defaults(net))
     params = dict(net.parameters_and_names())
+    frozen = {name for name, param in params.items() if not param.requires_grad}
+    norm_defaults = frozen_norm_defaults(net)
+    state_dict, plan = _names_that_fit(state_dict, mindspore_param_specs(net), overrides,
+                                       mindspore_ties(net), norm_defaults, frozen)
     torch_shapes = {}
     for ms_name, torch_name in plan.items():
-        value, shape = state_dict[torch_name], tuple(params[ms_name].shape)
+        value, shape = value_of(state_dict, torch_name), tuple(params[ms_name].shape)
         if tuple(value.shape) != shape:
             torch_shapes[ms_name] = tuple(value.shape)
         params[ms_name].set_data(ms.Tensor(np.ascontiguousarray(value).reshape(shape)))
-    taken = set(plan.values()) | set(getattr(state_dict, "tied", {}))
-    return Transfer(plan, torch_shapes, [key for key in state_dict if key not in taken])
+    taken = {split_part(key)[0] for key in plan.values()} | set(getattr(state_dict, "tied", {}))
+    constants = [name for name in params if name in frozen and name not in plan
+                 and split_param(name)[1] not in INITIAL_NORM_VALUES and not is_ignored(name)]
+    return Transfer(plan, torch_shapes, [key for key in state_dict if key not in taken],
+                    constants)
 
 
 # A norm's frozen parameters at their initial values, which MindSpore keeps where torch has none.
@@ -539,18 +590,19 @@ def frozen_norm_defaults(net) -> Set[str]:
 
 def _names_that_fit(state_dict: Mapping[str, np.ndarray], specs: Sequence,
                     overrides: Optional[Mapping[str, str]], ties: Mapping[str, str],
-                    left_out: Set[str]) -> Tuple[Mapping[str, np.ndarray], Dict[str, str]]:
+                    left_out: Set[str], frozen: Set[str]
+                    ) -> Tuple[Mapping[str, np.ndarray], Dict[str, str]]:
     """The state dict, without its keys' outer prefix if only that way they fit, and its
     transfer plan; if neither fits, the refusal naming fewer problems."""
     try:
-        return state_dict, plan_transfer(state_dict, specs, overrides, ties, left_out)
+        return state_dict, plan_transfer(state_dict, specs, overrides, ties, left_out, frozen)
     except TransferRefused as as_they_are:
         prefix = outer_prefix(state_dict)
         if not prefix:
             raise
         inner = without_prefix(state_dict, prefix)
         try:
-            return inner, plan_transfer(inner, specs, overrides, ties, left_out)
+            return inner, plan_transfer(inner, specs, overrides, ties, left_out, frozen)
         except TransferRefused as without:
             raise min(as_they_are, without, key=lambda refusal: refusal.problems) from None
 

@@ -301,6 +301,69 @@ def test_a_module_whose_output_size_differs_is_paired_and_so_is_one_without_size
     assert align_forward(padded, transposed, param_map={}).mindspore_to_torch == {"pad": "pad"}
 
 
+def test_tokens_held_flat_are_paired_with_tokens_on_a_grid():
+    """torchvision's Swin holds its tokens as (N, H, W, C), mindcv's as (N, H·W, C): the same
+    values in the same order, paired and read in torch's shape (every forward record of
+    mindcv's Swin was a shape mismatch). Channels first against channels last is another
+    order, and is not."""
+    from parity.align import same_order
+    assert same_order((2, 14, 14, 32), (2, 196, 32)) and same_order((2, 196, 32), (2, 14, 14, 32))
+    assert same_order((2, 8, 1, 1), (2, 8))
+    assert not same_order((2, 32, 196), (2, 196, 32))
+    assert not same_order((8, 7, 7, 32), (2, 14, 14, 32))      # windows of one map
+    torch_records = [_forward("norm", "layernorm", (2, 14, 14, 32), 0),
+                     _forward("fc", "dense", (2, 14, 14, 32), 1)]
+    ms_records = [_forward("norm", "layernorm", (2, 196, 32), 0),
+                  _forward("fc", "dense", (2, 196, 32), 1)]
+    assert align_forward(torch_records, ms_records, param_map={}).mindspore_to_torch == \
+        {"norm": "norm", "fc": "fc"}
+
+
+def test_a_module_of_the_users_is_paired_with_the_last_of_its_alike_candidates():
+    """torchvision's Swin attention (a module of its own) returns the map mindcv's block
+    computes in a roll_neg, window_partition, attention, window_reverse and roll_pos cell, three
+    of them of that shape: it was paired with the first, roll_neg, and failed at 10⁶× torch's
+    float32 error in a port that passes."""
+    torch_records = [_forward("norm1", "layernorm", (2, 14, 14, 32), 0),
+                     _forward("attn", "module", (2, 14, 14, 32), 1),
+                     _forward("norm2", "layernorm", (2, 14, 14, 32), 2)]
+    ms_records = [_forward("norm1", "layernorm", (2, 196, 32), 0),
+                  _forward("roll_neg", "module", (2, 14, 14, 32), 1),
+                  _forward("window_partition", "module", (8, 7, 7, 32), 2),
+                  _forward("window_reverse", "module", (2, 14, 14, 32), 3),
+                  _forward("roll_pos", "module", (2, 14, 14, 32), 4),
+                  _forward("norm2", "layernorm", (2, 196, 32), 5)]
+    alignment = align_forward(torch_records, ms_records, param_map={})
+    assert alignment.mindspore_to_torch == {"norm1": "norm1", "roll_pos": "attn",
+                                            "norm2": "norm2"}
+
+
+def test_the_layers_a_port_splits_off_a_fused_one_are_paired_with_parts_of_its_output():
+    """A port's q, k and v layers given rows of torch's fused qkv (weights.plan_transfer)
+    compare with those columns of its output; its proj with torch's proj."""
+    from parity.records import Part, split_part
+    param_map = {f"attn.{layer}.{role}": f"attn.qkv.{role}[{8 * i}:{8 * i + 8}]"
+                 for i, layer in enumerate("qkv") for role in ("weight", "bias")}
+    param_map.update({"attn.proj.weight": "attn.proj.weight", "attn.proj.bias": "attn.proj.bias"})
+    torch_records = [_forward("attn.qkv", "dense", (2, 16, 24), 0),
+                     _forward("attn.proj", "dense", (2, 16, 8), 1)]
+    ms_records = [_forward(f"attn.{layer}", "dense", (2, 16, 8), i)
+                  for i, layer in enumerate(("q", "k", "v", "proj"))]
+    alignment = align_forward(torch_records, ms_records, param_map)
+    assert alignment.mindspore_to_torch == {"attn.q": "attn.qkv[..., 0:8]",
+                                            "attn.k": "attn.qkv[..., 8:16]",
+                                            "attn.v": "attn.qkv[..., 16:24]",
+                                            "attn.proj": "attn.proj"}
+    assert alignment.unmatched_torch == alignment.unmatched_mindspore == ()
+    assert split_part("attn.qkv.weight.momentum_buffer[8:16]") == \
+        ("attn.qkv.weight.momentum_buffer", Part(8, 16))
+    assert split_part("attn.qkv[..., 0:8]") == ("attn.qkv", Part(0, 8, last_axis=True))
+    part = torch_records[0].part_named("attn.qkv[..., 8:16]")
+    assert (part.shape, part.stored_shape) == ((2, 16, 8), (2, 16, 24))
+    with pytest.raises(ValueError):
+        torch_records[0].part_named("attn.qkv[..., 16:32]")
+
+
 class _Run:
     """The little of a RunReader that diagnose reads: records and their tensors."""
 

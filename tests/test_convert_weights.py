@@ -506,3 +506,24 @@ def test_weights_load_under_the_models_own_version_metadata(tmp_path):
     other = torchvision.models.mnasnet0_5(num_classes=10)
     _restore(model, {k: v.numpy() for k, v in other.state_dict().items()})
     assert torch.equal(model.classifier[1].weight, other.classifier[1].weight)
+
+
+def test_a_split_fused_layer_and_the_ports_own_constants_are_converted(tmp_path):
+    """A port of q, k and v layers for torch's fused qkv, holding its relative position index
+    as a frozen parameter (mindcv's Swin): refused before; each layer now takes its rows, the
+    index keeps the port's values, and the conversion says so."""
+    from tests import tiny
+    model = tiny.torch_patch_attention()
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    process = parity_cli("convert-weights", "--ms-model", "tests.tiny:ms_patch_attention",
+                         "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+    assert process.returncode == 0, process.stderr
+    assert "kept 1 frozen MindSpore parameter(s) no torch tensor feeds at the port's own " \
+        "values (constants it computes itself): attn.relative_bias.index" in process.stdout
+    assert "left out 1 torch tensor(s)" in process.stdout and \
+        "attn.relative_position_index" in process.stdout
+    saved = ms.load_checkpoint(str(tmp_path / "w.ckpt"))
+    qkv = model.attn.qkv.weight.detach().numpy()
+    np.testing.assert_array_equal(saved["attn.v.weight"].asnumpy(), qkv[16:24])
+    np.testing.assert_array_equal(saved["attn.relative_bias.index"].asnumpy(),
+                                  tiny.ms_patch_attention().attn.relative_bias.index.asnumpy())

@@ -2052,3 +2052,39 @@ def test_a_batchnorm3d_port_is_compared_and_named_as_one_layer(ms_model, first, 
     if cause is not None:
         assert (result.first_divergence.name, result.first_divergence.kind) == first
         assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "certain")
+
+
+def test_a_fused_layer_the_port_splits_is_compared_in_parts():
+    """torch's fused qkv layer and relative position bias gathered by an integer index,
+    ported with q, k and v layers and the index as a frozen one-hot matrix (mindcv's Swin for
+    torchvision's): the transfer was refused. Each of the port's layers is now compared with
+    its rows of torch's weights (gradient, update, momentum, weights after the step) and its
+    columns of torch's output, and the index is the port's own constant, noted."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_patch_attention(), tiny.ms_patch_attention(), image_size=16)
+    assert result.passed, result.first_divergence
+    compared = {(c.kind, c.name): c.mindspore_name for c in result.comparisons}
+    for kind in ("grad", "update", "weight"):
+        assert compared[(kind, "attn.qkv.weight[8:16]")] == "attn.k.weight"
+    assert compared[("optimizer_state", "attn.qkv.bias.momentum_buffer[16:24]")] == \
+        "attn.v.bias.momentum_buffer"
+    assert compared[("forward", "attn.qkv[..., 0:8]")] == "attn.q"
+    assert compared[("grad", "attn.qkv[..., 16:24]")] == "attn.v"
+    assert compared[("weight", "attn.relative_position_bias_table")] == \
+        "attn.relative_bias.relative_position_bias_table"
+    assert ("forward", "attn.qkv") not in compared
+    assert result.unmatched["mindspore buffer"] == ("attn.relative_bias.index",)
+    assert any("frozen parameter attn.relative_bias.index took no torch tensor" in note
+               for note in result.meta.notes)
+    adam = parity.check(tiny.torch_patch_attention(), tiny.ms_patch_attention(), image_size=16,
+                        optimizer={"optimizer": "adam"})
+    assert adam.passed, adam.first_divergence
+    assert ("optimizer_state", "attn.qkv.weight.exp_avg_sq[0:8]") in \
+        {(c.kind, c.name) for c in adam.comparisons}
+    flipped = parity.check(tiny.torch_patch_attention(),
+                           tiny.ms_patch_attention_flipped_index(), image_size=16)
+    assert (flipped.first_divergence.name, flipped.first_divergence.kind) == \
+        ("attn.proj", "forward")
+    assert all(c.passed for c in flipped.comparisons
+               if c.kind == "forward" and c.name.startswith("attn.qkv["))

@@ -13,6 +13,7 @@ import torchvision
 from models import PAIRS, get_pair
 from models import resnet_mindspore as port
 from parity.errors import ParityInputError
+from parity.records import value_of
 from parity.weights import load_into_mindspore, mindspore_param_specs, plan_transfer
 
 DEPTHS = (18, 34, 50, 101, 152)
@@ -200,23 +201,53 @@ def test_a_refusal_of_many_problems_lists_each_kind():
     assert listed.count("(missing key)") == listed.count("(extra key)") == 3
 
 
-def test_a_fused_projection_the_port_splits_is_named():
+def test_a_fused_projection_the_port_splits_goes_to_its_layers_in_parts():
     """mindcv's Swin holds q, k and v layers for torchvision's fused qkv: its transfer was
-    refused with the fused tensors listed as extra keys, the split ones as missing, nothing
-    joining them."""
+    refused, the fused tensors listed as extra keys, the split ones as missing, and torch's
+    proj given to the port's q (same shapes, in order). Each layer now takes its rows, named
+    as torch indexes them, and proj takes proj."""
     f32 = np.float32
-    state_dict = {"blocks.0.attn.qkv.weight": np.zeros((12, 4), f32),
-                  "blocks.0.attn.qkv.bias": np.zeros(12, f32),
+    state_dict = {"blocks.0.attn.qkv.weight": np.arange(48, dtype=f32).reshape(12, 4),
+                  "blocks.0.attn.qkv.bias": np.arange(12, dtype=f32),
                   "blocks.0.attn.proj.weight": np.zeros((4, 4), f32),
                   "blocks.0.attn.proj.bias": np.zeros(4, f32)}
     specs = [(f"layers.0.attn.{layer}.{role}", (4, 4) if role == "weight" else (4,), "float32")
              for layer in ("q", "k", "v", "proj") for role in ("weight", "bias")]
-    with pytest.raises(ParityInputError) as refused:
+    plan = plan_transfer(state_dict, specs)
+    assert plan == {**{f"layers.0.attn.{layer}.{role}": f"blocks.0.attn.qkv.{role}[{start}:"
+                       f"{start + 4}]" for layer, start in (("q", 0), ("k", 4), ("v", 8))
+                       for role in ("weight", "bias")},
+                    "layers.0.attn.proj.weight": "blocks.0.attn.proj.weight",
+                    "layers.0.attn.proj.bias": "blocks.0.attn.proj.bias"}
+    assert np.array_equal(value_of(state_dict, plan["layers.0.attn.k.weight"]),
+                          state_dict["blocks.0.attn.qkv.weight"][4:8])
+    # rows that do not add up to torch's are no split of it: refused as before
+    specs[4] = ("layers.0.attn.v.weight", (3, 4), "float32")
+    with pytest.raises(ParityInputError, match=r"torch tensor blocks\.0\.attn\.qkv\.weight "
+                                               r"\(12, 4\) is used by no MindSpore parameter"):
         plan_transfer(state_dict, specs)
-    assert "torch tensor blocks.0.attn.qkv.weight (12, 4) is used by no MindSpore parameter " \
-        "(extra key): it holds the port's layers.0.attn.q.weight, layers.0.attn.k.weight, " \
-        "layers.0.attn.v.weight stacked along its first axis (one fused layer in torch, 3 in " \
-        "the port), and parity splits no tensor" in str(refused.value)
+
+
+def test_a_frozen_parameter_of_the_port_no_torch_tensor_feeds_keeps_its_values():
+    """mindcv's Swin holds its relative position index (a one-hot matrix) and its window mask
+    as frozen parameters, which torchvision computes or holds as integer tensors: refused as
+    missing keys, they are the port's constants now (and its relative position table, which
+    the index stood beside, is paired with torch's). Where torch holds a tensor no parameter
+    took, they are named with it."""
+    f32 = np.float32
+    state_dict = {"attn.table": np.zeros(7, f32), "attn.index": np.zeros((4, 4), np.int64),
+                  "fc.weight": np.zeros((3, 4), f32)}
+    specs = [("attn.bias.table", (7,), "float32"), ("attn.bias.index", (16, 7), "float32"),
+             ("fc.weight", (3, 4), "float32")]
+    with pytest.raises(ParityInputError, match=r"attn\.bias\.index \(16, 7\) receives no"):
+        plan_transfer(state_dict, specs)
+    plan = plan_transfer(state_dict, specs, frozen={"attn.bias.index"})
+    assert plan == {"attn.bias.table": "attn.table", "fc.weight": "fc.weight"}
+    state_dict["attn.mask"] = np.zeros((4, 4), f32)
+    with pytest.raises(ParityInputError) as refused:
+        plan_transfer(state_dict, specs, frozen={"attn.bias.index"})
+    assert "attn.mask (4, 4) is used by no MindSpore parameter" in str(refused.value)
+    assert "attn.bias.index (16, 7) (frozen) receives no torch tensor" in str(refused.value)
 
 
 def test_an_integer_or_boolean_constant_the_port_computes_itself_is_left_out():

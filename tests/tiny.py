@@ -2376,3 +2376,93 @@ class _MsSkipping(msnn.SequentialCell):
 
 def ms_tiny_skipping_a_norm() -> msnn.Cell:
     return _MsSkipping(list(_ms_tiny().cell_list))
+
+
+# Self-attention over a 4×4 grid of patches whose torch model holds one fused qkv layer and a
+# relative position bias gathered by an integer index (torchvision's Swin); the port holds q, k
+# and v layers and the index as a frozen one-hot matrix multiplying the table (mindcv's Swin).
+PATCHES, PATCH_WIDTH = 16, 8
+
+
+def _relative_index(flipped: bool = False) -> np.ndarray:
+    """(PATCHES, PATCHES): row i, column j -> i - j shifted to count from 0 (j - i flipped)."""
+    rows, cols = np.meshgrid(np.arange(PATCHES), np.arange(PATCHES), indexing="ij")
+    return (cols - rows if flipped else rows - cols) + PATCHES - 1
+
+
+class _TorchFusedAttention(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.proj = tnn.Linear(PATCH_WIDTH, 3 * PATCH_WIDTH), \
+            tnn.Linear(PATCH_WIDTH, PATCH_WIDTH)
+        self.relative_position_bias_table = tnn.Parameter(0.5 * torch.randn(2 * PATCHES - 1))
+        self.register_buffer("relative_position_index", torch.from_numpy(_relative_index()))
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        logits = q @ k.transpose(-2, -1) / PATCH_WIDTH ** 0.5
+        bias = self.relative_position_bias_table[self.relative_position_index]
+        return self.proj((logits + bias).softmax(dim=-1) @ v)
+
+
+class _TorchPatchAttention(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = tnn.Conv2d(3, PATCH_WIDTH, 4, stride=4)
+        self.attn = _TorchFusedAttention()
+        self.head = tnn.Linear(PATCH_WIDTH, 10)
+
+    def forward(self, x):
+        tokens = self.embed(x).flatten(2).transpose(1, 2)
+        return self.head(self.attn(tokens).mean(dim=1))
+
+
+class _MsOneHotRelativeBias(msnn.Cell):
+    def __init__(self, flipped: bool) -> None:
+        super().__init__()
+        self.relative_position_bias_table = mindspore.Parameter(
+            mindspore.Tensor(np.zeros(2 * PATCHES - 1, np.float32)))
+        one_hot = np.eye(2 * PATCHES - 1, dtype=np.float32)[_relative_index(flipped).reshape(-1)]
+        self.index = mindspore.Parameter(mindspore.Tensor(one_hot), requires_grad=False)
+
+    def construct(self):
+        return ops.matmul(self.index, self.relative_position_bias_table).reshape(PATCHES, PATCHES)
+
+
+class _MsSplitAttention(msnn.Cell):
+    def __init__(self, flipped: bool) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (msnn.Dense(PATCH_WIDTH, PATCH_WIDTH) for _ in range(3))
+        self.proj = msnn.Dense(PATCH_WIDTH, PATCH_WIDTH)
+        self.relative_bias = _MsOneHotRelativeBias(flipped)
+
+    def construct(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        logits = ops.matmul(q, k.swapaxes(-2, -1)) / PATCH_WIDTH ** 0.5
+        return self.proj(ops.matmul(ops.softmax(logits + self.relative_bias(), axis=-1), v))
+
+
+class _MsPatchAttention(msnn.Cell):
+    def __init__(self, flipped: bool = False) -> None:
+        super().__init__()
+        self.embed = msnn.Conv2d(3, PATCH_WIDTH, 4, stride=4, pad_mode="valid", has_bias=True)
+        self.attn = _MsSplitAttention(flipped)
+        self.head = msnn.Dense(PATCH_WIDTH, 10)
+
+    def construct(self, x):
+        tokens = self.embed(x).flatten(start_dim=2).swapaxes(1, 2)
+        return self.head(self.attn(tokens).mean(axis=1))
+
+
+def torch_patch_attention() -> tnn.Module:
+    return _TorchPatchAttention()
+
+
+def ms_patch_attention() -> msnn.Cell:
+    return _MsPatchAttention()
+
+
+def ms_patch_attention_flipped_index() -> msnn.Cell:
+    """The relative index built j - i where torch's is i - j."""
+    return _MsPatchAttention(flipped=True)

@@ -350,7 +350,8 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         writer.wait()
         return writer.finish(manifest_meta(
             "mindspore", config, num_classes, factory or type(net).__name__, param_map,
-            observer, clock, no_gradient=list(left_out), **starts_from))
+            observer, clock, no_gradient=list(left_out),
+            port_constants=transfer.port_constants, **starts_from))
 
 
 def _adam_gradients(optimizer, grads: tuple, config: StepConfig) -> tuple:

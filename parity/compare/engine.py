@@ -12,13 +12,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import (Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Set,
-                    Tuple)
+from typing import (Any, Dict, Hashable, Iterable, List, Mapping, NamedTuple, Optional,
+                    Sequence, Set, Tuple)
 
 import numpy as np
 
 from parity import kinks
-from parity.align import align_forward, layout
+from parity.align import align_forward, same_order
 from parity.compare import loss, optimizer, structure, sums
 from parity.compare.diagnosis import diagnose, step_settings_differ
 from parity.compare.dropping import DropMismatch, drop_mismatches
@@ -31,7 +31,7 @@ from parity.config import split_state
 from parity.errors import ParityInputError, first_few
 from parity.records import (CONTAINER_OPS, DROPPING_OPS, KIND_RANK, PARAM_KINDS, Comparison,
                             Divergence, Meta, RecordInfo, TensorStats, drops_between_layers,
-                            module_of)
+                            module_of, split_part)
 from parity.resources import peak_resident_mb
 from parity.result import CheckResult, RecordDetail
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
@@ -88,10 +88,31 @@ def _torch_param_name(ms_name: str, param_map: Mapping[str, str]) -> Optional[st
     if ms_name in param_map:
         return param_map[ms_name]
     param, state = split_state(ms_name)
-    if state:
-        base = param_map.get(param)
-        return base + state if base else None
+    if state and param in param_map:
+        whole, part = split_part(param_map[param])
+        return part.of(whole + state) if part else whole + state
     return None
+
+
+def _in_parts(records: List[RecordInfo], names: Iterable[str]) -> List[RecordInfo]:
+    """``records``, each whole one that ``names`` name parts of (``qkv.weight[0:32]``: a
+    fused layer the port splits) as those parts, in order; a name lying outside its whole's
+    shape is left out (its MindSpore record stays unmatched)."""
+    parts: Dict[str, List[str]] = {}
+    for name in names:
+        whole, part = split_part(name)
+        if part is not None:
+            parts.setdefault(whole, []).append(name)
+    pieces = []
+    for record in records:
+        for name in sorted(parts.get(record.name, ()), key=lambda n: split_part(n)[1].start):
+            try:
+                pieces.append(record.part_named(name))
+            except ValueError:
+                continue
+        if record.name not in parts:
+            pieces.append(record)
+    return pieces
 
 
 def pair_records(torch_run: RunReader, ms_run: RunReader,
@@ -141,11 +162,13 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
     idle = {side: {r.name for r in by_kind.get("forward", []) if structure.computes_nothing(r)}
             for side, by_kind in (("torch", torch_by_kind), ("mindspore", ms_by_kind))}
     idle_left: List[str] = []       # their forward records left unpaired, side first
-    for kind, torch_records in torch_by_kind.items():
+    for kind, whole_records in torch_by_kind.items():
         by_torch_name = {t: m for m, t in mapping.get(kind, {}).items()}
         ms_records = {r.name: r for r in ms_by_kind.get(kind, [])}
-        positions = _backward_positions(torch_records) if kind == "grad" else \
-            {r.name: float(i) for i, r in enumerate(torch_records)}
+        at = _backward_positions(whole_records) if kind == "grad" else \
+            {r.name: float(i) for i, r in enumerate(whole_records)}
+        torch_records = _in_parts(whole_records, by_torch_name)
+        positions = {r.name: at[split_part(r.name)[0]] for r in torch_records}
         kind_pairs = [Pair(record, _in_torch_shape(ms_records[by_torch_name[record.name]],
                                                    record),
                            (KIND_RANK[kind], positions[record.name]))
@@ -171,8 +194,9 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
                 idle_left.extend(f"{side} {r.name}" for r in records if r.name in idle[side])
     for kind in set(ms_by_kind) - set(torch_by_kind):
         unmatched[f"mindspore {kind}"] = tuple(r.name for r in ms_by_kind[kind])
+    # a part is not its whole's tensor: the points of dropping are joined by stored tensor
     mismatches = drop_mismatches([(p.torch, p.mindspore) for p in pairs
-                                  if p.torch.kind == "forward"],
+                                  if p.torch.kind == "forward" and p.torch.part is None],
                                  torch_by_kind.get("forward", []), ms_by_kind.get("forward", []))
     pairs = [dataclasses.replace(p, dropping=mismatches[p.torch.name])
              if p.torch.kind == "forward" and p.torch.name in mismatches else p for p in pairs]
@@ -229,7 +253,7 @@ def _in_torch_shape(ms_record: RecordInfo, torch_record: RecordInfo) -> RecordIn
     """MindSpore's record, read in torch's shape where the two hold as many values in the same
     order (align.py pairs such outputs); as it is otherwise."""
     if ms_record.shape != torch_record.shape and \
-            layout(ms_record.shape) == layout(torch_record.shape):
+            same_order(ms_record.shape, torch_record.shape):
         return ms_record.viewed_as(torch_record.shape)
     return ms_record
 
@@ -519,7 +543,7 @@ def _step_checks(plan: List[_Planned], config: Mapping[str, Any],
     for index, p in enumerate(plan):
         checked = _checked_step(p.pair.torch.name, p.pair.torch.kind)
         if checked and p.pair.torch.kind != "weight" and checked[0] in grads \
-                and checked[0] in weights:
+                and split_part(checked[0])[0] in weights:
             checks[index] = StepCheck(p.pair.mindspore, grads[checked[0]], checked[0],
                                       dict(config))
     return checks
@@ -527,8 +551,11 @@ def _step_checks(plan: List[_Planned], config: Mapping[str, Any],
 
 def _checked_step(name: str, kind: str) -> Optional[Tuple[str, str]]:
     """The parameter and the step check ("update" or "exp_avg_sq") a record's verdict follows:
-    an update's and updated weight's the update's, Adam's exp_avg_sq its own; None for others."""
-    param, state = split_state(name)
+    an update's and updated weight's the update's, Adam's exp_avg_sq its own; None for others.
+    A part's (``qkv.weight.exp_avg_sq[0:32]``) is that part of its parameter's."""
+    whole, part = split_part(name)
+    param, state = split_state(whole)
+    param = part.of(param) if part is not None else param
     if state == ".exp_avg_sq":
         return param, "exp_avg_sq"
     return (param, "update") if kind in ("update", "weight") else None
@@ -693,8 +720,8 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     for pair in pairs:
         tolerance = policy.resolve(pair.torch.name, pair.torch.kind)
         noise = _float64_noise(pair.torch) if use_fp64_reference else None
-        identity = ((pair.torch.shard, pair.torch.key), (pair.mindspore.shard, pair.mindspore.key),
-                    noise, tolerance)
+        identity = ((pair.torch.shard, pair.torch.key, pair.torch.part),
+                    (pair.mindspore.shard, pair.mindspore.key), noise, tolerance)
         plan.append(_Planned(pair, tolerance, noise, identity, identity not in planned))
         planned.add(identity)
 
@@ -812,6 +839,13 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
         notes.append(f"{len(idle)} module{'s' if len(idle) > 1 else ''} computing nothing (an "
                      "Identity, or a dropout of rate 0) with no counterpart on the other side, "
                      f"not listed as unmatched: {first_few(idle)}")
+    constants = list(ms_run.manifest.get("port_constants") or ())
+    if constants:
+        notes.append(f"the port's frozen parameter{'s' if len(constants) > 1 else ''} "
+                     f"{first_few(constants)} took no torch tensor, torch holding none left "
+                     "over: kept at the port's own values, as constants it computes itself "
+                     "(torch computes them in its forward or holds them as integer tensors); "
+                     "a wrong one shows in the outputs after it")
     stacked = list(dict.fromkeys(module_of(r.name) for r in torch_run.records
                                  if r.kind == "forward" and drops_between_layers(r.op, r.attrs)))
     if stacked:

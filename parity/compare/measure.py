@@ -33,7 +33,7 @@ import parity
 from parity import kinks
 from parity.compare import optimizer
 from parity.compare.metrics import Float64Noise, Tolerance, compare_tensors
-from parity.records import RecordInfo, TensorStats
+from parity.records import RecordInfo, TensorStats, value_of
 from parity.resources import peak_resident_mb
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile, stored_bytes
 
@@ -82,7 +82,8 @@ class StepCheck:
 
     value: RecordInfo                 # MindSpore's records: its update or exp_avg_sq
     grad: RecordInfo
-    weight: str                       # the parameter's key in torch's initial weights
+    weight: str                       # the parameter's key in torch's initial weights, or
+                                      # a part of one (records.split_part)
     config: Mapping[str, Any]
 
 
@@ -130,7 +131,7 @@ def run_job(runs: Runs, job: AnyJob) -> Tuple[Result, Optional[Tuple[np.ndarray,
 
 def check_step(runs: Runs, job: StepCheck) -> StepError:
     value, grad = runs.mindspore.tensor(job.value), runs.mindspore.tensor(job.grad)
-    w0 = runs.initial_weights[job.weight]
+    w0 = value_of(runs.initial_weights, job.weight)
     check = optimizer.step_error if job.value.kind == "update" else optimizer.state_error
     error = check(grad, w0, value, job.config) if grad.shape == w0.shape == value.shape else 0.0
     return StepError(error, grad.nbytes + w0.nbytes + value.nbytes)
