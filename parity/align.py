@@ -252,6 +252,20 @@ def _pinned_to_wrappers(pinned: Mapping[str, str], torch_records: Sequence[Recor
     return moved
 
 
+def _applying_more_after(pinned: Mapping[str, str], torch_records: Sequence[RecordInfo],
+                         mindspore_records: Sequence[RecordInfo]) -> Dict[str, str]:
+    """The parameters' pins without those of a torch module whose output is a module's it
+    holds (timm's BatchNormAct2d: its BatchNorm's weights, then its ``act``'s ReLU) to a
+    MindSpore module whose output is no module's it holds (a BatchNorm cell, the ReLU a cell
+    after it): the two outputs are of different points (before and after the ReLU), and the
+    pin kept torch's ``act`` from the port's ReLU (recorded before the module holding it, after
+    the port's BatchNorm). Every timm GhostNet port failed there, "missing activation". The
+    module is then compared as the module it ends at (engine._compared_container)."""
+    torch_ends, ms_ends = _last_modules(torch_records), _last_modules(mindspore_records)
+    return {ms: torch_name for ms, torch_name in pinned.items()
+            if torch_name not in torch_ends or ms in ms_ends}
+
+
 def _reads_input(ms_record: Optional[RecordInfo], torch_record: Optional[RecordInfo]) -> bool:
     """Whether the first inputs' sketches agree to a hundredth of their norm."""
     if ms_record is None or torch_record is None:
@@ -295,8 +309,9 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     mindspore_records = [r for r in mindspore_records if r.name.partition("#")[0] not in split]
     torch_sites = [_Site.of(r) for r in torch_records]
     ms_sites = [_Site.of(r) for r in mindspore_records]
-    pinned = {**_pinned_to_wrappers(module_map_from_parameters(param_map), torch_records,
-                                    mindspore_records),
+    pinned = {**_applying_more_after(
+                  _pinned_to_wrappers(module_map_from_parameters(param_map), torch_records,
+                                      mindspore_records), torch_records, mindspore_records),
               **(overrides or {})}
     targets = [pinned.get(m.name, pinned.get(m.base)) for m in ms_sites]   # None: not pinned
 

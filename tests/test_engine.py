@@ -1712,6 +1712,22 @@ def test_a_random_op_outside_dropout_modules_fails_and_is_named(tmp_path):
     assert any("verdicts use the fixed tolerances" in n for n in report["meta"]["notes"])
 
 
+def test_a_dropout_in_torchs_forward_is_not_called_extra_in_the_port():
+    """torch dropping in its forward with no module (timm's heads), the port with a Dropout
+    cell there: a timm GhostNet's mindcv port was told "extra Dropout in the port" (certain),
+    while torch's step, drawing the same rate, was not deterministic."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_tiny_dropping_in_its_head(), tiny.ms_tiny_dropout(),
+                          image_size=16)
+    assert (result.first_divergence.name, result.first_divergence.kind) == ("fc", "forward")
+    assert (result.diagnosis.cause, result.diagnosis.confidence) == \
+        ("Dropout in torch's forward, not a module", "likely")
+    assert "MindSpore runs 8 (dropout 0.2) just before 9 (torch's fc)" in result.diagnosis.detail
+    deterministic = parity.check(tiny.torch_tiny(), tiny.ms_tiny_dropout(), image_size=16)
+    assert deterministic.diagnosis.cause == "extra Dropout in the port"
+
+
 def test_mobilenet_v2_passes_and_a_relu_for_its_relu6_is_found(tmp_path):
     """The second built-in family: ReLU6, depthwise convs, functional pooling, Dropout."""
     process = parity_cli("run", "--model", "mobilenet_v2", "--out", tmp_path / "run",
@@ -2088,3 +2104,17 @@ def test_a_fused_layer_the_port_splits_is_compared_in_parts():
         ("attn.proj", "forward")
     assert all(c.passed for c in flipped.comparisons
                if c.kind == "forward" and c.name.startswith("attn.qkv["))
+
+
+def test_a_norm_applying_its_activation_is_compared_after_it():
+    """timm's BatchNormAct2d (a BatchNorm applying a ReLU it holds) ported as a BatchNorm cell
+    and a ReLU cell: the norm's weights pinned torch's norm, whose output is after the ReLU, to
+    the port's, before it, and kept the ReLUs apart (torch's is recorded before the norm holding
+    it, the port's after its norm): every timm GhostNet port failed, "missing activation"."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_tiny_norm_act(), tiny.ms_tiny(), image_size=16)
+    assert result.passed, (result.first_divergence, result.diagnosis)
+    compared = {(c.kind, c.name): c.mindspore_name for c in result.comparisons}
+    assert compared[("forward", "1.act")] == "2" and compared[("forward", "3.act")] == "5"
+    assert result.unmatched == {"mindspore forward": ("1", "4"), "mindspore grad": ("4", "1")}

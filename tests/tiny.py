@@ -76,6 +76,22 @@ def torch_tiny_functional_dropout() -> tnn.Module:
     return _torch_tiny(_FunctionalDropout())
 
 
+class _DroppingInItsHead(tnn.Module):
+    """Dropout before the classifier written into the forward, no module of its own, as timm's
+    classifier heads do (``F.dropout(x, p=self.drop_rate, training=self.training)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features, self.fc = _torch_tiny()[:-1], tnn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(tnn.functional.dropout(self.features(x), 0.2, self.training))
+
+
+def torch_tiny_dropping_in_its_head() -> tnn.Module:
+    return _DroppingInItsHead()
+
+
 class _WaitsInTraining(tnn.Module):
     """The tiny net, but its training forward writes its process id into the file named by
     $PARITY_TEST_FORWARD_MARKER, then sleeps: a capture caught mid-step, for Ctrl-C tests.
@@ -2466,3 +2482,22 @@ def ms_patch_attention() -> msnn.Cell:
 def ms_patch_attention_flipped_index() -> msnn.Cell:
     """The relative index built j - i where torch's is i - j."""
     return _MsPatchAttention(flipped=True)
+
+
+class _BatchNormAct(tnn.BatchNorm2d):
+    """timm's BatchNormAct2d: a BatchNorm whose forward applies its ``act`` after normalising."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__(channels)
+        self.act = tnn.ReLU()
+
+    def forward(self, x):
+        return self.act(super().forward(x))
+
+
+def torch_tiny_norm_act() -> tnn.Module:
+    """The tiny net with each BatchNorm and the ReLU after it one BatchNormAct2d (timm's)."""
+    torch.manual_seed(0)
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False), _BatchNormAct(8),
+                          tnn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False), _BatchNormAct(8),
+                          tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))

@@ -59,7 +59,7 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "float32's ~1e-7. To check the port itself, run it in float32.",
                          confidence="certain")
     proven = settings_cause(t, m) or \
-        (dropping.cause(t, m) if dropping else None)
+        (dropping.cause(t, m, torch_run.step_is_random) if dropping else None)
     if proven is not None:
         return proven
     if tuple(t.shape) != tuple(m.shape):

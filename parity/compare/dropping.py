@@ -57,9 +57,27 @@ class DropMismatch:
         return (f"{ONE_SIDE_ONLY}: {SIDE_NAMES[side]} runs {_listed(getattr(self, side))} next to "
                 "this module, the other side no dropout")
 
-    def cause(self, t: RecordInfo, m: RecordInfo) -> Diagnosis:
-        """The diagnosis where the marked pair ``t``, ``m`` is the first divergence."""
+    def cause(self, t: RecordInfo, m: RecordInfo, torch_step_random: bool = False
+              ) -> Diagnosis:
+        """The diagnosis where the marked pair ``t``, ``m`` is the first divergence. Where torch
+        has no dropping module at the point but its step draws random numbers
+        (``torch_step_random``), it likely drops there in its forward: timm's classifier heads
+        call ``F.dropout(x, p=self.drop_rate, training=self.training)``, and a timm GhostNet's
+        mindcv port, dropping 0.2 in a Dropout cell there, was told "extra Dropout in the port"
+        (certain)."""
         module = "DropPath" if self.op == "droppath" else "Dropout"
+        port_name = m.name if m.name == t.name else f"{m.name} (torch's {t.name})"
+        if self.lacking == "torch" and torch_step_random:
+            modules = self.mindspore
+            where = "before" if modules[0].order < m.order else "after"
+            return Diagnosis(cause=f"{module} in torch's forward, not a module",
+                             detail=f"MindSpore runs {_listed(modules)} just {where} {port_name}; "
+                                    "torch has no dropping module there, but two torch steps "
+                                    "from the same state differ: it likely drops in its forward "
+                                    "(F.dropout), which parity cannot run as identity. For the "
+                                    "check, build both without it (rate 0), or make torch's an "
+                                    "nn.Dropout module; if torch does not drop there, remove the "
+                                    "port's.", confidence="likely")
         if self.lacking is None:
             return Diagnosis(cause=f"{module} rate differs",
                              detail=f"torch runs {_listed(self.torch) or 'no dropout'} at "
@@ -70,7 +88,6 @@ class DropMismatch:
         side = "mindspore" if self.lacking == "torch" else "torch"
         modules, own = getattr(self, side), (t if side == "torch" else m)
         where = "before" if modules[0].order < own.order else "after"
-        port_name = m.name if m.name == t.name else f"{m.name} (torch's {t.name})"
         rate = self.rates[SIDES.index(side)]
         if side == "torch":
             add = f"a DropPath of rate {rate:g}" if self.op == "droppath" else \
