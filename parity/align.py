@@ -14,7 +14,8 @@ import operator
 import re
 from collections import OrderedDict
 from itertools import accumulate
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set,
+                    Tuple)
 
 from parity.records import (CONTAINER_OPS, Alignment, Part, RecordInfo, dropping_for_identity,
                             split_part)
@@ -25,6 +26,14 @@ MINDSPORE_PARAM_ROLES = {"gamma": "weight", "beta": "bias", "moving_mean": "runn
                          "moving_variance": "running_var", "embedding_table": "weight",
                          "w": "weight"}
 GENERIC_OP = "module"
+# An Identity's output is its input, of whichever point it is put at: it pairs by name only,
+# with an Identity or a module of the user's own (timm's BatchNormAct2d runs an Identity
+# ``drop`` after its norm, paired with the cell wrapping mindcv's MixNet conv before the norm;
+# timm's RepVGG block its ``drop_path`` before adding the identity branch, paired with
+# mindcv's ``se`` after it: both failed a correct port). Identities left unpaired compute
+# nothing, and are named in a note (engine.pair_records). A dropout of rate 0 built as an
+# Identity pairs with the dropout (dropping_for_identity).
+IDENTITY_OP = "identity"
 # A module whose output has another shape on each side (a stride, padding or kernel that
 # differs; pad widths given top and bottom first, which transposes a square map's) is still
 # paired when it is the same module, well below any same-shape match: the first divergence is
@@ -252,18 +261,13 @@ def _pinned_to_wrappers(pinned: Mapping[str, str], torch_records: Sequence[Recor
     return moved
 
 
-def _applying_more_after(pinned: Mapping[str, str], torch_records: Sequence[RecordInfo],
-                         mindspore_records: Sequence[RecordInfo]) -> Dict[str, str]:
-    """The parameters' pins without those of a torch module whose output is a module's it
-    holds (timm's BatchNormAct2d: its BatchNorm's weights, then its ``act``'s ReLU) to a
-    MindSpore module whose output is no module's it holds (a BatchNorm cell, the ReLU a cell
-    after it): the two outputs are of different points (before and after the ReLU), and the
-    pin kept torch's ``act`` from the port's ReLU (recorded before the module holding it, after
-    the port's BatchNorm). Every timm GhostNet port failed there, "missing activation". The
-    module is then compared as the module it ends at (engine._compared_container)."""
-    torch_ends, ms_ends = _last_modules(torch_records), _last_modules(mindspore_records)
-    return {ms: torch_name for ms, torch_name in pinned.items()
-            if torch_name not in torch_ends or ms in ms_ends}
+def _applying_more(torch_records: Sequence[RecordInfo]) -> Set[str]:
+    """The torch modules whose output is that of a module they hold that computes something
+    after their own work (timm's BatchNormAct2d: its BatchNorm's weights, then its ``act``'s
+    ReLU; one whose ``act`` is an Identity applies nothing more)."""
+    ops = {r.name: r.op for r in torch_records}
+    return {name for name, end in _last_modules(torch_records).items()
+            if ops[end] != IDENTITY_OP}
 
 
 def _reads_input(ms_record: Optional[RecordInfo], torch_record: Optional[RecordInfo]) -> bool:
@@ -309,25 +313,40 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     mindspore_records = [r for r in mindspore_records if r.name.partition("#")[0] not in split]
     torch_sites = [_Site.of(r) for r in torch_records]
     ms_sites = [_Site.of(r) for r in mindspore_records]
-    pinned = {**_applying_more_after(
-                  _pinned_to_wrappers(module_map_from_parameters(param_map), torch_records,
-                                      mindspore_records), torch_records, mindspore_records),
-              **(overrides or {})}
+    # A torch module applying more after its own work (_applying_more) pairs only with a
+    # MindSpore cell whose output is a cell's it holds too, or with a cell of the user's own
+    # (which may apply the same): not with a cell doing only that work (a BatchNorm, its ReLU a
+    # cell after it), whose output is of another point, and to which its weights pinned it,
+    # keeping torch's ReLU (recorded before the module holding it) from the port's (after its
+    # BatchNorm). Every timm GhostNet port failed there, "missing activation". It is compared
+    # as the module it ends at (engine._compared_container).
+    applying, ms_ending = _applying_more(torch_records), set(_last_modules(mindspore_records))
+    pinned = {ms: torch_name for ms, torch_name in _pinned_to_wrappers(
+                  module_map_from_parameters(param_map), torch_records, mindspore_records).items()
+              if torch_name not in applying or ms in ms_ending}
+    pinned.update(overrides or {})
     targets = [pinned.get(m.name, pinned.get(m.base)) for m in ms_sites]   # None: not pinned
 
     def score(i: int, j: int) -> float:
         t, m, target = torch_sites[i], ms_sites[j], targets[j]
         pinned_here = None if target is None else target in (t.name, t.base) and t.call == m.call
+        if t.name in applying and m.name not in ms_ending and m.op != GENERIC_OP and \
+                not pinned_here:
+            return 0.0
         if t.layout != m.layout and not same_order(t.shape, m.shape):
             same_module = pinned_here if pinned_here is not None else \
                 t.op == m.op != GENERIC_OP and t.normalised == m.normalised and t.call == m.call
             return SHAPE_DIFFERS if same_module else 0.0
         if pinned_here is not None:
             return 10.0 if pinned_here else 0.0
+        if t.op == m.op == IDENTITY_OP and t.normalised != m.normalised:
+            return 0.0
         if t.op == m.op:
             value = 3.0
         elif dropping_for_identity(t.op, m.op):
             value = 2.0
+        elif IDENTITY_OP in (t.op, m.op) and t.normalised != m.normalised:
+            return 0.0
         elif GENERIC_OP in (t.op, m.op):
             value = 1.0
         elif t.normalised == m.normalised:
@@ -346,6 +365,20 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
         return value
 
     pairs = align_sequences(len(torch_records), len(mindspore_records), score)
+    # modules their weights pin together that the order kept apart, reading one input:
+    # branches run in another order (timm's RepVGG runs its 1×1 branch first, mindcv's its
+    # 3×3: they were left unmatched). A module run at another place reads another input (a
+    # pre-norm layer's norm for a post-norm one's), and stays apart.
+    paired_torch, paired_ms = {i for i, _ in pairs}, {j for _, j in pairs}
+    for j, target in enumerate(targets):
+        if target is None or j in paired_ms:
+            continue
+        i = next((i for i, t in enumerate(torch_sites) if i not in paired_torch
+                  and target in (t.name, t.base) and t.call == ms_sites[j].call), None)
+        if i is not None and score(i, j) == 10.0 and \
+                _reads_input(mindspore_records[j], torch_records[i]):
+            pairs.append((i, j))
+            paired_torch.add(i)
     mapping = {mindspore_records[j].name: torch_records[i].name for i, j in pairs}
     for ms_name in _containers_ending_apart(mapping, torch_records, mindspore_records):
         del mapping[ms_name]

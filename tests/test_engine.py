@@ -2118,3 +2118,36 @@ def test_a_norm_applying_its_activation_is_compared_after_it():
     compared = {(c.kind, c.name): c.mindspore_name for c in result.comparisons}
     assert compared[("forward", "1.act")] == "2" and compared[("forward", "3.act")] == "5"
     assert result.unmatched == {"mindspore forward": ("1", "4"), "mindspore grad": ("4", "1")}
+    # its Identity ``drop`` after the norm was paired with a cell wrapping the port's conv
+    # before it (mindcv's MixNet), and failed
+    wrapped = parity.check(tiny.torch_tiny_norm_act(), tiny.ms_tiny_wrapped_convs(),
+                           image_size=16)
+    assert wrapped.passed, (wrapped.first_divergence, wrapped.diagnosis)
+
+
+def test_an_operation_the_port_computes_in_place_of_torchs_is_named_on_both_sides():
+    """A SiLU named act1 ported as a ReLU named act (mindcv's MixNet squeeze-excite for timm's):
+    unpaired, they were told "extra operation in the port: MindSpore runs act", torch's SiLU
+    unnamed."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_silu_block(), tiny.ms_relu_block(), image_size=16)
+    assert (result.first_divergence.name, result.first_divergence.kind) == ("conv2", "forward")
+    assert (result.diagnosis.cause, result.diagnosis.confidence) == \
+        ("different operation", "likely")
+    assert "torch runs act1 (silu), MindSpore act (relu) in its place" in result.diagnosis.detail
+
+
+def test_branches_run_in_another_order_are_paired_by_their_weights():
+    """timm's RepVGG runs its 1×1 branch first, mindcv's its 3×3: in order, one branch was left
+    unmatched on both sides; and timm's Identity ``drop_path`` on the branches' sum was paired
+    with mindcv's Identity ``se`` after the input is added, failing a correct port."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_two_branches(), tiny.ms_two_branches_swapped(),
+                          image_size=16)
+    assert result.passed, (result.first_divergence, result.diagnosis)
+    compared = {(c.kind, c.name): c.mindspore_name for c in result.comparisons}
+    assert compared[("forward", "conv_1x1")] == "rbr_1x1"
+    assert compared[("forward", "conv_kxk")] == "rbr_dense"
+    assert ("forward", "drop_path") not in compared and result.unmatched == {}

@@ -2485,14 +2485,15 @@ def ms_patch_attention_flipped_index() -> msnn.Cell:
 
 
 class _BatchNormAct(tnn.BatchNorm2d):
-    """timm's BatchNormAct2d: a BatchNorm whose forward applies its ``act`` after normalising."""
+    """timm's BatchNormAct2d: a BatchNorm whose forward applies its ``drop`` (an Identity) and
+    its ``act`` after normalising."""
 
     def __init__(self, channels: int) -> None:
         super().__init__(channels)
-        self.act = tnn.ReLU()
+        self.drop, self.act = tnn.Identity(), tnn.ReLU()
 
     def forward(self, x):
-        return self.act(super().forward(x))
+        return self.act(self.drop(super().forward(x)))
 
 
 def torch_tiny_norm_act() -> tnn.Module:
@@ -2501,3 +2502,97 @@ def torch_tiny_norm_act() -> tnn.Module:
     return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False), _BatchNormAct(8),
                           tnn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False), _BatchNormAct(8),
                           tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))
+
+
+class _TorchSiluBlock(tnn.Module):
+    """A conv, a SiLU named act1, a conv, pooled (timm's squeeze-excite names its act1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1, self.act1 = tnn.Conv2d(3, 8, 3, padding=1), tnn.SiLU()
+        self.conv2, self.fc = tnn.Conv2d(8, 8, 3, padding=1), tnn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(self.conv2(self.act1(self.conv1(x))).mean(dim=(2, 3)))
+
+
+class _MsReluBlock(msnn.Cell):
+    """Its port with a ReLU named act in the SiLU's place (mindcv's MixNet squeeze-excite)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.act, self.fc = msnn.ReLU(), msnn.Dense(8, 10)
+        self.conv2 = msnn.Conv2d(8, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+
+    def construct(self, x):
+        return self.fc(self.conv2(self.act(self.conv1(x))).mean(axis=(2, 3)))
+
+
+def torch_silu_block() -> tnn.Module:
+    return _TorchSiluBlock()
+
+
+def ms_relu_block() -> msnn.Cell:
+    return _MsReluBlock()
+
+
+class _MsWrapped(msnn.Cell):
+    """A cell holding one conv (mindcv's MixNet wraps each conv so)."""
+
+    def __init__(self, conv: msnn.Cell) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def construct(self, x):
+        return self.conv(x)
+
+
+def ms_tiny_wrapped_convs() -> msnn.Cell:
+    """The tiny port with each conv in a cell of its own."""
+    return msnn.SequentialCell([
+        _MsWrapped(msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1)),
+        msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU(),
+        _MsWrapped(msnn.Conv2d(8, 8, 3, stride=2, pad_mode="pad", padding=1)),
+        msnn.BatchNorm2d(8, momentum=0.9), msnn.ReLU(), GlobalAvgPool(), msnn.Flatten(),
+        msnn.Dense(8, 10)])
+
+
+class _TorchTwoBranches(tnn.Module):
+    """A RepVGG block as timm writes it: a 1×1 and a 3×3 branch summed (1×1 run first), an
+    Identity ``drop_path`` on the sum, the input added, a ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv_1x1, self.conv_kxk = tnn.Conv2d(3, 3, 1), tnn.Conv2d(3, 3, 3, padding=1)
+        self.drop_path, self.act = tnn.Identity(), tnn.ReLU()
+        self.fc = tnn.Linear(3, 10)
+
+    def forward(self, x):
+        y = self.act(self.drop_path(self.conv_1x1(x) + self.conv_kxk(x)) + x)
+        return self.fc(y.mean(dim=(2, 3)))
+
+
+class _MsTwoBranches(msnn.Cell):
+    """Its port as mindcv writes it: the 3×3 branch run first, an Identity ``se`` after adding
+    the input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rbr_dense = msnn.Conv2d(3, 3, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.rbr_1x1 = msnn.Conv2d(3, 3, 1, has_bias=True)
+        self.se, self.nonlinearity, self.fc = msnn.Identity(), msnn.ReLU(), msnn.Dense(3, 10)
+
+    def construct(self, x):
+        y = self.nonlinearity(self.se(self.rbr_dense(x) + self.rbr_1x1(x) + x))
+        return self.fc(y.mean(axis=(2, 3)))
+
+
+def torch_two_branches() -> tnn.Module:
+    return _TorchTwoBranches()
+
+
+def ms_two_branches_swapped() -> msnn.Cell:
+    return _MsTwoBranches()

@@ -90,6 +90,8 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                            ("MindSpore", m, extra, ms_run, ms_left))
     if reordered is not None:
         return reordered
+    if extra and missing and len(extra) == len(missing):
+        return _replaced_cause(missing, extra, t, m, torch_run, ms_run)
     if extra:
         return _extra_cause(extra, t, m, comparisons, torch_run, ms_run)
     if missing:
@@ -248,6 +250,21 @@ def _missing_cause(missing: Sequence[str], t: RecordInfo, m: RecordInfo, torch_r
     return Diagnosis(cause="operation missing in the port",
                      detail=f"{ran}, and MindSpore has no counterpart: {port}.",
                      confidence="likely")
+
+
+def _replaced_cause(missing: Sequence[str], extra: Sequence[str], t: RecordInfo,
+                    m: RecordInfo, torch_run: RunReader, ms_run: RunReader) -> Diagnosis:
+    """As many modules on each side, unpaired, after the last output that matched and before
+    the first divergence: the port computes others in their place (mindcv's MixNet squeezes
+    and excites through a ReLU where timm's does through the block's SiLU: it was told "extra
+    operation in the port", torch's SiLU unnamed)."""
+    theirs = ", ".join(_described(torch_run.record(name, "forward")) for name in missing)
+    ours = ", ".join(_described(ms_run.record(name, "forward")) for name in extra)
+    place = "its place" if len(extra) == 1 else "their place"
+    return Diagnosis(cause="different operation",
+                     detail=f"after the last output that matched and before {t.name}, torch "
+                            f"runs {theirs}, MindSpore {ours} in {place}: the port computes "
+                            "another operation there.", confidence="likely")
 
 
 def _described(record: RecordInfo) -> str:
