@@ -26,13 +26,12 @@ MINDSPORE_PARAM_ROLES = {"gamma": "weight", "beta": "bias", "moving_mean": "runn
                          "moving_variance": "running_var", "embedding_table": "weight",
                          "w": "weight"}
 GENERIC_OP = "module"
-# An Identity's output is its input, of whichever point it is put at: it pairs by name only,
-# with an Identity or a module of the user's own (timm's BatchNormAct2d runs an Identity
+# An Identity's output is its input, of whichever point it is put at: it pairs only with a
+# module of its name, or a dropout as its rate of 0 (timm's BatchNormAct2d runs an Identity
 # ``drop`` after its norm, paired with the cell wrapping mindcv's MixNet conv before the norm;
 # timm's RepVGG block its ``drop_path`` before adding the identity branch, paired with
 # mindcv's ``se`` after it: both failed a correct port). Identities left unpaired compute
-# nothing, and are named in a note (engine.pair_records). A dropout of rate 0 built as an
-# Identity pairs with the dropout (dropping_for_identity).
+# nothing, and are named in a note (engine.pair_records).
 IDENTITY_OP = "identity"
 # A module whose output has another shape on each side (a stride, padding or kernel that
 # differs; pad widths given top and bottom first, which transposes a square map's) is still
@@ -318,8 +317,8 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     # (which may apply the same): not with a cell doing only that work (a BatchNorm, its ReLU a
     # cell after it), whose output is of another point, and to which its weights pinned it,
     # keeping torch's ReLU (recorded before the module holding it) from the port's (after its
-    # BatchNorm). Every timm GhostNet port failed there, "missing activation". It is compared
-    # as the module it ends at (engine._compared_container).
+    # BatchNorm): mindcv's port of timm's GhostNet failed there, "missing activation". It is
+    # compared as the module it ends at (engine._compared_container).
     applying, ms_ending = _applying_more(torch_records), set(_last_modules(mindspore_records))
     pinned = {ms: torch_name for ms, torch_name in _pinned_to_wrappers(
                   module_map_from_parameters(param_map), torch_records, mindspore_records).items()
