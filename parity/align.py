@@ -216,11 +216,21 @@ def _leftovers_in_order(torch_left: Sequence[Tuple[str, Tuple[int, ...]]],
     pairs = {}
     for (torch_name, torch_shape), (ms_name, ms_shape) in zip(torch_left, ms_left):
         ms_module, torch_module = split_param(ms_name)[0], split_param(torch_name)[0]
+        # torch may hold it one module deeper, in a module holding nothing the mapping paired
+        # (timm's PoolFormer: layer_scale1.scale, mindcv's layer_scale_1 on the block)
+        holder = torch_module if _holds_paired(torch_module, modules) else \
+            split_param(torch_module)[0]
         if layout(torch_shape) != layout(ms_shape) or \
-                not _sibling_modules_agree(ms_module, torch_module, modules):
+                not _sibling_modules_agree(ms_module, holder, modules):
             return {}
         pairs[ms_name] = torch_name
     return pairs
+
+
+def _holds_paired(torch_module: str, modules: Mapping[str, str]) -> bool:
+    """Whether ``torch_module`` is, or holds, a module the mapping pairs."""
+    return any(theirs == torch_module or theirs.startswith(torch_module + ".")
+               for theirs in modules.values())
 
 
 def _sibling_modules_agree(ms_module: str, torch_module: str, modules: Mapping[str, str]) -> bool:
@@ -236,7 +246,24 @@ def module_map_from_parameters(param_map: Mapping[str, str]) -> Dict[str, str]:
     """MindSpore module path -> torch module path, as implied by the parameter mapping (a
     parametrized weight's tensors are its module's: conv1.parametrizations.weight.original's
     module is conv1, as weight_orig's)."""
-    return {split_param(ms)[0]: split_param(older_name(t))[0] for ms, t in param_map.items()}
+    held: Dict[str, List[str]] = {}
+    for ms, t in param_map.items():
+        held.setdefault(split_param(ms)[0], []).append(split_param(older_name(t))[0])
+    return {ms: _common_module(modules) for ms, modules in held.items()}
+
+
+def _common_module(modules: Sequence[str]) -> str:
+    """The innermost module holding all of ``modules``: a MindSpore cell whose parameters torch
+    holds in several modules is their parent's counterpart (mindcv's PoolFormer block holds
+    ``layer_scale_1`` and ``layer_scale_2``, timm's in ``layer_scale1`` and ``layer_scale2``:
+    the block was paired with ``layer_scale2``'s output, its last)."""
+    parts = [module.split(".") for module in modules]
+    common = []
+    for names in zip(*parts):
+        if len(set(names)) > 1:
+            break
+        common.append(names[0])
+    return ".".join(common)
 
 
 def _pinned_to_wrappers(pinned: Mapping[str, str], torch_records: Sequence[RecordInfo],

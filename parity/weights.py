@@ -25,7 +25,7 @@ import numpy as np
 
 from parity.align import align_parameters, layout, module_map_from_parameters, split_param
 from parity.errors import ParityInputError, first_few
-from parity.records import Part, split_part, value_of
+from parity.records import Alignment, Part, split_part, value_of
 
 # torch bookkeeping, a step counter, not a weight: left out of the alignment (nn.BatchNorm2d has
 # no counterpart), given to a port holding one (mindspore.mint.nn's BatchNorm2d, torch's
@@ -351,7 +351,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                 "untie the port's"
         extra.append(f"torch tensor {name} {shape} is used by no MindSpore parameter "
                      f"(extra key){why}")
-    if extra:       # a constant of the port's or a tensor torch has left over: not told
+    if extra:       # torch holds a tensor no parameter took: the frozen ones may be its
         missing.extend(f"MindSpore parameter {name} {ms_shapes[name][0]} (frozen) receives "
                        "no torch tensor (missing key)" for name in constants)
     seen: Dict[str, str] = {}
@@ -415,7 +415,7 @@ def class_count_hint(misfits: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]])
 SPLIT_PROJECTIONS = (("q", "k", "v"), ("query", "key", "value"), ("k", "v"), ("key", "value"))
 
 
-def _fused_in_torch(state_dict: Mapping[str, np.ndarray], alignment,
+def _fused_in_torch(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
                     ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
                     overrides: Mapping[str, str]) -> Dict[str, List[str]]:
     """Each torch tensor no port parameter took that holds the port's parameters stacked

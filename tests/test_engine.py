@@ -2151,3 +2151,17 @@ def test_branches_run_in_another_order_are_paired_by_their_weights():
     assert compared[("forward", "conv_1x1")] == "rbr_1x1"
     assert compared[("forward", "conv_kxk")] == "rbr_dense"
     assert ("forward", "drop_path") not in compared and result.unmatched == {}
+
+
+def test_layer_scales_torch_holds_one_module_deeper_are_taken_and_compared():
+    """timm's PoolFormer holds each layer scale in a module (``layer_scale1.scale``), mindcv's
+    on the block (``layer_scale_1``): the transfer refused them (the leftovers' sibling check
+    looked in the scale's module), and the block, pinned by its last scale's module, was
+    paired with that module's output."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_scaled_block(), tiny.ms_scaled_block(), image_size=16)
+    assert result.passed, (result.first_divergence, result.diagnosis)
+    compared = {(c.kind, c.name): c.mindspore_name for c in result.comparisons}
+    assert compared[("weight", "block.layer_scale2.scale")] == "block.layer_scale_2"
+    assert compared[("forward", "block")] == "block"

@@ -2596,3 +2596,71 @@ def torch_two_branches() -> tnn.Module:
 
 def ms_two_branches_swapped() -> msnn.Cell:
     return _MsTwoBranches()
+
+
+class _TorchScale(tnn.Module):
+    """timm's LayerScale2d: a per-channel scale in a module of its own."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.scale = tnn.Parameter(torch.full((8,), value))
+
+    def forward(self, x):
+        return x * self.scale.view(1, -1, 1, 1)
+
+
+class _TorchScaledBlock(tnn.Module):
+    """Two residual convs, each scaled by a LayerScale module (timm's PoolFormer block)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.layer_scale1 = tnn.Conv2d(8, 8, 1), _TorchScale(0.5)
+        self.conv2, self.layer_scale2 = tnn.Conv2d(8, 8, 1), _TorchScale(0.25)
+
+    def forward(self, x):
+        x = x + self.layer_scale1(self.conv1(x))
+        return x + self.layer_scale2(self.conv2(x))
+
+
+class _MsScaledBlock(msnn.Cell):
+    """Its port as mindcv writes PoolFormer's: the scales parameters of the block itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = msnn.Conv2d(8, 8, 1, has_bias=True)
+        self.conv2 = msnn.Conv2d(8, 8, 1, has_bias=True)
+        self.layer_scale_1 = mindspore.Parameter(mindspore.Tensor(np.ones(8, np.float32)))
+        self.layer_scale_2 = mindspore.Parameter(mindspore.Tensor(np.ones(8, np.float32)))
+
+    def construct(self, x):
+        x = x + self.layer_scale_1.reshape(1, -1, 1, 1) * self.conv1(x)
+        return x + self.layer_scale_2.reshape(1, -1, 1, 1) * self.conv2(x)
+
+
+class _TorchScaledNet(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem, self.block = tnn.Conv2d(3, 8, 3, padding=1), _TorchScaledBlock()
+        self.fc = tnn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(self.block(self.stem(x)).mean(dim=(2, 3)))
+
+
+class _MsScaledNet(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.block, self.fc = _MsScaledBlock(), msnn.Dense(8, 10)
+
+    def construct(self, x):
+        return self.fc(self.block(self.stem(x)).mean(axis=(2, 3)))
+
+
+def torch_scaled_block() -> tnn.Module:
+    return _TorchScaledNet()
+
+
+def ms_scaled_block() -> msnn.Cell:
+    return _MsScaledNet()
