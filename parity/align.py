@@ -41,6 +41,8 @@ IDENTITY_OP = "identity"
 # outputs of one shape (same_order): mindcv's GlobalAvgPooling returns (N, C) where torch's
 # AdaptiveAvgPool2d returns (N, C, 1, 1), and compare reads the two in torch's shape.
 SHAPE_DIFFERS = 0.25
+# A module the parameter mapping (or a --map entry) pins to the MindSpore one: above any other.
+PINNED = 10.0
 # A tie-break between MindSpore records scored alike against a user's own torch module, far
 # below any score's step even summed over 10⁵ such pairs.
 LATER_GENERIC = 1e-6
@@ -287,13 +289,12 @@ def _pinned_to_wrappers(pinned: Mapping[str, str], torch_records: Sequence[Recor
     return moved
 
 
-def _applying_more(torch_records: Sequence[RecordInfo]) -> Set[str]:
-    """The torch modules whose output is that of a module they hold that computes something
-    after their own work (timm's BatchNormAct2d: its BatchNorm's weights, then its ``act``'s
-    ReLU; one whose ``act`` is an Identity applies nothing more)."""
+def _applying_more(torch_records: Sequence[RecordInfo], ends: Mapping[str, str]) -> Set[str]:
+    """The torch modules whose output is that of a module they hold (``ends``, _last_modules)
+    that computes something after their own work (timm's BatchNormAct2d: its BatchNorm's
+    weights, then its ``act``'s ReLU; one whose ``act`` is an Identity applies nothing more)."""
     ops = {r.name: r.op for r in torch_records}
-    return {name for name, end in _last_modules(torch_records).items()
-            if ops[end] != IDENTITY_OP}
+    return {name for name, end in ends.items() if ops[end] != IDENTITY_OP}
 
 
 def _reads_input(ms_record: Optional[RecordInfo], torch_record: Optional[RecordInfo]) -> bool:
@@ -346,7 +347,8 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     # keeping torch's ReLU (recorded before the module holding it) from the port's (after its
     # BatchNorm): mindcv's port of timm's GhostNet failed there, "missing activation". It is
     # compared as the module it ends at (engine._compared_container).
-    applying, ms_ending = _applying_more(torch_records), set(_last_modules(mindspore_records))
+    torch_ends, ms_ends = _last_modules(torch_records), _last_modules(mindspore_records)
+    applying, ms_ending = _applying_more(torch_records, torch_ends), set(ms_ends)
     pinned = {ms: torch_name for ms, torch_name in _pinned_to_wrappers(
                   module_map_from_parameters(param_map), torch_records, mindspore_records).items()
               if torch_name not in applying or ms in ms_ending}
@@ -364,7 +366,7 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
                 t.op == m.op != GENERIC_OP and t.normalised == m.normalised and t.call == m.call
             return SHAPE_DIFFERS if same_module else 0.0
         if pinned_here is not None:
-            return 10.0 if pinned_here else 0.0
+            return PINNED if pinned_here else 0.0
         if t.op == m.op == IDENTITY_OP and t.normalised != m.normalised:
             return 0.0
         if t.op == m.op:
@@ -401,12 +403,12 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
             continue
         i = next((i for i, t in enumerate(torch_sites) if i not in paired_torch
                   and target in (t.name, t.base) and t.call == ms_sites[j].call), None)
-        if i is not None and score(i, j) == 10.0 and \
+        if i is not None and score(i, j) == PINNED and \
                 _reads_input(mindspore_records[j], torch_records[i]):
             pairs.append((i, j))
             paired_torch.add(i)
     mapping = {mindspore_records[j].name: torch_records[i].name for i, j in pairs}
-    for ms_name in _containers_ending_apart(mapping, torch_records, mindspore_records):
+    for ms_name in _containers_ending_apart(mapping, torch_ends, ms_ends):
         del mapping[ms_name]
     for record in split_records:
         _, call, index = record.name.partition("#")
@@ -433,16 +435,15 @@ def split_layers(param_map: Mapping[str, str]) -> Dict[str, str]:
             if len(names) == 1 and "" not in names}
 
 
-def _containers_ending_apart(mapping: Mapping[str, str], torch_records: Sequence[RecordInfo],
-                             mindspore_records: Sequence[RecordInfo]) -> List[str]:
-    """The MindSpore containers paired with torch containers that end at modules which are not
-    each other's pair. A container's output is its last module's, stored once for both names;
-    where the two sides draw the container around other modules, their outputs are of
-    different points in the same computation. torchvision's DenseNet ``features`` ends at its
+def _containers_ending_apart(mapping: Mapping[str, str], torch_ends: Mapping[str, str],
+                             ms_ends: Mapping[str, str]) -> List[str]:
+    """The MindSpore containers paired with torch containers that end (_last_modules) at
+    modules which are not each other's pair. A container's output is its last module's, stored
+    once for both names; where the two sides draw the container around other modules, their
+    outputs are of different points in the same computation. torchvision's DenseNet ``features`` ends at its
     ``norm5`` and applies the ReLU in its forward, mindcv's at a ``relu5`` it holds: the correct
     port failed at ``features`` ("extra operation in the port"), every record after it passing.
     The modules inside are compared as they are paired."""
-    torch_ends, ms_ends = _last_modules(torch_records), _last_modules(mindspore_records)
     return [ms_name for ms_name, torch_name in mapping.items()
             if ms_name in ms_ends and torch_name in torch_ends
             and mapping.get(ms_ends[ms_name]) != torch_ends[torch_name]]

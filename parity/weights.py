@@ -290,8 +290,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
     alignment = align_parameters(torch_params, aligned, overrides)
     fused = _fused_in_torch(state_dict, alignment, ms_shapes, overrides or {})
-    constants = [n for n in alignment.unmatched_mindspore if n in (frozen or set())
-                 and split_param(n)[1] not in INITIAL_NORM_VALUES]     # those: left_out
+    constants = [n for n in alignment.unmatched_mindspore if _a_port_constant(n, frozen)]
     torch_constants = {n for n in alignment.unmatched_torch
                        if state_dict[n].dtype.kind in CONSTANT_TABLES}
     if fused or constants or (torch_constants and alignment.unmatched_mindspore):
@@ -535,8 +534,8 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
             torch_shapes[ms_name] = tuple(value.shape)
         params[ms_name].set_data(ms.Tensor(np.ascontiguousarray(value).reshape(shape)))
     taken = {split_part(key)[0] for key in plan.values()} | set(getattr(state_dict, "tied", {}))
-    constants = [name for name in params if name in frozen and name not in plan
-                 and split_param(name)[1] not in INITIAL_NORM_VALUES and not is_ignored(name)]
+    constants = [name for name in params if name not in plan and not is_ignored(name)
+                 and _a_port_constant(name, frozen)]
     return Transfer(plan, torch_shapes, [key for key in state_dict if key not in taken],
                     constants)
 
@@ -572,6 +571,12 @@ def _torch_holds_beside(name: str, state_dict: Mapping[str, np.ndarray]) -> bool
     torchvision's hold ``branch1`` and ``branch2``) was told each of its norms had none."""
     parent = split_param(split_param(name)[0])[0]
     return not parent or any(key.startswith(parent + ".") for key in state_dict)
+
+
+def _a_port_constant(name: str, frozen: Optional[Set[str]]) -> bool:
+    """Whether the port's parameter ``name``, if no torch tensor feeds it, may be a constant it
+    computes itself (plan_transfer): a frozen one, not a norm's (those: frozen_norm_defaults)."""
+    return name in (frozen or set()) and split_param(name)[1] not in INITIAL_NORM_VALUES
 
 
 def frozen_norm_defaults(net) -> Set[str]:
