@@ -43,6 +43,14 @@ IDENTITY_OP = "identity"
 SHAPE_DIFFERS = 0.25
 # A module the parameter mapping (or a --map entry) pins to the MindSpore one: above any other.
 PINNED = 10.0
+# Modules of one signature whose last names agree (``norm1``, ``norm1``), where the paths do
+# not: mindcv's PVTv2 block's norm1 was paired with timm's downsampling norm just before it, alike
+# in order and layout, and timm's norm1 with the port's downsampling norm.
+SAME_LEAF = 0.5
+# A torch module whose port holds all it holds but its bias (a MindSpore conv built without
+# has_bias=True): paired below any match, for the transfer to refuse the bias with that advice
+# (mindcv's MLP-Mixer patch embedding was refused as a missing conv and an extra one).
+BIAS_THE_PORT_LACKS = 1.0
 # A tie-break between MindSpore records scored alike against a user's own torch module, far
 # below any score's step even summed over 10⁵ such pairs.
 LATER_GENERIC = 1e-6
@@ -51,6 +59,10 @@ LATER_GENERIC = 1e-6
 def normalise(name: str) -> str:
     """Names compared loosely: ``down_sample`` == ``downsample``, call index dropped."""
     return re.sub(r"[_\-]", "", name.split("#")[0].lower())
+
+
+def _leaf(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
 
 
 def layout(shape: Sequence[int]) -> Tuple[int, ...]:
@@ -138,6 +150,11 @@ def _group_by_module(params: Sequence[Tuple[str, Tuple[int, ...]]]
     return modules
 
 
+def _signature(roles: Mapping[str, Tuple[str, Tuple[int, ...]]]) -> Tuple:
+    """A module's parameters as (role, layout) pairs, sorted: what it holds, not its name."""
+    return tuple(sorted((role, layout(shape)) for role, (_, shape) in roles.items()))
+
+
 def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
                      mindspore_params: Sequence[Tuple[str, Tuple[int, ...]]],
                      overrides: Optional[Mapping[str, str]] = None) -> Alignment:
@@ -149,8 +166,9 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     then whole modules matched by their (role, layout) signature in order; then the same name
     in another layout, which the weight transfer refuses naming both shapes (a port holding
     torch's nested stem flat names its BatchNorm ``1`` where torch's ``1`` is the next conv:
-    its gamma was given that conv's weight by name); last, what is left on both sides, one to
-    one in order where every pair agrees (_leftovers_in_order).
+    its gamma was given that conv's weight by name); then the modules left, by signature in
+    any order (_modules_by_signature); last, what is left on both sides, one to one in order
+    where every pair agrees (_leftovers_in_order).
     """
     torch_names = {older_name(name): name for name, _ in torch_params}
     torch_layouts = {name: layout(shape) for name, shape in torch_params}
@@ -174,16 +192,17 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
                                 if n not in mapping])
     ms_original = {torch_role(n): n for n, _ in mindspore_params}
 
-    def signature(roles: Dict[str, Tuple[str, Tuple[int, ...]]]) -> Tuple:
-        return tuple(sorted((role, layout(shape)) for role, (_, shape) in roles.items()))
-
     t_modules, m_modules = list(torch_left.items()), list(ms_left.items())
 
     def score(i: int, j: int) -> float:
         (t_name, t_roles), (m_name, m_roles) = t_modules[i], m_modules[j]
-        if signature(t_roles) != signature(m_roles):
-            return 0.0
-        return 2.0 + (1.0 if normalise(t_name) == normalise(m_name) else 0.0)
+        if _signature(t_roles) != _signature(m_roles):
+            return BIAS_THE_PORT_LACKS if _signature(
+                {role: held for role, held in t_roles.items() if role != "bias"}) == \
+                _signature(m_roles) else 0.0
+        same_path = normalise(t_name) == normalise(m_name)
+        same_leaf = normalise(_leaf(t_name)) == normalise(_leaf(m_name))
+        return 2.0 + (1.0 if same_path else SAME_LEAF if same_leaf else 0.0)
 
     for i, j in align_sequences(len(t_modules), len(m_modules), score):
         t_roles, m_roles = t_modules[i][1], m_modules[j][1]
@@ -194,6 +213,11 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
         if ms_name not in mapping and torch_name not in used:
             mapping[ms_name] = torch_name
             used.add(torch_name)
+    mapping.update(_modules_by_signature(
+        [(older_name(n), s) for n, s in torch_params if n not in used],
+        [(torch_role(n), s) for n, s in mindspore_params if n not in mapping],
+        mapping, torch_names, ms_original))
+    used = set(mapping.values())
     mapping.update(_leftovers_in_order([p for p in torch_params if p[0] not in used],
                                        [p for p in mindspore_params if p[0] not in mapping],
                                        mapping))
@@ -202,6 +226,34 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
         mindspore_to_torch=mapping,
         unmatched_torch=tuple(n for n, _ in torch_params if n not in used),
         unmatched_mindspore=tuple(n for n, _ in mindspore_params if n not in mapping))
+
+
+def _modules_by_signature(torch_left: Sequence[Tuple[str, Tuple[int, ...]]],
+                          ms_left: Sequence[Tuple[str, Tuple[int, ...]]],
+                          mapping: Mapping[str, str], torch_names: Mapping[str, str],
+                          ms_original: Mapping[str, str]) -> Dict[str, str]:
+    """The modules left on each side paired by their (role, layout) signature, in order among
+    the modules of one signature, where each side holds as many of it: a port declaring its
+    layers in another order than torch (mindcv's PVTv2 holds every stage's downsampling layer in
+    one list before the blocks, timm's each in its stage; the order-preserving pass pairs the
+    blocks and leaves those). A signature held a different number of times on each side pairs
+    nothing here."""
+    torch_modules, ms_modules = _group_by_module(torch_left), _group_by_module(ms_left)
+    by_signature: Dict[Tuple, Tuple[List[str], List[str]]] = {}
+    for side, modules in enumerate((torch_modules, ms_modules)):
+        for module, roles in modules.items():
+            by_signature.setdefault(_signature(roles), ([], []))[side].append(module)
+    paired = module_map_from_parameters(mapping)
+    pairs = {}
+    for torch_group, ms_group in by_signature.values():
+        if len(torch_group) != len(ms_group) or not all(
+                _sibling_modules_agree(ours, theirs, paired)
+                for theirs, ours in zip(torch_group, ms_group)):
+            continue
+        for theirs, ours in zip(torch_group, ms_group):
+            for role, (ms_name, _) in ms_modules[ours].items():
+                pairs[ms_original[ms_name]] = torch_names[torch_modules[theirs][role][0]]
+    return pairs
 
 
 def _leftovers_in_order(torch_left: Sequence[Tuple[str, Tuple[int, ...]]],
@@ -440,10 +492,10 @@ def _containers_ending_apart(mapping: Mapping[str, str], torch_ends: Mapping[str
     """The MindSpore containers paired with torch containers that end (_last_modules) at
     modules which are not each other's pair. A container's output is its last module's, stored
     once for both names; where the two sides draw the container around other modules, their
-    outputs are of different points in the same computation. torchvision's DenseNet ``features`` ends at its
-    ``norm5`` and applies the ReLU in its forward, mindcv's at a ``relu5`` it holds: the correct
-    port failed at ``features`` ("extra operation in the port"), every record after it passing.
-    The modules inside are compared as they are paired."""
+    outputs are of different points in the same computation. torchvision's DenseNet
+    ``features`` ends at its ``norm5`` and applies the ReLU in its forward, mindcv's at a
+    ``relu5`` it holds: the correct port failed at ``features`` ("extra operation in the
+    port"), every record after it passing. The modules inside are compared as they are paired."""
     return [ms_name for ms_name, torch_name in mapping.items()
             if ms_name in ms_ends and torch_name in torch_ends
             and mapping.get(ms_ends[ms_name]) != torch_ends[torch_name]]

@@ -23,7 +23,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from parity.align import align_parameters, layout, module_map_from_parameters, split_param
+from parity.align import (align_parameters, layout, module_map_from_parameters, split_param,
+                          torch_role)
 from parity.errors import ParityInputError, first_few
 from parity.records import Alignment, Part, split_part, value_of
 
@@ -340,9 +341,12 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
             continue        # a constant the port computes itself (CONSTANT_TABLES)
         module, role = split_param(name)
         shape = tuple(state_dict[name].shape)
-        why = f": the MindSpore layer taking {module}.weight has no bias (nn.Conv2d and " \
-            "nn.Conv2dTranspose default to has_bias=False: pass has_bias=True)" \
-            if role == "bias" and f"{module}.weight" in transferred else ""
+        why = ""
+        if role == "bias" and f"{module}.weight" in transferred:
+            default = "nn.Conv2d and nn.Conv2dTranspose default to has_bias=False" \
+                if state_dict[f"{module}.weight"].ndim > 2 else "built with has_bias=False"
+            why = f": the MindSpore layer taking {module}.weight has no bias ({default}: " \
+                "pass has_bias=True)"
         alike = [f"{alias} to {key}" for alias, key in (port_ties or {}).items()
                  if ms_shapes[key][0] == shape]
         if alike and not why:
@@ -410,8 +414,10 @@ def class_count_hint(misfits: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]])
             f"or build yours with {count} classes")
 
 
-# The layers a fused attention projection holds stacked, as ports split them, in torch's order.
-SPLIT_PROJECTIONS = (("q", "k", "v"), ("query", "key", "value"), ("k", "v"), ("key", "value"))
+# The layers a fused attention projection holds stacked, as ports split them, in torch's order
+# (timm's ConViT holds q and k as ``qk``).
+SPLIT_PROJECTIONS = (("q", "k", "v"), ("query", "key", "value"), ("k", "v"), ("key", "value"),
+                     ("q", "k"), ("query", "key"))
 
 
 def _fused_in_torch(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
@@ -421,13 +427,15 @@ def _fused_in_torch(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
     along its first axis -> those parameters, in order (_stacked_in_torch)."""
     modules = module_map_from_parameters(alignment.mindspore_to_torch)
     fused: Dict[str, List[str]] = {}
-    taken: Set[str] = set(overrides)
+    # a parameter that took torch's tensor of its own name is that tensor's, no part
+    taken: Set[str] = set(overrides) | {ms for ms, t in alignment.mindspore_to_torch.items()
+                                        if t in (ms, torch_role(ms))}
     for name in alignment.unmatched_torch:
         value = state_dict[name]
         if value.dtype.kind in CONSTANT_TABLES:
             continue
-        parts = _stacked_in_torch(name, tuple(value.shape), ms_shapes, modules)
-        if parts and not taken & set(parts):
+        parts = _stacked_in_torch(name, tuple(value.shape), ms_shapes, modules, taken)
+        if parts:
             fused[name] = parts
             taken.update(parts)
     return fused
@@ -435,19 +443,23 @@ def _fused_in_torch(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
 
 def _stacked_in_torch(name: str, shape: Tuple[int, ...],
                       ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
-                      modules: Mapping[str, str]) -> List[str]:
+                      modules: Mapping[str, str], taken: Set[str]) -> List[str]:
     """The port's parameters that torch's ``name`` holds stacked along its first axis: those
-    of its role in the port's q, k and v layers (or query, key, value; or k and v) under the
+    of its role in the port's q, k and v layers (or another SPLIT_PROJECTIONS) under the
     module the port's other parameters map to torch's parent, whose first dimensions add up to
-    its own and whose others are its own. mindcv's Swin splits torchvision's fused qkv so.
-    By name: the first alignment pairs same-shaped parameters in order, and gave torchvision's
-    proj the port's q."""
+    its own and whose others are its own, none ``taken``; first the layers whose names make
+    the fused one's (``qk``: q and k, where k and v add up alike). mindcv's Swin splits
+    torchvision's fused qkv so. By name: the first alignment pairs same-shaped parameters in
+    order, and gave torchvision's proj the port's q."""
     module, role = split_param(name)
-    parent = module.rpartition(".")[0]
+    parent, _, fused = module.rpartition(".")
+    spelled = sorted(SPLIT_PROJECTIONS, key=lambda layers: "".join(layers) != fused)
     for ms_parent in sorted({ms.rpartition(".")[0] for ms, t in modules.items()
                              if t.rpartition(".")[0] == parent}):
-        for layers in SPLIT_PROJECTIONS:
+        for layers in spelled:
             parts = [f"{ms_parent}.{layer}.{role}".lstrip(".") for layer in layers]
+            if taken & set(parts):
+                continue
             if all(p in ms_shapes and len(ms_shapes[p][0]) == len(shape)
                    and ms_shapes[p][0][1:] == shape[1:] for p in parts) and \
                     sum(ms_shapes[p][0][0] for p in parts) == shape[0]:

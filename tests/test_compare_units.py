@@ -208,6 +208,59 @@ def test_what_is_left_on_both_sides_pairs_in_order_where_each_pair_agrees():
         ("stage.1.gamma_", "stage.0.gamma_")
 
 
+def test_modules_declared_in_another_order_pair_by_what_they_hold():
+    """A port holding each stage's downsampling conv in one list before the blocks (mindcv's
+    PVTv2, EdgeNeXt): the modules the order-preserving pass leaves pair by signature, in order
+    among alike ones, where each side holds as many of it; else they stay unmatched."""
+    torch_params, ms_params = [], []
+    for stage, (width_in, width) in enumerate(((3, 8), (8, 16))):
+        torch_params += [(f"stages.{stage}.down.weight", (width, width_in, 2, 2)),
+                         (f"stages.{stage}.block.weight", (width, width, 1, 1)),
+                         (f"stages.{stage}.norm.weight", (width,))]
+    ms_params = [(f"{held}.{stage}.{role}", torch_params[3 * stage + at][1])
+                 for at, (held, role) in enumerate((("downs", "weight"), ("blocks", "weight"),
+                                                    ("norms", "gamma")))
+                 for stage in (0, 1)]
+    alignment = align_parameters(torch_params, ms_params)
+    assert alignment.mindspore_to_torch == {
+        f"{held}.{stage}.{role}": f"stages.{stage}.{module}.weight"
+        for held, role, module in (("downs", "weight", "down"), ("blocks", "weight", "block"),
+                                   ("norms", "gamma", "norm")) for stage in (0, 1)}
+    # two of one signature left in torch, one in the port (before the block, torch's after
+    # it): which one it is, nothing says
+    twice = [("block_0.weight", (8, 8, 1, 1)), ("stages.1.down.weight", (16, 8, 2, 2)),
+             ("stages.2.down.weight", (16, 8, 2, 2))]
+    once = [("downs.0.weight", (16, 8, 2, 2)), ("block0.weight", (8, 8, 1, 1))]
+    alignment = align_parameters(twice, once)
+    assert alignment.unmatched_torch == ("stages.1.down.weight", "stages.2.down.weight")
+    assert alignment.unmatched_mindspore == ("downs.0.weight",)
+
+
+def test_alike_modules_in_order_go_to_the_one_of_their_name():
+    """A downsampling norm right before a block's norm1, both of one width: the block's norm1
+    was paired with the downsampling norm (the first of two equal choices)."""
+    torch_params = [("stage.down.norm.weight", (8,)), ("stage.block.norm1.weight", (8,)),
+                    ("stage.block.conv.weight", (8, 8, 1, 1))]
+    ms_params = [("block.norm1.gamma", (8,)), ("block.conv.weight", (8, 8, 1, 1))]
+    alignment = align_parameters(torch_params, ms_params)
+    assert alignment.mindspore_to_torch["block.norm1.gamma"] == "stage.block.norm1.weight"
+
+
+def test_a_layer_the_port_holds_without_its_bias_is_paired_by_its_weight():
+    """mindcv's MLP-Mixer patch embedding, a conv without timm's bias and of another name, was
+    refused as a missing conv and an extra one; paired by its weight, the transfer names the
+    bias left and the fix."""
+    torch_params = [("stem.proj.weight", (8, 3, 4, 4)), ("stem.proj.bias", (8,)),
+                    ("head.weight", (10, 8)), ("head.bias", (10,))]
+    ms_params = [("embed.0.weight", (8, 3, 4, 4)), ("classifier.weight", (10, 8)),
+                 ("classifier.bias", (10,))]
+    alignment = align_parameters(torch_params, ms_params)
+    assert alignment.mindspore_to_torch == {"embed.0.weight": "stem.proj.weight",
+                                            "classifier.weight": "head.weight",
+                                            "classifier.bias": "head.bias"}
+    assert alignment.unmatched_torch == ("stem.proj.bias",)
+
+
 @pytest.mark.parametrize("port_module", ["conv1", "c1"])
 def test_normalised_weights_are_matched_by_their_older_names(port_module):
     """torch.nn.utils.parametrizations.weight_norm holds a conv's g and v as

@@ -275,6 +275,9 @@ def test_a_segmenter_is_checked_from_per_pixel_labels(tmp_path, ms_loss, passed)
     ("torch_layernorm_mlp", "ms_layernorm_mlp", None, None),
     ("torch_layernorm_mlp", "ms_layernorm_mlp_default_epsilon", "LayerNorm eps differs",
      "MindSpore 1 epsilon=1e-07; set epsilon=1e-05"),
+    # its numbers agree (mindcv's MLP-Mixer for timm's): an eps that differs fails the pair
+    ("torch_layernorm_mlp_timm_eps", "ms_layernorm_mlp_default_epsilon", "LayerNorm eps differs",
+     "MindSpore 1 epsilon=1e-07; set epsilon=1e-06"),
     ("torch_gelu_mlp", "ms_gelu_mlp", None, None),
     ("torch_gelu_mlp", "ms_gelu_mlp_default", "GELU approximation differs",
      "MindSpore 1 with 'tanh' (MindSpore's nn.GELU defaults to the tanh form); write "
@@ -1158,6 +1161,8 @@ def test_mindspores_inaccurate_cpu_tanh_is_named(ms_model, passed, named):
 
 
 def test_a_conv_ported_without_its_bias_names_mindspores_default():
+    import numpy as np
+
     import parity
     from parity.errors import ParityInputError
     from tests import tiny
@@ -1166,6 +1171,10 @@ def test_a_conv_ported_without_its_bias_names_mindspores_default():
                        r"has no bias \(nn\.Conv2d and nn\.Conv2dTranspose default to "
                        r"has_bias=False: pass has_bias=True\)"):
         parity.check(tiny.torch_defaults(), tiny.ms_defaults_conv_bias(), image_size=16)
+    with pytest.raises(ParityInputError, match=r"the MindSpore layer taking 0\.weight has no "
+                       r"bias \(built with has_bias=False: pass has_bias=True\)"):
+        parity.check(tiny.torch_relu_mlp(), tiny.ms_relu_mlp_without_a_bias(),
+                     inputs=(np.zeros((4, tiny.FEATURES), np.float32), np.zeros(4, np.int64)))
 
 
 @pytest.mark.parametrize("ms_loss, passed", [("two_heads", True),
@@ -2165,3 +2174,20 @@ def test_layer_scales_torch_holds_one_module_deeper_are_taken_and_compared():
     compared = {(c.kind, c.name): c.mindspore_name for c in result.comparisons}
     assert compared[("weight", "block.layer_scale2.scale")] == "block.layer_scale_2"
     assert compared[("forward", "block")] == "block"
+
+
+def test_layers_a_port_declares_in_another_order_are_taken_by_what_they_hold():
+    """mindcv's PVTv2 holds every stage's downsampling layer in one list before the blocks,
+    and the stages' norms after them, timm's each in its stage: the order-preserving module
+    alignment left them, and the transfer refused 36 tensors. Left modules now pair by what
+    they hold, in order among alike ones; a block's norm1 goes to torch's norm1, not to the
+    downsampling norm of its width just before it."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_staged(), tiny.ms_staged_apart(), image_size=16)
+    assert result.passed, (result.first_divergence, result.diagnosis)
+    compared = {(c.kind, c.name): c.mindspore_name for c in result.comparisons}
+    assert compared[("weight", "stages.1.downsample.1.weight")] == "downsamples.1.1.gamma"
+    assert compared[("weight", "stages.1.blocks.0.norm1.weight")] == "blocks.1.0.norm1.gamma"
+    assert compared[("weight", "stages.0.norm.bias")] == "norms.0.beta"
+    assert compared[("forward", "stages.1.downsample")] == "downsamples.1"

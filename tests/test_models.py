@@ -228,6 +228,22 @@ def test_a_fused_projection_the_port_splits_goes_to_its_layers_in_parts():
         plan_transfer(state_dict, specs)
 
 
+@pytest.mark.parametrize("fused, values", [("qk", "val"), ("fused", "v")])
+def test_fused_queries_and_keys_go_to_the_port_layers_they_hold(fused, values):
+    """timm's ConViT holds q and k as ``qk`` beside ``v``, mindcv's q, k and v: ``qk`` went to
+    the port's k and v (they add up alike), and timm's v to the port's q. Parts go first to the
+    layers whose names spell the fused one's (``qk``), and never to a parameter that took
+    torch's tensor of its own name (``v``); either tells them apart here."""
+    f32 = np.float32
+    state_dict = {f"attn.{fused}.weight": np.arange(32, dtype=f32).reshape(8, 4),
+                  f"attn.{values}.weight": np.ones((4, 4), f32),
+                  "attn.proj.weight": np.zeros((4, 4), f32)}
+    specs = [(f"attn.{layer}.weight", (4, 4), "float32") for layer in ("q", "k", "v", "proj")]
+    assert plan_transfer(state_dict, specs) == {
+        "attn.q.weight": f"attn.{fused}.weight[0:4]", "attn.k.weight": f"attn.{fused}.weight[4:8]",
+        "attn.v.weight": f"attn.{values}.weight", "attn.proj.weight": "attn.proj.weight"}
+
+
 def test_a_frozen_parameter_of_the_port_no_torch_tensor_feeds_keeps_its_values():
     """mindcv's Swin holds its relative position index (a one-hot matrix) and its window mask
     as frozen parameters, which torchvision computes or holds as integer tensors: refused as

@@ -1707,6 +1707,12 @@ def torch_layernorm_mlp() -> tnn.Module:
     return _torch_mlp(tnn.LayerNorm(FEATURES), tnn.ReLU())
 
 
+def torch_layernorm_mlp_timm_eps() -> tnn.Module:
+    """timm's LayerNorm eps, 1e-6: against MindSpore's 1e-7, features of unit variance agree
+    within float32 error."""
+    return _torch_mlp(tnn.LayerNorm(FEATURES, eps=1e-6), tnn.ReLU())
+
+
 def ms_layernorm_mlp() -> msnn.Cell:
     return _ms_mlp(msnn.LayerNorm((FEATURES,), epsilon=1e-5), msnn.ReLU())
 
@@ -1873,6 +1879,13 @@ def torch_relu_mlp() -> tnn.Module:
 
 def ms_relu_mlp_half_gradient() -> msnn.Cell:
     return _ms_mlp(_HalfGradientReLU())
+
+
+def ms_relu_mlp_without_a_bias() -> msnn.Cell:
+    """Its first layer built with has_bias=False (mindcv's CaiT: timm's attention layers have
+    biases)."""
+    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES, has_bias=False), msnn.ReLU(),
+                                msnn.Dense(FEATURES, 5)])
 
 
 # Two outputs, as a classifier with an auxiliary head returns in training (GoogLeNet's).
@@ -2664,3 +2677,80 @@ def torch_scaled_block() -> tnn.Module:
 
 def ms_scaled_block() -> msnn.Cell:
     return _MsScaledNet()
+
+
+class _TorchNormedBlock(tnn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm1, self.conv = tnn.BatchNorm2d(width), tnn.Conv2d(width, width, 1)
+
+    def forward(self, x):
+        return x + self.conv(self.norm1(x))
+
+
+class _TorchStage(tnn.Module):
+    """timm's PVTv2 stage: its downsampling layer, its blocks and its norm in one module."""
+
+    def __init__(self, width_in: int, width: int) -> None:
+        super().__init__()
+        self.downsample = tnn.Sequential(tnn.Conv2d(width_in, width, 2, stride=2),
+                                         tnn.BatchNorm2d(width))
+        self.blocks = tnn.Sequential(_TorchNormedBlock(width))
+        self.norm = tnn.BatchNorm2d(width)
+
+    def forward(self, x):
+        return self.norm(self.blocks(self.downsample(x)))
+
+
+class _TorchStagedNet(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.stages = tnn.ModuleList([_TorchStage(3, 8), _TorchStage(8, 16)])
+        self.fc = tnn.Linear(16, 10)
+        for module in self.modules():   # norms told apart by their values
+            if isinstance(module, tnn.BatchNorm2d):
+                tnn.init.uniform_(module.weight, 0.5, 1.5)
+                tnn.init.uniform_(module.bias, -0.5, 0.5)
+
+    def forward(self, x):
+        for stage in self.stages:
+            x = stage(x)
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+class _MsNormedBlock(msnn.Cell):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm1 = msnn.BatchNorm2d(width, momentum=0.9)
+        self.conv = msnn.Conv2d(width, width, 1, has_bias=True)
+
+    def construct(self, x):
+        return x + self.conv(self.norm1(x))
+
+
+class _MsStagedNet(msnn.Cell):
+    """Its port as mindcv writes PVTv2: every stage's downsampling layer in one list, then
+    every stage's blocks, then every stage's norm: the parameters in another order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.downsamples = msnn.CellList([
+            msnn.SequentialCell(msnn.Conv2d(a, b, 2, stride=2, has_bias=True),
+                                msnn.BatchNorm2d(b, momentum=0.9)) for a, b in ((3, 8), (8, 16))])
+        self.blocks = msnn.CellList([msnn.SequentialCell(_MsNormedBlock(w)) for w in (8, 16)])
+        self.norms = msnn.CellList([msnn.BatchNorm2d(w, momentum=0.9) for w in (8, 16)])
+        self.fc = msnn.Dense(16, 10)
+
+    def construct(self, x):
+        for downsample, blocks, norm in zip(self.downsamples, self.blocks, self.norms):
+            x = norm(blocks(downsample(x)))
+        return self.fc(x.mean(axis=(2, 3)))
+
+
+def torch_staged() -> tnn.Module:
+    return _TorchStagedNet()
+
+
+def ms_staged_apart() -> msnn.Cell:
+    return _MsStagedNet()

@@ -12,11 +12,11 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from parity.compare.structure import (batch_statistics_in_eval_on_torch_only,
-                                      different_drop_rates, different_gelu_forms,
+                                      different_drop_rates, different_eps,
+                                      different_gelu_forms,
                                       different_operations, dropping_op, op_family)
 from parity.records import Diagnosis, RecordInfo, module_of
 
-NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
 # MindSpore's pools, whose stride defaults to 1 (torch's to the kernel size).
 POOLS = {"maxpool1d": "MaxPool1d", "avgpool1d": "AvgPool1d", "maxpool2d": "MaxPool2d",
          "avgpool2d": "AvgPool2d", "maxpool3d": "MaxPool3d", "avgpool3d": "AvgPool3d"}
@@ -97,11 +97,10 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                 f"{m.name} alpha={slopes[1]:g} (nn.LeakyReLU's default alpha is "
                                 f"0.2, torch's 0.01); write nn.LeakyReLU({slopes[0]:g}).",
                          confidence="certain")
-    norm = NORM_NAMES.get(op_family(t.op)) if op_family(t.op) == op_family(m.op) else None
-    t_eps, m_eps = ta.get("eps"), ma.get("eps", ma.get("epsilon"))   # MindSpore LayerNorm: epsilon
-    if norm and t_eps is not None and m_eps is not None and \
-            not np.isclose(t_eps, m_eps, rtol=1e-3):
-        keyword = "eps" if "eps" in ma else "epsilon"
+    eps = different_eps(t, m)
+    if eps is not None:
+        norm, t_eps, m_eps = eps
+        keyword = "eps" if "eps" in ma else "epsilon"   # MindSpore's LayerNorm: epsilon
         return Diagnosis(cause=f"{norm} eps differs",
                          detail=f"torch {t.name} eps={t_eps:g}, MindSpore {m.name} "
                                 f"{keyword}={m_eps:g}; set {keyword}={t_eps:g}.",
