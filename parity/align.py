@@ -47,9 +47,10 @@ PINNED = 10.0
 # not: mindcv's PVTv2 block's norm1 was paired with timm's downsampling norm just before it, alike
 # in order and layout, and timm's norm1 with the port's downsampling norm.
 SAME_LEAF = 0.5
-# A torch module whose port holds all it holds but its bias (a MindSpore conv built without
-# has_bias=True): paired below any match, for the transfer to refuse the bias with that advice
-# (mindcv's MLP-Mixer patch embedding was refused as a missing conv and an extra one).
+# A torch module whose port holds all it holds but its bias (a MindSpore layer built with
+# has_bias=False, nn.Conv2d's default): paired below any match, for the transfer to refuse the
+# bias with that advice (mindcv's MLP-Mixer patch embedding was refused as a missing conv and an
+# extra one).
 BIAS_THE_PORT_LACKS = 1.0
 # A tie-break between MindSpore records scored alike against a user's own torch module, far
 # below any score's step even summed over 10⁵ such pairs.

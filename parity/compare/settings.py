@@ -12,8 +12,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from parity.compare.structure import (batch_statistics_in_eval_on_torch_only,
-                                      different_drop_rates, different_eps,
-                                      different_gelu_forms,
+                                      different_drop_rates, different_eps, different_gelu_forms,
                                       different_operations, dropping_op, op_family)
 from parity.records import Diagnosis, RecordInfo, module_of
 
