@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from itertools import accumulate
 from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set,
                     Tuple)
@@ -167,8 +167,9 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     then whole modules matched by their (role, layout) signature in order; then the same name
     in another layout, which the weight transfer refuses naming both shapes (a port holding
     torch's nested stem flat names its BatchNorm ``1`` where torch's ``1`` is the next conv:
-    its gamma was given that conv's weight by name); then the modules left, by signature in
-    any order (_modules_by_signature); last, what is left on both sides, one to one in order
+    its gamma was given that conv's weight by name); then names agreeing but for separators
+    (_named_but_for_separators); then the modules left, by signature in any order
+    (_modules_by_signature); last, what is left on both sides, one to one in order
     where every pair agrees (_leftovers_in_order).
     """
     torch_names = {older_name(name): name for name, _ in torch_params}
@@ -214,6 +215,11 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
         if ms_name not in mapping and torch_name not in used:
             mapping[ms_name] = torch_name
             used.add(torch_name)
+    mapping.update(_named_but_for_separators(
+        [(n, s) for n, s in torch_params if n not in used],
+        [(n, s) for n, s in mindspore_params if n not in mapping],
+        torch_params, mindspore_params))
+    used = set(mapping.values())
     mapping.update(_modules_by_signature(
         [(older_name(n), s) for n, s in torch_params if n not in used],
         [(torch_role(n), s) for n, s in mindspore_params if n not in mapping],
@@ -227,6 +233,31 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
         mindspore_to_torch=mapping,
         unmatched_torch=tuple(n for n, _ in torch_params if n not in used),
         unmatched_mindspore=tuple(n for n, _ in mindspore_params if n not in mapping))
+
+
+def _squashed(name: str) -> str:
+    return re.sub(r"[._\-]", "", name.lower())
+
+
+def _named_but_for_separators(torch_left: Sequence[Tuple[str, Tuple[int, ...]]],
+                              ms_left: Sequence[Tuple[str, Tuple[int, ...]]],
+                              torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
+                              mindspore_params: Sequence[Tuple[str, Tuple[int, ...]]]
+                              ) -> Dict[str, str]:
+    """The parameters left whose names agree but for their separators (timm's CrossViT holds
+    ``pos_embed_0``, mindcv's a ParameterTuple ``pos_embed.0``: in another order, one module
+    against two), where each side holds one such name and the layouts agree: ``blocks.1.0`` and
+    ``blocks.10`` agree so too, and a name either side holds twice so pairs nothing."""
+    torch_count = Counter(_squashed(older_name(n)) for n, _ in torch_params)
+    ms_count = Counter(_squashed(torch_role(n)) for n, _ in mindspore_params)
+    torch_by_name = {_squashed(older_name(n)): (n, layout(shape)) for n, shape in torch_left}
+    pairs = {}
+    for ms_name, shape in ms_left:
+        key = _squashed(torch_role(ms_name))
+        if torch_count[key] == ms_count[key] == 1 and key in torch_by_name and \
+                torch_by_name[key][1] == layout(shape):
+            pairs[ms_name] = torch_by_name[key][0]
+    return pairs
 
 
 def _modules_by_signature(torch_left: Sequence[Tuple[str, Tuple[int, ...]]],

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from parity.align import (align_forward, align_parameters, align_sequences,
-                          module_map_from_parameters, normalise)
+from parity.align import (_named_but_for_separators, align_forward, align_parameters,
+                          align_sequences, module_map_from_parameters, normalise)
 from parity.capture.torch_capture import float64_noise
 from parity.compare.engine import _float64_noise
 from parity.compare.metrics import Float64Noise, Tolerance, compare_tensors, cosine_similarity
@@ -234,6 +234,24 @@ def test_modules_declared_in_another_order_pair_by_what_they_hold():
     alignment = align_parameters(twice, once)
     assert alignment.unmatched_torch == ("stages.1.down.weight", "stages.2.down.weight")
     assert alignment.unmatched_mindspore == ("downs.0.weight",)
+
+
+def test_parameters_named_alike_but_for_separators_pair_in_any_order():
+    """timm's CrossViT holds ``pos_embed_0``, ``cls_token_0``, ``pos_embed_1``, ``cls_token_1``
+    on the model, mindcv's ParameterTuples ``pos_embed.0``, ``pos_embed.1``, ``cls_token.0``,
+    ``cls_token.1``: refused, 8 problems. A name either side holds twice without separators
+    (``blocks.1.0`` and ``blocks.10``) pairs nothing so."""
+    torch_params = [("pos_embed_0", (1, 5, 8)), ("cls_token_0", (1, 1, 8)),
+                    ("pos_embed_1", (1, 3, 16)), ("cls_token_1", (1, 1, 16))]
+    ms_params = [("pos_embed.0", (1, 5, 8)), ("pos_embed.1", (1, 3, 16)),
+                 ("cls_token.0", (1, 1, 8)), ("cls_token.1", (1, 1, 16))]
+    alignment = align_parameters(torch_params, ms_params)
+    assert alignment.mindspore_to_torch == {name: name.replace(".", "_") for name, _ in ms_params}
+    twice = [("blocks.1.0", (1, 4)), ("blocks.10", (1, 4))]
+    assert _named_but_for_separators(twice, [("blocks_10", (1, 4))], twice,
+                                     [("blocks_10", (1, 4))]) == {}
+    assert _named_but_for_separators(twice[1:], [("blocks_10", (1, 4))], twice[1:],
+                                     [("blocks_10", (1, 4))]) == {"blocks_10": "blocks.10"}
 
 
 def test_alike_modules_in_order_go_to_the_one_of_their_name():
