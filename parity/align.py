@@ -235,8 +235,8 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
         unmatched_mindspore=tuple(n for n, _ in mindspore_params if n not in mapping))
 
 
-def _squashed(name: str) -> str:
-    return re.sub(r"[._\-]", "", name.lower())
+def _dotted(name: str) -> str:
+    return re.sub(r"[_\-]", ".", name.lower())
 
 
 def _named_but_for_separators(torch_left: Sequence[Tuple[str, Tuple[int, ...]]],
@@ -244,16 +244,16 @@ def _named_but_for_separators(torch_left: Sequence[Tuple[str, Tuple[int, ...]]],
                               torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
                               mindspore_params: Sequence[Tuple[str, Tuple[int, ...]]]
                               ) -> Dict[str, str]:
-    """The parameters left whose names agree but for their separators (timm's CrossViT holds
-    ``pos_embed_0``, mindcv's a ParameterTuple ``pos_embed.0``: in another order, one module
-    against two), where each side holds one such name and the layouts agree: ``blocks.1.0`` and
-    ``blocks.10`` agree so too, and a name either side holds twice so pairs nothing."""
-    torch_count = Counter(_squashed(older_name(n)) for n, _ in torch_params)
-    ms_count = Counter(_squashed(torch_role(n)) for n, _ in mindspore_params)
-    torch_by_name = {_squashed(older_name(n)): (n, layout(shape)) for n, shape in torch_left}
+    """The parameters left whose names agree but for their separators, ``.``, ``_`` or ``-``
+    (timm's CrossViT holds ``pos_embed_0``, mindcv's a ParameterTuple ``pos_embed.0``: in
+    another order, one module against two), where each side holds one such name and the layouts
+    agree. Separators are told apart from none: ``blocks.1.0`` is no ``blocks_10``."""
+    torch_count = Counter(_dotted(older_name(n)) for n, _ in torch_params)
+    ms_count = Counter(_dotted(torch_role(n)) for n, _ in mindspore_params)
+    torch_by_name = {_dotted(older_name(n)): (n, layout(shape)) for n, shape in torch_left}
     pairs = {}
     for ms_name, shape in ms_left:
-        key = _squashed(torch_role(ms_name))
+        key = _dotted(torch_role(ms_name))
         if torch_count[key] == ms_count[key] == 1 and key in torch_by_name and \
                 torch_by_name[key][1] == layout(shape):
             pairs[ms_name] = torch_by_name[key][0]

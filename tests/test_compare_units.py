@@ -239,19 +239,20 @@ def test_modules_declared_in_another_order_pair_by_what_they_hold():
 def test_parameters_named_alike_but_for_separators_pair_in_any_order():
     """timm's CrossViT holds ``pos_embed_0``, ``cls_token_0``, ``pos_embed_1``, ``cls_token_1``
     on the model, mindcv's ParameterTuples ``pos_embed.0``, ``pos_embed.1``, ``cls_token.0``,
-    ``cls_token.1``: refused, 8 problems. A name either side holds twice without separators
-    (``blocks.1.0`` and ``blocks.10``) pairs nothing so."""
+    ``cls_token.1``: refused, 8 problems. Separators are told apart from none, and a name
+    either side holds twice so pairs nothing."""
     torch_params = [("pos_embed_0", (1, 5, 8)), ("cls_token_0", (1, 1, 8)),
                     ("pos_embed_1", (1, 3, 16)), ("cls_token_1", (1, 1, 16))]
     ms_params = [("pos_embed.0", (1, 5, 8)), ("pos_embed.1", (1, 3, 16)),
                  ("cls_token.0", (1, 1, 8)), ("cls_token.1", (1, 1, 16))]
     alignment = align_parameters(torch_params, ms_params)
     assert alignment.mindspore_to_torch == {name: name.replace(".", "_") for name, _ in ms_params}
-    twice = [("blocks.1.0", (1, 4)), ("blocks.10", (1, 4))]
-    assert _named_but_for_separators(twice, [("blocks_10", (1, 4))], twice,
-                                     [("blocks_10", (1, 4))]) == {}
-    assert _named_but_for_separators(twice[1:], [("blocks_10", (1, 4))], twice[1:],
-                                     [("blocks_10", (1, 4))]) == {"blocks_10": "blocks.10"}
+    flat, nested = [("blocks.10", (1, 4))], [("blocks.1.0", (1, 4))]
+    assert _named_but_for_separators(flat, nested, flat, nested) == {}
+    twice = [("blocks_10", (1, 4)), ("blocks-10", (1, 4))]
+    assert _named_but_for_separators(flat, twice, flat, twice) == {}
+    assert _named_but_for_separators(flat, twice[:1], flat, twice[:1]) == \
+        {"blocks_10": "blocks.10"}
 
 
 def test_alike_modules_in_order_go_to_the_one_of_their_name():
