@@ -187,14 +187,23 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
             mapping[ms_name] = fitting[0]
         elif named:
             misfits[ms_name] = named[0]
-    used = set(mapping.values())
-    torch_left = _group_by_module([(older_name(n), s) for n, s in torch_params
-                                   if n not in used])
-    ms_left = _group_by_module([(torch_role(n), s) for n, s in mindspore_params
-                                if n not in mapping])
+
+    def left() -> Tuple[List[Tuple[str, Tuple[int, ...]]], List[Tuple[str, Tuple[int, ...]]]]:
+        """The parameters no pass has paired yet, torch's and MindSpore's."""
+        used = set(mapping.values())
+        return ([p for p in torch_params if p[0] not in used],
+                [p for p in mindspore_params if p[0] not in mapping])
+
+    def in_torch_terms(torch_left, ms_left):
+        """Both sides' names as the module passes read them: torch's older parametrization
+        names, MindSpore's roles renamed (gamma -> weight)."""
+        return ([(older_name(n), s) for n, s in torch_left],
+                [(torch_role(n), s) for n, s in ms_left])
+
+    torch_grouped, ms_grouped = map(_group_by_module, in_torch_terms(*left()))
     ms_original = {torch_role(n): n for n, _ in mindspore_params}
 
-    t_modules, m_modules = list(torch_left.items()), list(ms_left.items())
+    t_modules, m_modules = list(torch_grouped.items()), list(ms_grouped.items())
 
     def score(i: int, j: int) -> float:
         (t_name, t_roles), (m_name, m_roles) = t_modules[i], m_modules[j]
@@ -207,32 +216,30 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
         return 2.0 + (1.0 if same_path else SAME_LEAF if same_leaf else 0.0)
 
     for i, j in align_sequences(len(t_modules), len(m_modules), score):
-        t_roles, m_roles = t_modules[i][1], m_modules[j][1]
-        for role, (m_name, _) in m_roles.items():
-            mapping[ms_original[m_name]] = torch_names[t_roles[role][0]]
+        mapping.update(_paired_roles(t_modules[i][1], m_modules[j][1], torch_names, ms_original))
     used = set(mapping.values())
     for ms_name, torch_name in misfits.items():
         if ms_name not in mapping and torch_name not in used:
             mapping[ms_name] = torch_name
             used.add(torch_name)
-    mapping.update(_named_but_for_separators(
-        [(n, s) for n, s in torch_params if n not in used],
-        [(n, s) for n, s in mindspore_params if n not in mapping],
-        torch_params, mindspore_params))
-    used = set(mapping.values())
-    mapping.update(_modules_by_signature(
-        [(older_name(n), s) for n, s in torch_params if n not in used],
-        [(torch_role(n), s) for n, s in mindspore_params if n not in mapping],
-        mapping, torch_names, ms_original))
-    used = set(mapping.values())
-    mapping.update(_leftovers_in_order([p for p in torch_params if p[0] not in used],
-                                       [p for p in mindspore_params if p[0] not in mapping],
-                                       mapping))
-    used = set(mapping.values())
-    return Alignment(
-        mindspore_to_torch=mapping,
-        unmatched_torch=tuple(n for n, _ in torch_params if n not in used),
-        unmatched_mindspore=tuple(n for n, _ in mindspore_params if n not in mapping))
+    mapping.update(_named_but_for_separators(*left(), torch_params, mindspore_params))
+    mapping.update(_modules_by_signature(*in_torch_terms(*left()), mapping, torch_names,
+                                         ms_original))
+    mapping.update(_leftovers_in_order(*left(), mapping))
+    torch_left, ms_left = left()
+    return Alignment(mindspore_to_torch=mapping,
+                     unmatched_torch=tuple(n for n, _ in torch_left),
+                     unmatched_mindspore=tuple(n for n, _ in ms_left))
+
+
+def _paired_roles(torch_roles: Mapping[str, Tuple[str, Tuple[int, ...]]],
+                  ms_roles: Mapping[str, Tuple[str, Tuple[int, ...]]],
+                  torch_names: Mapping[str, str], ms_original: Mapping[str, str]
+                  ) -> Dict[str, str]:
+    """A torch module's parameters given to those of the MindSpore module paired with it, role
+    by role, in both sides' own names (a torch bias the port lacks is left)."""
+    return {ms_original[ms_name]: torch_names[torch_roles[role][0]]
+            for role, (ms_name, _) in ms_roles.items()}
 
 
 def _dotted(name: str) -> str:
@@ -283,8 +290,8 @@ def _modules_by_signature(torch_left: Sequence[Tuple[str, Tuple[int, ...]]],
                 for theirs, ours in zip(torch_group, ms_group)):
             continue
         for theirs, ours in zip(torch_group, ms_group):
-            for role, (ms_name, _) in ms_modules[ours].items():
-                pairs[ms_original[ms_name]] = torch_names[torch_modules[theirs][role][0]]
+            pairs.update(_paired_roles(torch_modules[theirs], ms_modules[ours], torch_names,
+                                       ms_original))
     return pairs
 
 
