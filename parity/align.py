@@ -14,7 +14,7 @@ import operator
 import re
 from collections import Counter, OrderedDict
 from itertools import accumulate
-from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set,
+from typing import (Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set,
                     Tuple)
 
 from parity.records import (CONTAINER_OPS, Alignment, Part, RecordInfo, dropping_for_identity,
@@ -338,10 +338,12 @@ def _sibling_modules_agree(ms_module: str, torch_module: str, modules: Mapping[s
 def module_map_from_parameters(param_map: Mapping[str, str]) -> Dict[str, str]:
     """MindSpore module path -> torch module path, as implied by the parameter mapping (a
     parametrized weight's tensors are its module's: conv1.parametrizations.weight.original's
-    module is conv1, as weight_orig's)."""
+    module is conv1, as weight_orig's). A part of a parameter (``qkv.weight[0:32]``) is its
+    whole's."""
     held: Dict[str, List[str]] = {}
     for ms, t in param_map.items():
-        held.setdefault(split_param(ms)[0], []).append(split_param(older_name(t))[0])
+        held.setdefault(split_param(split_part(ms)[0])[0], []).append(
+            split_param(older_name(t))[0])
     return {ms: _common_module(modules) for ms, modules in held.items()}
 
 
@@ -422,13 +424,18 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
 
     Modules that own parameters are pinned by the parameter mapping; an override pins any name.
     """
-    # the layers a port splits off torch's fused one are paired with its output's parts
-    split = split_layers(param_map)
+    # the layers a port splits off torch's fused one are paired with its output's parts, and
+    # torch's layers a port fuses with their parts of its fused one's
+    split, joined = split_layers(param_map), joined_layers(param_map)
     fused = {split_part(t)[0] for t in split.values()}
-    all_torch_records = torch_records
+    fusing = {split_part(m)[0] for m in joined.values()}
+    all_torch_records, all_ms_records = torch_records, mindspore_records
     split_records = [r for r in mindspore_records if r.name.partition("#")[0] in split]
-    torch_records = [r for r in torch_records if r.name.partition("#")[0] not in fused]
-    mindspore_records = [r for r in mindspore_records if r.name.partition("#")[0] not in split]
+    joined_records = [r for r in torch_records if r.name.partition("#")[0] in joined]
+    torch_records = [r for r in torch_records
+                     if r.name.partition("#")[0] not in fused | set(joined)]
+    mindspore_records = [r for r in mindspore_records
+                         if r.name.partition("#")[0] not in set(split) | fusing]
     torch_sites = [_Site.of(r) for r in torch_records]
     ms_sites = [_Site.of(r) for r in mindspore_records]
     # A torch module applying more after its own work (_applying_more) pairs only with a
@@ -505,22 +512,41 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
         _, call, index = record.name.partition("#")
         whole, part = split_part(split[record.name.partition("#")[0]])
         mapping[record.name] = part.of(whole + call + index)
+    recorded = {r.name for r in all_ms_records}
+    for record in joined_records:
+        _, call, index = record.name.partition("#")
+        whole, part = split_part(joined[record.name.partition("#")[0]])
+        if whole + call + index in recorded:
+            mapping[part.of(whole + call + index)] = record.name
     matched_torch = {split_part(name)[0] for name in mapping.values()}
+    matched_ms = {split_part(name)[0] for name in mapping}
     return Alignment(
         mindspore_to_torch=mapping,
         unmatched_torch=tuple(r.name for r in all_torch_records if r.name not in matched_torch),
-        unmatched_mindspore=tuple(r.name for r in [*mindspore_records, *split_records]
-                                  if r.name not in mapping))
+        unmatched_mindspore=tuple(r.name for r in all_ms_records if r.name not in matched_ms))
 
 
 def split_layers(param_map: Mapping[str, str]) -> Dict[str, str]:
     """MindSpore module -> the part of its torch module's output it computes, for each layer
     a port splits off a fused torch layer (each of its parameters the same rows of that layer's:
     mindcv's Swin's attn.q, "attn.qkv[..., 0:32]" for torchvision's attn.qkv)."""
+    return _layers_of_parts(param_map.items())
+
+
+def joined_layers(param_map: Mapping[str, str]) -> Dict[str, str]:
+    """torch module -> the part of its MindSpore module's output it computes, for each torch
+    layer a port fuses (each of its parameters the same rows of the port's: timm's class
+    attention q, "attn.qkv[..., 0:32]" for mindcv's XCiT's attn.qkv); split_layers' reverse."""
+    return _layers_of_parts((torch_name, ms_name) for ms_name, torch_name in param_map.items())
+
+
+def _layers_of_parts(pairs: Iterable[Tuple[str, str]]) -> Dict[str, str]:
+    """For (parameter, the other side's parameter or part of one) pairs: each module all of
+    whose parameters are the same rows of the other side's module's -> that part of its output."""
     outputs: Dict[str, set] = {}
-    for ms_name, torch_name in param_map.items():
-        whole, part = split_part(torch_name)
-        outputs.setdefault(split_param(ms_name)[0], set()).add(
+    for name, other in pairs:
+        whole, part = split_part(other)
+        outputs.setdefault(split_param(split_part(name)[0])[0], set()).add(
             Part(part.start, part.stop, last_axis=True).of(split_param(whole)[0]) if part else "")
     return {module: names.pop() for module, names in outputs.items()
             if len(names) == 1 and "" not in names}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
-from itertools import zip_longest
+from itertools import accumulate, zip_longest
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
@@ -279,7 +279,9 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     left over by a tie torch lacks. ``left_out`` (frozen_norm_defaults): port parameters that
     need no torch tensor where torch holds none of their group (_norm_group_torch_lacks).
     A torch tensor the port holds split into q, k and v layers goes to them in parts, each
-    named as torch indexes it (``qkv.weight[0:32]``, records.split_part). ``frozen``: the port's
+    named as torch indexes it (``qkv.weight[0:32]``, records.split_part); torch's q, k and v
+    layers the port fuses go to their parts of its parameter, each so named on the port's side
+    (``qkv.weight[0:32]`` -> ``q.weight``). ``frozen``: the port's
     parameters that take no gradient; those no torch tensor feeds, where no torch tensor is left
     over either, are constants the port computes itself (mindcv's Swin holds its relative
     position index and window mask so) and keep its values (port_constants).
@@ -291,28 +293,30 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
     alignment = align_parameters(torch_params, aligned, overrides)
     fused = _fused_in_torch(state_dict, alignment, ms_shapes, overrides or {})
+    joined = _fused_in_port(state_dict, alignment, ms_shapes, overrides or {})
     constants = [n for n in alignment.unmatched_mindspore if _a_port_constant(n, frozen)]
     torch_constants = {n for n in alignment.unmatched_torch
                        if state_dict[n].dtype.kind in CONSTANT_TABLES}
-    if fused or constants or (torch_constants and alignment.unmatched_mindspore):
+    if fused or joined or constants or (torch_constants and alignment.unmatched_mindspore):
         # aligned again without them: they stood in the way (the parameter alignment gave
         # torchvision's Swin attn.proj the port's attn.q; its relative position table was
         # not paired with the port's, its module holding the index as an integer tensor,
         # the port's as a frozen parameter)
-        split = {part for parts in fused.values() for part in parts}
+        split = {part for parts in fused.values() for part in parts} | set(joined)
+        apart = set(fused) | {part for parts in joined.values() for part in parts}
         alignment = align_parameters(
-            [p for p in torch_params if p[0] not in fused and p[0] not in torch_constants],
+            [p for p in torch_params if p[0] not in apart and p[0] not in torch_constants],
             [p for p in aligned if p[0] not in split and p[0] not in constants], overrides)
     missing: List[str] = []     # the port's parameters no torch tensor goes to
     extra: List[str] = []       # torch tensors going to no parameter of the port
     problems: List[str] = []    # of the pairs made
     mapping = dict(alignment.mindspore_to_torch)
     for torch_name, parts in fused.items():
-        start = 0
-        for part in parts:
-            rows = ms_shapes[part][0][0]
-            mapping[part] = Part(start, start + rows).of(torch_name)
-            start += rows
+        for part, rows in _stacked_rows(parts, [ms_shapes[p][0][0] for p in parts]):
+            mapping[part] = rows.of(torch_name)
+    for ms_name, parts in joined.items():
+        for part, rows in _stacked_rows(parts, [state_dict[p].shape[0] for p in parts]):
+            mapping[rows.of(ms_name)] = part
     modules = module_map_from_parameters(mapping)
     for name in filter(is_ignored, ms_shapes):
         module, role = split_param(name)
@@ -368,7 +372,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                             f"{ms_name})")
         seen[torch_name] = ms_name
         value = value_of(state_dict, torch_name)
-        t_shape, (m_shape, m_dtype) = tuple(value.shape), ms_shapes[ms_name]
+        t_shape, (m_shape, m_dtype) = tuple(value.shape), _port_shape(ms_shapes, ms_name)
         if layout(t_shape) != layout(m_shape):
             transposed = ", its transpose: the port holds the weight as (in, out) for x @ W; " \
                 "parity transfers no transposes: hold it as (out, in) and compute x @ W.T, " \
@@ -398,6 +402,21 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     return mapping
 
 
+def _stacked_rows(parts: Sequence[str], counts: Sequence[int]) -> List[Tuple[str, Part]]:
+    """Each of ``parts`` stacked in order, ``counts`` rows each, with its rows of the whole."""
+    stops = list(accumulate(counts))
+    return [(part, Part(stop - count, stop)) for part, count, stop in zip(parts, counts, stops)]
+
+
+def _port_shape(ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
+                name: str) -> Tuple[Tuple[int, ...], str]:
+    """The shape and dtype of the port's parameter ``name``, or of the part of one it names
+    (``qkv.weight[0:32]``, records.split_part)."""
+    whole, part = split_part(name)
+    shape, dtype = ms_shapes[whole]
+    return (shape, dtype) if part is None else ((part.stop - part.start, *shape[1:]), dtype)
+
+
 def class_count_hint(misfits: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]]) -> str:
     """For (weights' shape, model's shape) pairs that do not fit: when each differs from the
     model's in its first dimension only, K in the weights throughout, the weights are most likely
@@ -424,8 +443,10 @@ def _fused_in_torch(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
                     ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
                     overrides: Mapping[str, str]) -> Dict[str, List[str]]:
     """Each torch tensor no port parameter took that holds the port's parameters stacked
-    along its first axis -> those parameters, in order (_stacked_in_torch)."""
+    along its first axis -> those parameters, in order (_stacked). mindcv's Swin splits
+    torchvision's fused qkv so."""
     modules = module_map_from_parameters(alignment.mindspore_to_torch)
+    shapes = {name: shape for name, (shape, _) in ms_shapes.items()}
     fused: Dict[str, List[str]] = {}
     # a parameter that took torch's tensor of its own name is that tensor's, no part
     taken: Set[str] = set(overrides) | {ms for ms, t in alignment.mindspore_to_torch.items()
@@ -434,35 +455,61 @@ def _fused_in_torch(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
         value = state_dict[name]
         if value.dtype.kind in CONSTANT_TABLES:
             continue
-        parts = _stacked_in_torch(name, tuple(value.shape), ms_shapes, modules, taken)
+        module, role = split_param(name)
+        parent = module.rpartition(".")[0]
+        ms_parents = {ms.rpartition(".")[0] for ms, t in modules.items()
+                      if t.rpartition(".")[0] == parent}
+        parts = _stacked(name, tuple(value.shape), role, ms_parents, shapes, taken)
         if parts:
             fused[name] = parts
             taken.update(parts)
     return fused
 
 
-def _stacked_in_torch(name: str, shape: Tuple[int, ...],
-                      ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
-                      modules: Mapping[str, str], taken: Set[str]) -> List[str]:
-    """The port's parameters that torch's ``name`` holds stacked along its first axis: those
-    of its role in the port's q, k and v layers (or another SPLIT_PROJECTIONS) under the
-    module the port's other parameters map to torch's parent, whose first dimensions add up to
-    its own and whose others are its own, none ``taken``; first the layers whose names make
-    the fused one's (``qk``: q and k, where k and v add up alike). mindcv's Swin splits
-    torchvision's fused qkv so. By name: the first alignment pairs same-shaped parameters in
-    order, and gave torchvision's proj the port's q."""
-    module, role = split_param(name)
-    parent, _, fused = module.rpartition(".")
+def _fused_in_port(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
+                   ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
+                   overrides: Mapping[str, str]) -> Dict[str, List[str]]:
+    """Each port parameter no torch tensor went to that holds torch's stacked along its first
+    axis -> those torch tensors, in order (_stacked): the reverse of _fused_in_torch. mindcv's
+    XCiT fuses timm's class attention q, k and v so, as ports of BERT's query, key and value
+    do."""
+    modules = module_map_from_parameters(alignment.mindspore_to_torch)
+    shapes = {name: tuple(value.shape) for name, value in state_dict.items()
+              if value.dtype.kind not in CONSTANT_TABLES}
+    # a torch tensor that went to the port's parameter of its name is that parameter's
+    taken: Set[str] = set(overrides.values()) | {t for ms, t in
+                                                 alignment.mindspore_to_torch.items()
+                                                 if t in (ms, torch_role(ms))}
+    joined: Dict[str, List[str]] = {}
+    for name in alignment.unmatched_mindspore:
+        module, role = split_param(torch_role(name))
+        parent = module.rpartition(".")[0]
+        torch_parents = {parent} | {t.rpartition(".")[0] for ms, t in modules.items()
+                                    if ms.rpartition(".")[0] == parent}
+        parts = _stacked(name, ms_shapes[name][0], role, torch_parents, shapes, taken)
+        if parts:
+            joined[name] = parts
+            taken.update(parts)
+    return joined
+
+
+def _stacked(name: str, shape: Tuple[int, ...], role: str, parents: Set[str],
+             shapes: Mapping[str, Tuple[int, ...]], taken: Set[str]) -> List[str]:
+    """The other side's tensors that one side's ``name`` holds stacked along its first axis:
+    those of ``role`` in its q, k and v layers (or another SPLIT_PROJECTIONS) under one of
+    ``parents`` (the modules its neighbours pair with), whose first dimensions add up to its
+    own and whose others are its own, none ``taken``; first the layers whose names make the
+    fused one's (``qk``: q and k, where k and v add up alike). By name: the first alignment
+    pairs same-shaped parameters in order, and gave torchvision's proj the port's q."""
+    fused = split_param(split_param(name)[0])[1]
     spelled = sorted(SPLIT_PROJECTIONS, key=lambda layers: "".join(layers) != fused)
-    for ms_parent in sorted({ms.rpartition(".")[0] for ms, t in modules.items()
-                             if t.rpartition(".")[0] == parent}):
+    for parent in sorted(parents):
         for layers in spelled:
-            parts = [f"{ms_parent}.{layer}.{role}".lstrip(".") for layer in layers]
+            parts = [f"{parent}.{layer}.{role}".lstrip(".") for layer in layers]
             if taken & set(parts):
                 continue
-            if all(p in ms_shapes and len(ms_shapes[p][0]) == len(shape)
-                   and ms_shapes[p][0][1:] == shape[1:] for p in parts) and \
-                    sum(ms_shapes[p][0][0] for p in parts) == shape[0]:
+            if all(p in shapes and len(shapes[p]) == len(shape) and shapes[p][1:] == shape[1:]
+                   for p in parts) and sum(shapes[p][0] for p in parts) == shape[0]:
                 return parts
     return []
 
@@ -540,14 +587,22 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
     state_dict, plan = _names_that_fit(state_dict, mindspore_param_specs(net), overrides,
                                        mindspore_ties(net), norm_defaults, frozen)
     torch_shapes = {}
+    joined: Dict[str, List[Tuple[int, np.ndarray]]] = {}     # port parameter -> its parts
     for ms_name, torch_name in plan.items():
-        value, shape = value_of(state_dict, torch_name), tuple(params[ms_name].shape)
+        value, (whole, part) = value_of(state_dict, torch_name), split_part(ms_name)
+        if part is not None:
+            joined.setdefault(whole, []).append((part.start, value))
+            continue
+        shape = tuple(params[ms_name].shape)
         if tuple(value.shape) != shape:
             torch_shapes[ms_name] = tuple(value.shape)
         params[ms_name].set_data(ms.Tensor(np.ascontiguousarray(value).reshape(shape)))
+    for ms_name, parts in joined.items():
+        stacked = np.concatenate([value for _, value in sorted(parts, key=lambda p: p[0])])
+        params[ms_name].set_data(ms.Tensor(stacked))
     taken = {split_part(key)[0] for key in plan.values()} | set(getattr(state_dict, "tied", {}))
-    constants = [name for name in params if name not in plan and not is_ignored(name)
-                 and _a_port_constant(name, frozen)]
+    constants = [name for name in params if name not in plan and name not in joined
+                 and not is_ignored(name) and _a_port_constant(name, frozen)]
     return Transfer(plan, torch_shapes, [key for key in state_dict if key not in taken],
                     constants)
 

@@ -436,6 +436,30 @@ def test_the_layers_a_port_splits_off_a_fused_one_are_paired_with_parts_of_its_o
         torch_records[0].part_named("attn.qkv[..., 16:32]")
 
 
+def test_torch_layers_a_port_fuses_are_paired_with_parts_of_its_output():
+    """torch's q, k and v layers going to rows of the port's fused qkv (weights.plan_transfer)
+    compare with those columns of its output, each call with the same call's; its proj with
+    torch's proj. A part of the port's output is named on its side, the pair by torch's."""
+    param_map = {f"attn.qkv.{role}[{8 * i}:{8 * i + 8}]": f"attn.{layer}.{role}"
+                 for i, layer in enumerate("qkv") for role in ("weight", "bias")}
+    param_map.update({"attn.proj.weight": "attn.proj.weight", "attn.proj.bias": "attn.proj.bias"})
+    torch_records = [_forward(f"attn.{layer}{call}", "dense", (2, 16, 8), 4 * c + i)
+                     for c, call in enumerate(("", "#1"))
+                     for i, layer in enumerate(("q", "k", "v", "proj"))]
+    ms_records = [_forward(f"attn.{layer}{call}", "dense", (2, 16, width), 2 * c + i)
+                  for c, call in enumerate(("", "#1"))
+                  for i, (layer, width) in enumerate((("qkv", 24), ("proj", 8)))]
+    alignment = align_forward(torch_records, ms_records, param_map)
+    assert alignment.mindspore_to_torch == {
+        **{f"attn.qkv{call}[..., {8 * i}:{8 * i + 8}]": f"attn.{layer}{call}"
+           for call in ("", "#1") for i, layer in enumerate("qkv")},
+        "attn.proj": "attn.proj", "attn.proj#1": "attn.proj#1"}
+    assert alignment.unmatched_torch == alignment.unmatched_mindspore == ()
+    # a call the port did not record leaves torch's unmatched, not paired with nothing
+    alignment = align_forward(torch_records, ms_records[:2], param_map)
+    assert alignment.unmatched_torch == ("attn.q#1", "attn.k#1", "attn.v#1", "attn.proj#1")
+
+
 class _Run:
     """The little of a RunReader that diagnose reads: records and their tensors."""
 

@@ -2115,6 +2115,39 @@ def test_a_fused_layer_the_port_splits_is_compared_in_parts():
                if c.kind == "forward" and c.name.startswith("attn.qkv["))
 
 
+def test_layers_torch_holds_apart_that_the_port_fuses_are_compared_in_parts():
+    """torch's q, k and v layers ported as one fused qkv layer (mindcv's XCiT for timm's class
+    attention; ports of BERT's query, key and value): the transfer was refused. Each of torch's
+    layers is now compared with its rows of the port's weights (gradient, update, momentum and
+    Adam's state, weights after the step) and its columns of the port's output, named by
+    torch's; a port reading its fused output in another order fails where that shows."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_token_attention(), tiny.ms_token_attention_fused(),
+                          image_size=16)
+    assert result.passed, result.first_divergence
+    assert not any(result.unmatched.values()), result.unmatched
+    compared = {(c.kind, c.name): c.mindspore_name for c in result.comparisons}
+    for kind in ("grad", "update", "weight"):
+        assert compared[(kind, "attn.k.weight")] == "attn.qkv.weight[8:16]"
+    assert compared[("optimizer_state", "attn.v.bias.momentum_buffer")] == \
+        "attn.qkv.bias.momentum_buffer[16:24]"
+    assert compared[("forward", "attn.q")] == "attn.qkv[..., 0:8]"
+    assert compared[("grad", "attn.v")] == "attn.qkv[..., 16:24]"
+    adam = parity.check(tiny.torch_token_attention(), tiny.ms_token_attention_fused(),
+                        image_size=16, optimizer={"optimizer": "adam"})
+    assert adam.passed, adam.first_divergence
+    assert {(c.kind, c.name): c.mindspore_name for c in adam.comparisons}[
+        ("optimizer_state", "attn.q.weight.exp_avg_sq")] == "attn.qkv.weight.exp_avg_sq[0:8]"
+    swapped = parity.check(tiny.torch_token_attention(),
+                           tiny.ms_token_attention_fused_read_kqv(), image_size=16)
+    assert (swapped.first_divergence.name, swapped.first_divergence.kind) == \
+        ("attn.proj", "forward")
+    assert swapped.diagnosis.cause == "computation between modules differs"
+    assert all(c.passed for c in swapped.comparisons
+               if c.kind == "forward" and c.name in ("attn.q", "attn.k", "attn.v"))
+
+
 def test_a_norm_applying_its_activation_is_compared_after_it():
     """timm's BatchNormAct2d (a BatchNorm applying a ReLU it holds) ported as a BatchNorm cell
     and a ReLU cell: the norm's weights pinned torch's norm, whose output is after the ReLU, to

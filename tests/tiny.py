@@ -2754,3 +2754,67 @@ def torch_staged() -> tnn.Module:
 
 def ms_staged_apart() -> msnn.Cell:
     return _MsStagedNet()
+
+
+# Attention whose q, k and v layers torch holds apart (BERT's query, key and value; timm's class
+# attention) and the port fuses into one qkv layer (mindcv's XCiT): the reverse of Swin's split.
+class _TorchSeparateAttention(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.proj = (tnn.Linear(PATCH_WIDTH, PATCH_WIDTH)
+                                             for _ in range(4))
+
+    def forward(self, x):
+        logits = self.q(x) @ self.k(x).transpose(-2, -1) / PATCH_WIDTH ** 0.5
+        return self.proj(logits.softmax(dim=-1) @ self.v(x))
+
+
+class _TorchTokenAttention(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = tnn.Conv2d(3, PATCH_WIDTH, 4, stride=4)
+        self.attn = _TorchSeparateAttention()
+        self.head = tnn.Linear(PATCH_WIDTH, 10)
+
+    def forward(self, x):
+        tokens = self.embed(x).flatten(2).transpose(1, 2)
+        return self.head(self.attn(tokens).mean(dim=1))
+
+
+class _MsFusedAttention(msnn.Cell):
+    def __init__(self, order: str) -> None:
+        super().__init__()
+        self.qkv = msnn.Dense(PATCH_WIDTH, 3 * PATCH_WIDTH)
+        self.proj = msnn.Dense(PATCH_WIDTH, PATCH_WIDTH)
+        self.order = order
+
+    def construct(self, x):
+        parts = dict(zip(self.order, ops.split(self.qkv(x), PATCH_WIDTH, axis=-1)))
+        logits = ops.matmul(parts["q"], parts["k"].swapaxes(-2, -1)) / PATCH_WIDTH ** 0.5
+        return self.proj(ops.matmul(ops.softmax(logits, axis=-1), parts["v"]))
+
+
+class _MsTokenAttention(msnn.Cell):
+    def __init__(self, order: str) -> None:
+        super().__init__()
+        self.embed = msnn.Conv2d(3, PATCH_WIDTH, 4, stride=4, pad_mode="valid", has_bias=True)
+        self.attn = _MsFusedAttention(order)
+        self.head = msnn.Dense(PATCH_WIDTH, 10)
+
+    def construct(self, x):
+        tokens = self.embed(x).flatten(start_dim=2).swapaxes(1, 2)
+        return self.head(self.attn(tokens).mean(axis=1))
+
+
+def torch_token_attention() -> tnn.Module:
+    return _TorchTokenAttention()
+
+
+def ms_token_attention_fused() -> msnn.Cell:
+    return _MsTokenAttention("qkv")
+
+
+def ms_token_attention_fused_read_kqv() -> msnn.Cell:
+    """Its fused layer's output read as k, q, v: q and k swapped."""
+    return _MsTokenAttention("kqv")

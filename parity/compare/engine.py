@@ -31,7 +31,7 @@ from parity.config import split_state
 from parity.errors import ParityInputError, first_few
 from parity.records import (CONTAINER_OPS, DROPPING_OPS, KIND_RANK, PARAM_KINDS, Comparison,
                             Divergence, Meta, RecordInfo, TensorStats, drops_between_layers,
-                            module_of, split_part)
+                            Part, module_of, split_part)
 from parity.resources import peak_resident_mb
 from parity.result import CheckResult, RecordDetail
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
@@ -85,13 +85,39 @@ def _refuse_other_starting_point(torch_run: RunReader, ms_run: RunReader) -> Non
 
 
 def _torch_param_name(ms_name: str, param_map: Mapping[str, str]) -> Optional[str]:
+    """The torch name of a MindSpore parameter's record, or of a part of one (a layer torch
+    holds apart that the port fuses: ``qkv.weight.momentum_buffer[0:32]``)."""
     if ms_name in param_map:
         return param_map[ms_name]
-    param, state = split_state(ms_name)
-    if state and param in param_map:
-        whole, part = split_part(param_map[param])
+    ms_whole, ms_part = split_part(ms_name)
+    param, state = split_state(ms_whole)
+    key = ms_part.of(param) if ms_part else param
+    if state and key in param_map:
+        whole, part = split_part(param_map[key])
         return part.of(whole + state) if part else whole + state
     return None
+
+
+def _port_parts(ms_by_kind: Dict[str, List[RecordInfo]], param_map: Mapping[str, str],
+                forward: Mapping[str, str]) -> Dict[str, List[RecordInfo]]:
+    """The MindSpore records, each of a parameter the port fuses from torch's layers held
+    apart (param_map names its parts: ``qkv.weight[0:32]``) as those parts, and each output of
+    such a layer as the parts the forward alignment paired (``qkv[..., 0:32]``)."""
+    parts: Dict[str, List[Part]] = {}
+    for name in [*param_map, *forward]:
+        whole, part = split_part(name)
+        if part is not None:
+            parts.setdefault(whole, []).append(part)
+    if not parts:
+        return ms_by_kind
+
+    def names(record: RecordInfo) -> List[str]:
+        if record.kind == "forward" or record.attrs.get("activation"):
+            return [part.of(record.name) for part in parts.get(record.name, ())]
+        param, state = split_state(record.name)
+        return [part.of(param + state) for part in parts.get(param, ())]
+    return {kind: _in_parts(records, [n for r in records for n in names(r)])
+            for kind, records in ms_by_kind.items()}
 
 
 def _in_parts(records: List[RecordInfo], names: Iterable[str]) -> List[RecordInfo]:
@@ -129,7 +155,8 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
         ms_by_kind.setdefault(record.kind, []).append(record)
 
     torch_params = {r.name for r in torch_by_kind.get("weight", [])}
-    shared = torch_params & {param_map.get(r.name) for r in ms_by_kind.get("weight", [])}
+    ms_params = {r.name for r in ms_by_kind.get("weight", [])}
+    shared = torch_params & {t for ms, t in param_map.items() if split_part(ms)[0] in ms_params}
     if torch_params and len(shared) < MIN_SHARED_PARAMS * len(torch_params):
         raise ParityInputError(
             f"{ms_run.path} was captured from a different model than {torch_run.path} "
@@ -140,6 +167,7 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
     forward = align_forward(torch_by_kind.get("forward", []), ms_by_kind.get("forward", []),
                             param_map, forward_overrides)
     mapping["forward"] = dict(forward.mindspore_to_torch)
+    ms_by_kind = _port_parts(ms_by_kind, param_map, mapping["forward"])
     for kind in ("input", "loss"):
         mapping[kind] = {r.name: r.name for r in ms_by_kind.get(kind, [])}
     for kind in PARAM_KINDS:
@@ -196,7 +224,8 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
         unmatched[f"mindspore {kind}"] = tuple(r.name for r in ms_by_kind[kind])
     # a part is not its whole's tensor: the points of dropping are joined by stored tensor
     mismatches = drop_mismatches([(p.torch, p.mindspore) for p in pairs
-                                  if p.torch.kind == "forward" and p.torch.part is None],
+                                  if p.torch.kind == "forward" and p.torch.part is None
+                                  and p.mindspore.part is None],
                                  torch_by_kind.get("forward", []), ms_by_kind.get("forward", []))
     pairs = [dataclasses.replace(p, dropping=mismatches[p.torch.name])
              if p.torch.kind == "forward" and p.torch.name in mismatches else p for p in pairs]
@@ -721,7 +750,8 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
         tolerance = policy.resolve(pair.torch.name, pair.torch.kind)
         noise = _float64_noise(pair.torch) if use_fp64_reference else None
         identity = ((pair.torch.shard, pair.torch.key, pair.torch.part),
-                    (pair.mindspore.shard, pair.mindspore.key), noise, tolerance)
+                    (pair.mindspore.shard, pair.mindspore.key, pair.mindspore.part), noise,
+                    tolerance)
         plan.append(_Planned(pair, tolerance, noise, identity, identity not in planned))
         planned.add(identity)
 
