@@ -26,6 +26,12 @@ CONTAINER_OPS = ("module", "sequential", "list")
 RECURRENT_OPS = ("lstm", "gru", "rnn")
 
 
+# How a record is read where one side computes an output once for the batch (shape (1, ...)) and
+# the other for each of N samples (N, ...): the one copy broadcast to N, or the gradients of the
+# N copies summed into the one's.
+BROADCAST, SUMMED = "broadcast", "summed"
+
+
 # A part of a torch tensor, named as torch indexes it: a fused layer's rows (``qkv.weight[0:32]``,
 # its gradient, update and optimizer state alike) or its output's last-axis slice
 # (``qkv[..., 0:32]``), compared with the layer a port splits it into (its ``q``).
@@ -112,6 +118,9 @@ class RecordInfo:
     stored_shape: Optional[Tuple[int, ...]] = None
     # compare's, never stored: the part of the stored tensor this record is (part_named)
     part: Optional[Part] = None
+    # compare's, never stored: how the stored copies along the first axis are read, where the
+    # other side computes the output once for the batch (BROADCAST, SUMMED)
+    batch_read: str = ""
 
     def part_named(self, name: str) -> "RecordInfo":
         """The part of this record that ``name`` (split_part) names, read from its tensor. The
@@ -134,6 +143,22 @@ class RecordInfo:
         dimensions elsewhere): mindcv's GlobalAvgPooling output (N, C) as torch's
         AdaptiveAvgPool2d's (N, C, 1, 1)."""
         return replace(self, shape=tuple(shape), stored_shape=self.stored_shape or self.shape)
+
+    def broadcast_to(self, copies: int) -> "RecordInfo":
+        """This record of one copy along its first axis read as ``copies`` copies: an output
+        this side computes once for the batch and broadcasts, the other side for each sample
+        (timm's XCiT position encoding; mindcv's expands its grid to the batch first)."""
+        return replace(self, shape=(copies, *self.shape[1:]), stored_shape=self.shape,
+                       batch_read=BROADCAST, fp32_flipped=None)
+
+    def summed_over_batch(self) -> "RecordInfo":
+        """This record's copies along its first axis summed into one: the gradient of an
+        output the other side computes once and broadcasts is the sum of its copies'. torch's
+        float64 rerun measured each copy's float32 error, not the sum's: a sum is judged by the
+        tolerance, not by that noise."""
+        return replace(self, shape=(1, *self.shape[1:]), stored_shape=self.shape,
+                       batch_read=SUMMED, fp32_noise_rms=None, exact_rms=None,
+                       fp32_spread_rms=None, fp32_flipped=None)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "shape": list(self.shape),

@@ -35,7 +35,7 @@ from parity import direct_io
 from parity.config import StepConfig
 from parity.errors import ParityInputError, damage, told_as
 from parity.io import read_parity_json, through_links
-from parity.records import KINDS, RecordInfo, split_part
+from parity.records import BROADCAST, KINDS, SUMMED, RecordInfo, split_part
 
 FORMAT = "parity-run"
 FORMAT_VERSION = 2     # 2: torch's float64 rerun kept as per-record noise, not tensors
@@ -692,6 +692,10 @@ class RunReader:
                                    "capture again")
         if record.part is not None:
             return array.reshape(stored)[record.part.index(len(stored))]
+        if record.batch_read == BROADCAST:
+            return np.broadcast_to(array.reshape(stored), record.shape)
+        if record.batch_read == SUMMED:
+            return array.reshape(stored).sum(axis=0, keepdims=True, dtype=np.float64)
         return array.reshape(record.shape)
 
     def _shard_index(self, name: str) -> Dict[str, Tuple[int, int, str, Tuple[int, ...]]]:

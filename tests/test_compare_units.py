@@ -728,6 +728,34 @@ def test_an_unmatched_cell_before_the_divergence_is_blamed_only_if_it_changed_va
     assert (found.cause == "extra operation in the port") == blamed, found
 
 
+@pytest.mark.parametrize("torch_input, blamed", [("softmax", False), ("logits", True)])
+def test_a_softmax_cell_is_not_blamed_where_torch_applies_one_as_a_function(torch_input,
+                                                                            blamed):
+    """mindcv's XCiT runs a Softmax cell where timm's calls ``attn.softmax(dim=-1)`` in its
+    forward (no module, no record): the cell was told "extra operation in the port" where the
+    cause lay before it. Where the input of torch's next module holds rows summing to one (its
+    Σ|x| its count of rows), torch applies the softmax too, and the cell is not blamed."""
+    from parity.compare.diagnosis import diagnose
+
+    def forward(name, order, value, op="dense", **attrs):
+        return RecordInfo(name=name, kind="forward", shape=value.shape, dtype="float32",
+                          order=order, shard="", key="", op=op, attrs=attrs)
+
+    logits = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    weights = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    fed = weights if torch_input == "softmax" else logits
+    t_drop = forward("attn_drop", 1, fed, "dropout", input_magnitude=float(np.abs(fed).sum()))
+    m_drop = forward("attn_drop", 2, weights * 0.5, "dropout")
+    ms_records = [forward("qkv", 0, logits), forward("softmax", 1, weights * 0.5, "softmax",
+                                                     axis=[-1]), m_drop]
+    ms_run = _Run({"qkv": logits, "softmax": weights * 0.5, "attn_drop": weights * 0.5},
+                  ms_records)
+    first = _first(fed, weights * 0.5, t_drop, "attn_drop")
+    found = diagnose(first, t_drop, m_drop, [first], _Run({"attn_drop": fed}, [t_drop]), ms_run,
+                     {"mindspore forward": ("softmax",)})
+    assert (found.cause == "extra operation in the port") == blamed, found
+
+
 def test_an_update_is_checked_against_torchs_step_of_mindsporess_own_gradient():
     from parity.compare.optimizer import step_error
 

@@ -3,6 +3,7 @@ they are, user pairs with their own names align."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -2120,10 +2121,11 @@ def test_layers_torch_holds_apart_that_the_port_fuses_are_compared_in_parts():
     attention; ports of BERT's query, key and value): the transfer was refused. Each of torch's
     layers is now compared with its rows of the port's weights (gradient, update, momentum and
     Adam's state, weights after the step) and its columns of the port's output, named by
-    torch's; a port reading its fused output in another order fails where that shows."""
+    torch's; a port reading its fused output in another order, or leaving its logits unscaled,
+    fails where that shows."""
     import parity
     from tests import tiny
-    result = parity.check(tiny.torch_token_attention(), tiny.ms_token_attention_fused(),
+    result = parity.check(tiny.torch_patch_attention_apart(), tiny.ms_patch_attention_fused(),
                           image_size=16)
     assert result.passed, result.first_divergence
     assert not any(result.unmatched.values()), result.unmatched
@@ -2134,18 +2136,47 @@ def test_layers_torch_holds_apart_that_the_port_fuses_are_compared_in_parts():
         "attn.qkv.bias.momentum_buffer[16:24]"
     assert compared[("forward", "attn.q")] == "attn.qkv[..., 0:8]"
     assert compared[("grad", "attn.v")] == "attn.qkv[..., 16:24]"
-    adam = parity.check(tiny.torch_token_attention(), tiny.ms_token_attention_fused(),
+    adam = parity.check(tiny.torch_patch_attention_apart(), tiny.ms_patch_attention_fused(),
                         image_size=16, optimizer={"optimizer": "adam"})
     assert adam.passed, adam.first_divergence
     assert {(c.kind, c.name): c.mindspore_name for c in adam.comparisons}[
         ("optimizer_state", "attn.q.weight.exp_avg_sq")] == "attn.qkv.weight.exp_avg_sq[0:8]"
-    swapped = parity.check(tiny.torch_token_attention(),
-                           tiny.ms_token_attention_fused_read_kqv(), image_size=16)
-    assert (swapped.first_divergence.name, swapped.first_divergence.kind) == \
-        ("attn.proj", "forward")
-    assert swapped.diagnosis.cause == "computation between modules differs"
-    assert all(c.passed for c in swapped.comparisons
-               if c.kind == "forward" and c.name in ("attn.q", "attn.k", "attn.v"))
+    # its softmax a cell, torch's a function: the cell is not blamed (diagnosis.py)
+    for wrong in ("ms_patch_attention_fused_read_kqv", "ms_patch_attention_fused_unscaled"):
+        failed = parity.check(tiny.torch_patch_attention_apart(), getattr(tiny, wrong)(),
+                              image_size=16)
+        assert (failed.first_divergence.name, failed.first_divergence.kind) == \
+            ("attn.attn_drop", "forward")
+        assert failed.diagnosis.cause == "computation between modules differs"
+        assert "in attn's forward" in failed.diagnosis.detail
+        assert all(c.passed for c in failed.comparisons
+                   if c.kind == "forward" and c.name in ("attn.q", "attn.k", "attn.v"))
+
+
+@pytest.mark.parametrize("torch_model, ms_model, torch_once", [
+    ("torch_position_encoded_once", "ms_position_encoded_per_sample", True),
+    ("torch_position_encoded_per_sample", "ms_position_encoded_once", False)])
+def test_an_output_one_side_computes_once_for_the_batch_is_compared_broadcast(
+        torch_model, ms_model, torch_once):
+    """A position encoding computed once for the batch, (1, C, H, W), and broadcast, ported
+    to compute it for each sample, (N, C, H, W), or the other way round (timm's XCiT and
+    mindcv's; timm's ConViT and mindcv's): it failed, "shape differs". The one copy is now
+    compared with each of the N, and its gradient with the N copies' summed; a summed torch
+    gradient by the tolerance (its float64 rerun measured each copy's float32 error)."""
+    import parity
+    from tests import tiny
+    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
+                          image_size=16)
+    assert result.passed, result.first_divergence
+    assert result.unmatched == {"torch buffer": ("grid",)}
+    compared = {(c.kind, c.name): c for c in result.comparisons}
+    assert compared[("forward", "pos_proj")].shape == (2, 8, 4, 4)
+    assert compared[("grad", "pos_proj")].shape == (1, 8, 4, 4)
+    assert math.isnan(compared[("grad", "pos_proj")].noise_ratio) != torch_once
+    transposed = parity.check(tiny.torch_position_encoded_once(),
+                              tiny.ms_position_encoded_per_sample_transposed(), image_size=16)
+    assert (transposed.first_divergence.name, transposed.first_divergence.kind) == \
+        ("pos_proj", "forward")
 
 
 def test_a_norm_applying_its_activation_is_compared_after_it():

@@ -14,7 +14,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import mindspore  # noqa: F401  (before torch)
 import mindspore.nn as msnn
@@ -2435,11 +2435,11 @@ class _TorchFusedAttention(tnn.Module):
 
 
 class _TorchPatchAttention(tnn.Module):
-    def __init__(self) -> None:
+    def __init__(self, attention: Callable[[], tnn.Module]) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.embed = tnn.Conv2d(3, PATCH_WIDTH, 4, stride=4)
-        self.attn = _TorchFusedAttention()
+        self.attn = attention()
         self.head = tnn.Linear(PATCH_WIDTH, 10)
 
     def forward(self, x):
@@ -2473,10 +2473,10 @@ class _MsSplitAttention(msnn.Cell):
 
 
 class _MsPatchAttention(msnn.Cell):
-    def __init__(self, flipped: bool = False) -> None:
+    def __init__(self, attention: msnn.Cell) -> None:
         super().__init__()
         self.embed = msnn.Conv2d(3, PATCH_WIDTH, 4, stride=4, pad_mode="valid", has_bias=True)
-        self.attn = _MsSplitAttention(flipped)
+        self.attn = attention
         self.head = msnn.Dense(PATCH_WIDTH, 10)
 
     def construct(self, x):
@@ -2485,16 +2485,16 @@ class _MsPatchAttention(msnn.Cell):
 
 
 def torch_patch_attention() -> tnn.Module:
-    return _TorchPatchAttention()
+    return _TorchPatchAttention(_TorchFusedAttention)
 
 
 def ms_patch_attention() -> msnn.Cell:
-    return _MsPatchAttention()
+    return _MsPatchAttention(_MsSplitAttention(flipped=False))
 
 
 def ms_patch_attention_flipped_index() -> msnn.Cell:
     """The relative index built j - i where torch's is i - j."""
-    return _MsPatchAttention(flipped=True)
+    return _MsPatchAttention(_MsSplitAttention(flipped=True))
 
 
 class _BatchNormAct(tnn.BatchNorm2d):
@@ -2759,62 +2759,107 @@ def ms_staged_apart() -> msnn.Cell:
 # Attention whose q, k and v layers torch holds apart (BERT's query, key and value; timm's class
 # attention) and the port fuses into one qkv layer (mindcv's XCiT): the reverse of Swin's split.
 class _TorchSeparateAttention(tnn.Module):
+    """Its softmax written as a function, its attention weights through a Dropout (of rate 0,
+    timm's attn_drop)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.q, self.k, self.v, self.proj = (tnn.Linear(PATCH_WIDTH, PATCH_WIDTH)
                                              for _ in range(4))
+        self.attn_drop = tnn.Dropout(0.0)
 
     def forward(self, x):
         logits = self.q(x) @ self.k(x).transpose(-2, -1) / PATCH_WIDTH ** 0.5
-        return self.proj(logits.softmax(dim=-1) @ self.v(x))
-
-
-class _TorchTokenAttention(tnn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = tnn.Conv2d(3, PATCH_WIDTH, 4, stride=4)
-        self.attn = _TorchSeparateAttention()
-        self.head = tnn.Linear(PATCH_WIDTH, 10)
-
-    def forward(self, x):
-        tokens = self.embed(x).flatten(2).transpose(1, 2)
-        return self.head(self.attn(tokens).mean(dim=1))
+        return self.proj(self.attn_drop(logits.softmax(dim=-1)) @ self.v(x))
 
 
 class _MsFusedAttention(msnn.Cell):
-    def __init__(self, order: str) -> None:
+    """Its softmax a cell (mindcv's ``self.softmax = nn.Softmax(axis=-1)``)."""
+
+    def __init__(self, order: str, scale: float = PATCH_WIDTH ** -0.5) -> None:
         super().__init__()
         self.qkv = msnn.Dense(PATCH_WIDTH, 3 * PATCH_WIDTH)
+        self.softmax = msnn.Softmax(axis=-1)
+        self.attn_drop = msnn.Dropout(p=0.0)
         self.proj = msnn.Dense(PATCH_WIDTH, PATCH_WIDTH)
-        self.order = order
+        self.order, self.scale = order, scale
 
     def construct(self, x):
         parts = dict(zip(self.order, ops.split(self.qkv(x), PATCH_WIDTH, axis=-1)))
-        logits = ops.matmul(parts["q"], parts["k"].swapaxes(-2, -1)) / PATCH_WIDTH ** 0.5
-        return self.proj(ops.matmul(ops.softmax(logits, axis=-1), parts["v"]))
+        logits = ops.matmul(parts["q"], parts["k"].swapaxes(-2, -1)) * self.scale
+        return self.proj(ops.matmul(self.attn_drop(self.softmax(logits)), parts["v"]))
 
 
-class _MsTokenAttention(msnn.Cell):
-    def __init__(self, order: str) -> None:
+def torch_patch_attention_apart() -> tnn.Module:
+    return _TorchPatchAttention(_TorchSeparateAttention)
+
+
+def ms_patch_attention_fused() -> msnn.Cell:
+    return _MsPatchAttention(_MsFusedAttention("qkv"))
+
+
+def ms_patch_attention_fused_read_kqv() -> msnn.Cell:
+    """Its fused layer's output read as k, q, v: q and k swapped."""
+    return _MsPatchAttention(_MsFusedAttention("kqv"))
+
+
+def ms_patch_attention_fused_unscaled() -> msnn.Cell:
+    """Its attention logits left unscaled (no 1/√width)."""
+    return _MsPatchAttention(_MsFusedAttention("qkv", scale=1.0))
+
+
+# A position encoding computed from a constant grid of coordinates: once for the batch and
+# broadcast (timm's XCiT), or for each sample (mindcv's XCiT expands the grid first; timm's
+# ConViT expands its relative indices, mindcv's broadcasts).
+POSITIONS = np.stack(np.meshgrid(np.linspace(-1, 1, 4), np.linspace(-1, 1, 4),
+                                 indexing="ij"))[None].astype(np.float32)      # 1, 2, 4, 4
+
+
+class _TorchPositionEncoded(tnn.Module):
+    def __init__(self, per_sample: bool) -> None:
         super().__init__()
-        self.embed = msnn.Conv2d(3, PATCH_WIDTH, 4, stride=4, pad_mode="valid", has_bias=True)
-        self.attn = _MsFusedAttention(order)
-        self.head = msnn.Dense(PATCH_WIDTH, 10)
+        torch.manual_seed(0)
+        self.embed = tnn.Conv2d(3, 8, 4, stride=4)
+        self.pos_proj = tnn.Conv2d(2, 8, 1)
+        self.head = tnn.Linear(8, 10)
+        self.register_buffer("grid", torch.from_numpy(POSITIONS), persistent=False)
+        self.per_sample = per_sample
+
+    def forward(self, x):
+        grid = self.grid.expand(x.shape[0], -1, -1, -1) if self.per_sample else self.grid
+        return self.head((self.embed(x) + self.pos_proj(grid)).relu().mean(dim=(2, 3)))
+
+
+class _MsPositionEncoded(msnn.Cell):
+    def __init__(self, per_sample: bool, grid: np.ndarray = POSITIONS) -> None:
+        super().__init__()
+        self.embed = msnn.Conv2d(3, 8, 4, stride=4, pad_mode="valid", has_bias=True)
+        self.pos_proj = msnn.Conv2d(2, 8, 1, has_bias=True)
+        self.head = msnn.Dense(8, 10)
+        self.grid = mindspore.Tensor(grid)
+        self.per_sample = per_sample
 
     def construct(self, x):
-        tokens = self.embed(x).flatten(start_dim=2).swapaxes(1, 2)
-        return self.head(self.attn(tokens).mean(axis=1))
+        grid = ops.tile(self.grid, (x.shape[0], 1, 1, 1)) if self.per_sample else self.grid
+        return self.head(ops.relu(self.embed(x) + self.pos_proj(grid)).mean(axis=(2, 3)))
 
 
-def torch_token_attention() -> tnn.Module:
-    return _TorchTokenAttention()
+def torch_position_encoded_once() -> tnn.Module:
+    return _TorchPositionEncoded(per_sample=False)
 
 
-def ms_token_attention_fused() -> msnn.Cell:
-    return _MsTokenAttention("qkv")
+def torch_position_encoded_per_sample() -> tnn.Module:
+    return _TorchPositionEncoded(per_sample=True)
 
 
-def ms_token_attention_fused_read_kqv() -> msnn.Cell:
-    """Its fused layer's output read as k, q, v: q and k swapped."""
-    return _MsTokenAttention("kqv")
+def ms_position_encoded_once() -> msnn.Cell:
+    return _MsPositionEncoded(per_sample=False)
+
+
+def ms_position_encoded_per_sample() -> msnn.Cell:
+    return _MsPositionEncoded(per_sample=True)
+
+
+def ms_position_encoded_per_sample_transposed() -> msnn.Cell:
+    """Its grid of coordinates transposed (x for y)."""
+    return _MsPositionEncoded(per_sample=True, grid=POSITIONS[:, ::-1].copy())

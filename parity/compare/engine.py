@@ -197,8 +197,7 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
             {r.name: float(i) for i, r in enumerate(whole_records)}
         torch_records = _in_parts(whole_records, by_torch_name)
         positions = {r.name: at[split_part(r.name)[0]] for r in torch_records}
-        kind_pairs = [Pair(record, _in_torch_shape(ms_records[by_torch_name[record.name]],
-                                                   record),
+        kind_pairs = [Pair(*_read_alike(record, ms_records[by_torch_name[record.name]]),
                            (KIND_RANK[kind], positions[record.name]))
                       for record in torch_records
                       if by_torch_name.get(record.name) in ms_records]
@@ -278,13 +277,30 @@ def _computing_a_leaf(ms_forward: Sequence[RecordInfo], forward: Mapping[str, st
     return inner
 
 
-def _in_torch_shape(ms_record: RecordInfo, torch_record: RecordInfo) -> RecordInfo:
-    """MindSpore's record, read in torch's shape where the two hold as many values in the same
-    order (align.py pairs such outputs); as it is otherwise."""
-    if ms_record.shape != torch_record.shape and \
-            same_order(ms_record.shape, torch_record.shape):
-        return ms_record.viewed_as(torch_record.shape)
-    return ms_record
+def _read_alike(torch_record: RecordInfo, ms_record: RecordInfo
+                ) -> Tuple[RecordInfo, RecordInfo]:
+    """The two records of a pair, read alike: MindSpore's in torch's shape where the two hold
+    as many values in the same order (align.py pairs such outputs); a module output one side
+    computes once for the batch, (1, ...), and the other for each of N samples, (N, ...),
+    with its one copy broadcast to N, and the gradient of the N copies summed into one (timm's
+    XCiT computes its position encoding once, mindcv's for each sample; timm's ConViT
+    expands its relative positions to the batch, mindcv's broadcasts: they failed, "shape
+    differs"). As they are otherwise."""
+    t_shape, m_shape = torch_record.shape, ms_record.shape
+    if t_shape == m_shape:
+        return torch_record, ms_record
+    if same_order(m_shape, t_shape):
+        return torch_record, ms_record.viewed_as(t_shape)
+    output = torch_record.kind == "forward" or bool(torch_record.attrs.get("activation"))
+    if not output or len(t_shape) != len(m_shape) or t_shape[1:] != m_shape[1:] or \
+            1 not in (t_shape[0], m_shape[0]):
+        return torch_record, ms_record
+    torch_once = t_shape[0] == 1
+    if torch_record.kind == "forward":
+        return (torch_record.broadcast_to(m_shape[0]), ms_record) if torch_once else \
+            (torch_record, ms_record.broadcast_to(t_shape[0]))
+    return (torch_record, ms_record.summed_over_batch()) if torch_once else \
+        (torch_record.summed_over_batch(), ms_record)
 
 
 def _trained_on_one_side(torch_by_kind: Dict[str, List[RecordInfo]],
@@ -749,9 +765,9 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     for pair in pairs:
         tolerance = policy.resolve(pair.torch.name, pair.torch.kind)
         noise = _float64_noise(pair.torch) if use_fp64_reference else None
-        identity = ((pair.torch.shard, pair.torch.key, pair.torch.part),
-                    (pair.mindspore.shard, pair.mindspore.key, pair.mindspore.part), noise,
-                    tolerance)
+        identity = ((pair.torch.shard, pair.torch.key, pair.torch.part, pair.torch.batch_read),
+                    (pair.mindspore.shard, pair.mindspore.key, pair.mindspore.part,
+                     pair.mindspore.batch_read), noise, tolerance)
         plan.append(_Planned(pair, tolerance, noise, identity, identity not in planned))
         planned.add(identity)
 
