@@ -228,7 +228,8 @@ def test_a_fused_projection_the_port_splits_goes_to_its_layers_in_parts():
         plan_transfer(state_dict, specs)
 
 
-def test_torch_layers_the_port_fuses_go_to_its_parameter_in_parts():
+@pytest.mark.parametrize("layers", [("q", "k", "v"), ("query", "key", "value")])
+def test_torch_layers_the_port_fuses_go_to_its_parameter_in_parts(layers):
     """mindcv's XCiT holds one qkv layer for timm's class attention q, k and v (ports of BERT's
     query, key and value do alike): its transfer was refused. Each torch tensor now goes to its
     rows of the port's parameter, named so on the port's side, and the loaded parameter holds
@@ -237,7 +238,7 @@ def test_torch_layers_the_port_fuses_go_to_its_parameter_in_parts():
     state_dict = {f"blocks.0.attn.{layer}.{role}":
                   np.arange(16 if role == "weight" else 4, dtype=f32).reshape(
                       (4, 4) if role == "weight" else (4,)) + 100 * index
-                  for index, layer in enumerate(("q", "k", "v", "proj"))
+                  for index, layer in enumerate((*layers, "proj"))
                   for role in ("weight", "bias")}
     specs = [(f"cls.0.attn.{layer}.{role}", (rows, 4) if role == "weight" else (rows,),
               "float32") for layer, rows in (("qkv", 12), ("proj", 4))
@@ -245,7 +246,7 @@ def test_torch_layers_the_port_fuses_go_to_its_parameter_in_parts():
     plan = plan_transfer(state_dict, specs)
     assert plan == {**{f"cls.0.attn.qkv.{role}[{start}:{start + 4}]":
                        f"blocks.0.attn.{layer}.{role}"
-                       for layer, start in (("q", 0), ("k", 4), ("v", 8))
+                       for layer, start in zip(layers, (0, 4, 8))
                        for role in ("weight", "bias")},
                     "cls.0.attn.proj.weight": "blocks.0.attn.proj.weight",
                     "cls.0.attn.proj.bias": "blocks.0.attn.proj.bias"}
@@ -254,10 +255,10 @@ def test_torch_layers_the_port_fuses_go_to_its_parameter_in_parts():
     port.attn.qkv, port.attn.proj = ms.nn.Dense(4, 12), ms.nn.Dense(4, 4)
     transfer = load_into_mindspore(port, {name.replace("blocks.0.", ""): value
                                           for name, value in state_dict.items()})
-    assert transfer.plan["attn.qkv.bias[8:12]"] == "attn.v.bias"
+    assert transfer.plan["attn.qkv.bias[8:12]"] == f"attn.{layers[2]}.bias"
     np.testing.assert_array_equal(
         port.attn.qkv.weight.asnumpy(),
-        np.concatenate([state_dict[f"blocks.0.attn.{layer}.weight"] for layer in "qkv"]))
+        np.concatenate([state_dict[f"blocks.0.attn.{layer}.weight"] for layer in layers]))
     # rows that do not add up to the port's are no fusion of them: refused as before
     specs[0] = ("cls.0.attn.qkv.weight", (11, 4), "float32")
     with pytest.raises(ParityInputError, match=r"MindSpore parameter cls\.0\.attn\.qkv\.weight "
