@@ -527,3 +527,18 @@ def test_a_split_fused_layer_and_the_ports_own_constants_are_converted(tmp_path)
     np.testing.assert_array_equal(saved["attn.v.weight"].asnumpy(), qkv[16:24])
     np.testing.assert_array_equal(saved["attn.relative_bias.index"].asnumpy(),
                                   tiny.ms_patch_attention().attn.relative_bias.index.asnumpy())
+
+
+def test_torch_layers_the_port_fuses_are_converted_stacked(tmp_path):
+    """torch's q, k and v layers for a port's one qkv layer (mindcv's XCiT class attention):
+    refused before; the port's parameter now holds their rows stacked in order."""
+    from tests import tiny
+    model = tiny.torch_patch_attention_apart()
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    process = parity_cli("convert-weights", "--ms-model", "tests.tiny:ms_patch_attention_fused",
+                         "--torch-weights", tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+    assert process.returncode == 0, process.stderr
+    saved = ms.load_checkpoint(str(tmp_path / "w.ckpt"))
+    np.testing.assert_array_equal(
+        saved["attn.qkv.bias"].asnumpy(),
+        np.concatenate([getattr(model.attn, layer).bias.detach().numpy() for layer in "qkv"]))
