@@ -471,8 +471,8 @@ def _fused_in_port(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
                    overrides: Mapping[str, str]) -> Dict[str, List[str]]:
     """Each port parameter no torch tensor went to that holds torch's stacked along its first
     axis -> those torch tensors, in order (_stacked): the reverse of _fused_in_torch. mindcv's
-    XCiT fuses timm's class attention q, k and v so, as ports of BERT's query, key and value
-    do."""
+    XCiT fuses timm's class attention q, k and v so; a port may fuse BERT's query, key and
+    value alike."""
     modules = module_map_from_parameters(alignment.mindspore_to_torch)
     shapes = {name: tuple(value.shape) for name, value in state_dict.items()
               if value.dtype.kind not in CONSTANT_TABLES}

@@ -2118,7 +2118,7 @@ def test_a_fused_layer_the_port_splits_is_compared_in_parts():
 
 def test_layers_torch_holds_apart_that_the_port_fuses_are_compared_in_parts():
     """torch's q, k and v layers ported as one fused qkv layer (mindcv's XCiT for timm's class
-    attention; ports of BERT's query, key and value): the transfer was refused. Each of torch's
+    attention): the transfer was refused. Each of torch's
     layers is now compared with its rows of the port's weights (gradient, update, momentum and
     Adam's state, weights after the step) and its columns of the port's output, named by
     torch's; a port reading its fused output in another order, or leaving its logits unscaled,

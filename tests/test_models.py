@@ -230,10 +230,10 @@ def test_a_fused_projection_the_port_splits_goes_to_its_layers_in_parts():
 
 @pytest.mark.parametrize("layers", [("q", "k", "v"), ("query", "key", "value")])
 def test_torch_layers_the_port_fuses_go_to_its_parameter_in_parts(layers):
-    """mindcv's XCiT holds one qkv layer for timm's class attention q, k and v (ports of BERT's
-    query, key and value do alike): its transfer was refused. Each torch tensor now goes to its
-    rows of the port's parameter, named so on the port's side, and the loaded parameter holds
-    them stacked in order."""
+    """mindcv's XCiT holds one qkv layer for timm's class attention q, k and v (a port may
+    fuse BERT's query, key and value alike): its transfer was refused. Each torch tensor now
+    goes to its rows of the port's parameter, named so on the port's side, and the loaded
+    parameter holds them stacked in order."""
     f32 = np.float32
     state_dict = {f"blocks.0.attn.{layer}.{role}":
                   np.arange(16 if role == "weight" else 4, dtype=f32).reshape(
