@@ -427,15 +427,14 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     # the layers a port splits off torch's fused one are paired with its output's parts, and
     # torch's layers a port fuses with their parts of its fused one's
     split, joined = split_layers(param_map), joined_layers(param_map)
-    fused = {split_part(t)[0] for t in split.values()}
-    fusing = {split_part(m)[0] for m in joined.values()}
+    torch_parted = {split_part(t)[0] for t in split.values()} | set(joined)
+    ms_parted = set(split) | {split_part(m)[0] for m in joined.values()}
     all_torch_records, all_ms_records = torch_records, mindspore_records
     split_records = [r for r in mindspore_records if r.name.partition("#")[0] in split]
     joined_records = [r for r in torch_records if r.name.partition("#")[0] in joined]
-    torch_records = [r for r in torch_records
-                     if r.name.partition("#")[0] not in fused | set(joined)]
+    torch_records = [r for r in torch_records if r.name.partition("#")[0] not in torch_parted]
     mindspore_records = [r for r in mindspore_records
-                         if r.name.partition("#")[0] not in set(split) | fusing]
+                         if r.name.partition("#")[0] not in ms_parted]
     torch_sites = [_Site.of(r) for r in torch_records]
     ms_sites = [_Site.of(r) for r in mindspore_records]
     # A torch module applying more after its own work (_applying_more) pairs only with a

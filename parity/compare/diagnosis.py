@@ -16,7 +16,8 @@ import numpy as np
 from parity.compare import functional, inputs, kernels, loss, optimizer, reorder, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.dropping import DropMismatch
-from parity.compare.settings import counting_padding, settings_cause, uncounted_padding
+from parity.compare.settings import (counting_padding, settings_cause, softmax_axis,
+                                     uncounted_padding)
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
                                       frozen_on_one_side)
 from parity.config import SHARED_STEP_SETTINGS, split_state
@@ -207,10 +208,8 @@ def _softmax_torch_applies_too(extra: Sequence[str], t: RecordInfo, ms_run: RunR
     cells = [ms_run.record(name, "forward") for name in extra]
     if not cells or any(cell is None or cell.op != "softmax" for cell in cells):
         return False
-    axis = cells[-1].attrs.get("axis", -1)
-    axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
-    total = t.attrs.get("input_magnitude")
-    if not isinstance(axis, int) or not isinstance(total, (int, float)) or not cells[-1].shape:
+    axis, total = softmax_axis(cells[-1]), t.attrs.get("input_magnitude")
+    if axis is None or not isinstance(total, (int, float)) or not cells[-1].shape:
         return False
     rows = math.prod(cells[-1].shape) / cells[-1].shape[axis]
     return abs(total - rows) <= ROWS_SUMMING_TO_ONE * rows

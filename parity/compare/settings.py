@@ -443,6 +443,14 @@ def _same_value(a, b) -> bool:
     return a == b
 
 
+def softmax_axis(m: RecordInfo) -> Optional[int]:
+    """The axis a MindSpore softmax cell normalises over (its primitive keeps it as a list of
+    one; -1, its default, where not recorded), or None for anything else."""
+    axis = m.attrs.get("axis", -1)
+    axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
+    return axis if isinstance(axis, int) else None
+
+
 def _softmax_axis_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     """A softmax over another axis: MindSpore's nn.Softmax and nn.LogSoftmax default to the
     last axis, torch's take dim (left None, the legacy choice: dimension 1 of a 2-D or 4-D
@@ -453,9 +461,8 @@ def _softmax_axis_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     torch_dim = t.attrs.get("dim")
     if torch_dim is None:
         torch_dim = 0 if rank in (0, 1, 3) else 1
-    ms_axis = m.attrs["axis"]
-    ms_axis = ms_axis[0] if isinstance(ms_axis, list) and len(ms_axis) == 1 else ms_axis
-    if not isinstance(ms_axis, int) or not rank or torch_dim % rank == ms_axis % rank:
+    ms_axis = softmax_axis(m)
+    if ms_axis is None or not rank or torch_dim % rank == ms_axis % rank:
         return None
     name = "nn.Softmax" if t.op == "softmax" else "nn.LogSoftmax"
     return Diagnosis(cause=f"{name} axis differs",
