@@ -13,12 +13,13 @@ import math
 import operator
 import re
 from collections import Counter, OrderedDict
+from dataclasses import replace
 from itertools import accumulate
 from typing import (Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set,
                     Tuple)
 
-from parity.records import (CONTAINER_OPS, Alignment, Part, RecordInfo, dropping_for_identity,
-                            split_part)
+from parity.records import (CONTAINER_OPS, LAST_AXIS, Alignment, Part, RecordInfo,
+                            dropping_for_identity, module_of, split_part)
 from parity.sketch import sketch_distance
 
 # MindSpore parameter names (BatchNorm's, Embedding's table, PReLU's) -> the PyTorch role they play.
@@ -176,9 +177,11 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     torch_layouts = {name: layout(shape) for name, shape in torch_params}
     mapping: Dict[str, str] = {}
     misfits: Dict[str, str] = {}        # same name, another layout
+    overridden = {split_part(ms_name)[0] for ms_name in overrides or {}}
     for ms_name, shape in mindspore_params:
-        if overrides and ms_name in overrides:
-            mapping[ms_name] = overrides[ms_name]
+        if ms_name in overridden:       # the parameter, or its parts (a layer torch holds apart)
+            mapping.update((key, torch_name) for key, torch_name in overrides.items()
+                           if split_part(key)[0] == ms_name)
             continue
         # the name itself first: a LayerScale's gamma on both sides
         named = [torch_names[n] for n in (ms_name, torch_role(ms_name)) if n in torch_names]
@@ -190,9 +193,10 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
 
     def left() -> Tuple[List[Tuple[str, Tuple[int, ...]]], List[Tuple[str, Tuple[int, ...]]]]:
         """The parameters no pass has paired yet, torch's and MindSpore's."""
-        used = set(mapping.values())
+        used = {split_part(name)[0] for name in mapping.values()}
+        paired = {split_part(name)[0] for name in mapping}
         return ([p for p in torch_params if p[0] not in used],
-                [p for p in mindspore_params if p[0] not in mapping])
+                [p for p in mindspore_params if p[0] not in paired])
 
     def in_torch_terms(torch_left, ms_left):
         """Both sides' names as the module passes read them: torch's older parametrization
@@ -217,7 +221,7 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
 
     for i, j in align_sequences(len(t_modules), len(m_modules), score):
         mapping.update(_paired_roles(t_modules[i][1], m_modules[j][1], torch_names, ms_original))
-    used = set(mapping.values())
+    used = {split_part(name)[0] for name in mapping.values()}
     for ms_name, torch_name in misfits.items():
         if ms_name not in mapping and torch_name not in used:
             mapping[ms_name] = torch_name
@@ -339,9 +343,11 @@ def module_map_from_parameters(param_map: Mapping[str, str]) -> Dict[str, str]:
     """MindSpore module path -> torch module path, as implied by the parameter mapping (a
     parametrized weight's tensors are its module's: conv1.parametrizations.weight.original's
     module is conv1, as weight_orig's). A part of a parameter (``qkv.weight[0:32]``) is its
-    whole's."""
+    whole's, where it is rows of a layer's weight or bias (_rows_of_a_layer)."""
     held: Dict[str, List[str]] = {}
     for ms, t in param_map.items():
+        if not (_rows_of_a_layer(ms) and _rows_of_a_layer(t)):
+            continue        # the layer computes part of the module's work, not its output
         held.setdefault(split_param(split_part(ms)[0])[0], []).append(
             split_param(older_name(t))[0])
     return {ms: _common_module(modules) for ms, modules in held.items()}
@@ -432,9 +438,19 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     all_torch_records, all_ms_records = torch_records, mindspore_records
     split_records = [r for r in mindspore_records if r.name.partition("#")[0] in split]
     joined_records = [r for r in torch_records if r.name.partition("#")[0] in joined]
-    torch_records = [r for r in torch_records if r.name.partition("#")[0] not in torch_parted]
+    # the outputs a module returns apart that its counterpart returns concatenated
+    modules = module_map_from_parameters(param_map)
+    concatenated_in_torch = _outputs_concatenated_apart(mindspore_records, torch_records,
+                                                        modules.items())
+    concatenated_in_port = _outputs_concatenated_apart(
+        torch_records, mindspore_records, [(t, m) for m, t in modules.items()])
+    apart = set(concatenated_in_torch) | set(concatenated_in_port) | {
+        split_part(name)[0] for name in [*concatenated_in_torch.values(),
+                                         *concatenated_in_port.values()]}
+    torch_records = [r for r in torch_records if r.name.partition("#")[0] not in torch_parted
+                     and r.name not in apart]
     mindspore_records = [r for r in mindspore_records
-                         if r.name.partition("#")[0] not in ms_parted]
+                         if r.name.partition("#")[0] not in ms_parted and r.name not in apart]
     torch_sites = [_Site.of(r) for r in torch_records]
     ms_sites = [_Site.of(r) for r in mindspore_records]
     # A torch module applying more after its own work (_applying_more) pairs only with a
@@ -447,7 +463,7 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     torch_ends, ms_ends = _last_modules(torch_records), _last_modules(mindspore_records)
     applying, ms_ending = _applying_more(torch_records, torch_ends), set(ms_ends)
     pinned = {ms: torch_name for ms, torch_name in _pinned_to_wrappers(
-                  module_map_from_parameters(param_map), torch_records, mindspore_records).items()
+                  modules, torch_records, mindspore_records).items()
               if torch_name not in applying or ms in ms_ending}
     pinned.update(overrides or {})
     targets = [pinned.get(m.name, pinned.get(m.base)) for m in ms_sites]   # None: not pinned
@@ -507,22 +523,94 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     mapping = {mindspore_records[j].name: torch_records[i].name for i, j in pairs}
     for ms_name in _containers_ending_apart(mapping, torch_ends, ms_ends):
         del mapping[ms_name]
+    torch_shapes = {r.name: r.shape for r in all_torch_records}
     for record in split_records:
         _, call, index = record.name.partition("#")
         whole, part = split_part(split[record.name.partition("#")[0]])
-        mapping[record.name] = part.of(whole + call + index)
-    recorded = {r.name for r in all_ms_records}
+        whole_shape = torch_shapes.get(whole + call + index)
+        mapping[record.name] = _along_the_axis_apart(part, whole_shape, record.shape).of(
+            whole + call + index)
+    ms_shapes = {r.name: r.shape for r in all_ms_records}
     for record in joined_records:
         _, call, index = record.name.partition("#")
         whole, part = split_part(joined[record.name.partition("#")[0]])
-        if whole + call + index in recorded:
+        if whole + call + index in ms_shapes:
+            part = _along_the_axis_apart(part, ms_shapes[whole + call + index], record.shape)
             mapping[part.of(whole + call + index)] = record.name
+    mapping.update(concatenated_in_torch)
+    mapping.update((part, torch_name) for torch_name, part in concatenated_in_port.items())
     matched_torch = {split_part(name)[0] for name in mapping.values()}
     matched_ms = {split_part(name)[0] for name in mapping}
     return Alignment(
         mindspore_to_torch=mapping,
         unmatched_torch=tuple(r.name for r in all_torch_records if r.name not in matched_torch),
         unmatched_mindspore=tuple(r.name for r in all_ms_records if r.name not in matched_ms))
+
+
+def _outputs_concatenated_apart(apart: Sequence[RecordInfo], whole: Sequence[RecordInfo],
+                                module_pairs: Iterable[Tuple[str, str]]) -> Dict[str, str]:
+    """Each output record (``block.out0``, hooks.output_names) of a module returning several
+    on one side (``apart``) -> its part of the output of the module the other side's
+    parameters inside it pair with (``module_pairs``: its side's module, the other's), where
+    that module returns them concatenated along one axis, in order. timm's DPN block returns
+    its residual and dense paths as one tensor, mindcv's as two: the two were unmatched, and
+    torch's block was paired with the next block's BatchNorm. A container returning a module's
+    output inside it (_computed_inside) is compared there: mindcv's DPN ``features`` returns its
+    last block's two, timm's the BatchNorm and ReLU after it."""
+    wholes = {r.name: r for r in whole}
+    ends = _computed_inside(apart) | _computed_inside(whole)
+    outputs: Dict[Tuple[str, str], List[Tuple[int, RecordInfo]]] = {}
+    for record in apart:
+        base, _, call = record.name.partition("#")
+        found = re.fullmatch(r"(.+)\.out(\d+)", base)
+        if found:
+            outputs.setdefault((found[1], call), []).append((int(found[2]), record))
+    pairs = list(module_pairs)
+    parts: Dict[str, str] = {}
+    for (module, call), numbered in outputs.items():
+        inside = [other for mine, other in pairs
+                  if mine == module or mine.startswith(module + ".")]
+        counterpart = wholes.get(_common_module(inside) + (f"#{call}" if call else "")) \
+            if inside else None
+        records = [record for _, record in sorted(numbered, key=lambda n: n[0])]
+        if counterpart is None or ends & {counterpart.name, *(r.name for r in records)}:
+            continue
+        axis = _concatenation_axis(counterpart.shape, [r.shape for r in records])
+        if axis is None:
+            continue
+        stops = accumulate(record.shape[axis] for record in records)
+        for record, stop in zip(records, stops):
+            part = Part(stop - record.shape[axis], stop,
+                        LAST_AXIS if axis == len(counterpart.shape) - 1 else axis)
+            parts[record.name] = part.of(counterpart.name)
+    return parts
+
+
+def _computed_inside(records: Sequence[RecordInfo]) -> Set[str]:
+    """The records whose stored tensor is a record's inside their module too (a container
+    returning a module's output, each of a tuple's, ``block.out0``, alike)."""
+    by_tensor: Dict[Tuple[str, str], List[str]] = {}
+    for record in records:
+        by_tensor.setdefault((record.shard, record.key), []).append(record.name)
+    inside = set()
+    for names in by_tensor.values():
+        for name in names:
+            module = module_of(name.partition("#")[0]) + "."
+            if any(other.startswith(module) for other in names if other != name):
+                inside.add(name)
+    return inside
+
+
+def _concatenation_axis(whole: Sequence[int], pieces: Sequence[Sequence[int]]) -> Optional[int]:
+    """The one axis along which ``pieces`` (two or more) concatenate to ``whole``'s shape."""
+    if len(pieces) < 2 or any(len(piece) != len(whole) for piece in pieces):
+        return None
+    differing = {axis for piece in pieces for axis, size in enumerate(piece)
+                 if size != whole[axis]}
+    if len(differing) != 1:
+        return None
+    axis = differing.pop()
+    return axis if sum(piece[axis] for piece in pieces) == whole[axis] else None
 
 
 def split_layers(param_map: Mapping[str, str]) -> Dict[str, str]:
@@ -541,14 +629,38 @@ def joined_layers(param_map: Mapping[str, str]) -> Dict[str, str]:
 
 def _layers_of_parts(pairs: Iterable[Tuple[str, str]]) -> Dict[str, str]:
     """For (parameter, the other side's parameter or part of one) pairs: each module all of
-    whose parameters are the same rows of the other side's module's -> that part of its output."""
+    whose parameters are the same rows of the other side's module's weight and bias -> that
+    part of its output (not rows of a tensor the module computes more from: an
+    ``in_proj_weight``'s rows are no columns of nn.MultiheadAttention's output)."""
     outputs: Dict[str, set] = {}
     for name, other in pairs:
         whole, part = split_part(other)
         outputs.setdefault(split_param(split_part(name)[0])[0], set()).add(
-            Part(part.start, part.stop, last_axis=True).of(split_param(whole)[0]) if part else "")
+            Part(part.start, part.stop, LAST_AXIS).of(split_param(whole)[0])
+            if part and _rows_of_a_layer(other) else "")
     return {module: names.pop() for module, names in outputs.items()
             if len(names) == 1 and "" not in names}
+
+
+def _rows_of_a_layer(name: str) -> bool:
+    """Whether ``name`` is a whole parameter, or rows of a layer's weight or bias (whose
+    output's columns they compute): not rows of a tensor the module computes more from
+    (nn.MultiheadAttention's ``in_proj_weight``)."""
+    whole, part = split_part(name)
+    return part is None or split_param(torch_role(whole))[1] in ("weight", "bias")
+
+
+def _along_the_axis_apart(part: Part, whole: Optional[Sequence[int]],
+                          piece: Sequence[int]) -> Part:
+    """``part`` of a fused layer's output along the one axis where its size (``whole``) and
+    that of the output of the layer computing those rows (``piece``) differ: a Linear's last, a
+    conv's channels (1). Along the last where they differ on none or several (then compared as
+    shapes that differ)."""
+    differing = [axis for axis, (w, p) in enumerate(zip(whole, piece)) if w != p] \
+        if whole is not None and len(whole) == len(piece) else []
+    if len(differing) != 1 or differing[0] == len(piece) - 1:
+        return replace(part, axis=LAST_AXIS)
+    return replace(part, axis=differing[0])
 
 
 def _containers_ending_apart(mapping: Mapping[str, str], torch_ends: Mapping[str, str],

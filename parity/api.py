@@ -32,10 +32,9 @@ from parity.models_loader import (load_factory, refuse_evidently_missing,
                                   refuse_the_other_frameworks)
 from parity.processes import as_child_of_this_process, stop
 from parity.result import CheckResult
-from parity.rundir import (KEEP_REPLACED_ENV, MANIFEST, RunReader, is_run_dir,
+from parity.rundir import (KEEP_REPLACED_ENV, MANIFEST, RUN_INDEX, RunReader, is_run_dir,
                            remove_abandoned_partials, remove_replaced, stored_bytes)
 
-RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
 # What a capture subprocess needs in its environment: quiet MindSpore logging.
 CHILD_ENV = {"GLOG_v": "3"}
 

@@ -29,7 +29,7 @@ from parity.errors import (EXIT_FAIL, EXIT_INPUT, EXIT_PASS,  # noqa: E402
                            file_system_refusal, first_few, in_one_line,
                            interrupted_exit)
 from parity.io import (BASELINE, CSV_REPORT, HTML_REPORT, JSON_REPORT,  # noqa: E402
-                       refuse_unwritable, same_file)
+                       refuse_unwritable, replaced_whole, same_file)
 from parity.launch import interrupted_while_loading  # noqa: E402
 from parity.processes import end_with_parent  # noqa: E402
 
@@ -491,11 +491,35 @@ def cmd_capture(args: argparse.Namespace) -> int:
                             own_process=True, overrides=api.load_name_map(args.map))
     else:
         from parity.capture.mindspore_capture import capture_mindspore
-        out = capture_mindspore(config, args.out, factory=ms_factory, reference=args.reference,
-                                weights=args.weights, batch_file=args.input,
-                                overrides=api.load_name_map(args.map))
+        from parity.weights import TransferRefused
+        overrides = api.load_name_map(args.map)
+        try:
+            out = capture_mindspore(config, args.out, factory=ms_factory,
+                                    reference=args.reference, weights=args.weights,
+                                    batch_file=args.input, overrides=overrides)
+        except TransferRefused as refusal:
+            raise _suggested_map_written(refusal, args.reference, overrides) from None
     print(f"wrote {out}")
     return EXIT_PASS
+
+
+def _suggested_map_written(refusal: Any, reference: Optional[Path],
+                           overrides: Mapping[str, str]) -> ParityInputError:
+    """A refused weight transfer (weights.TransferRefused), naming the file its suggested --map
+    lines and the user's own are written to, for the next run to pass: the parity run
+    directory holding the reference capture (``parity run``'s), where there is one."""
+    from parity.rundir import RUN_INDEX, SUGGESTED_MAP
+    run = Path(reference).parent if reference is not None else None
+    if not refusal.suggested_map or run is None or not (run / RUN_INDEX).exists():
+        return refusal
+    path = run / SUGGESTED_MAP
+    with replaced_whole(path) as partial:
+        partial.write_text("# parity's guess at the rows one side holds stacked: check the "
+                           "order, then pass this file with --map\n" +
+                           "".join(f"{json.dumps(ms)} = {json.dumps(t)}\n" for ms, t in
+                                   {**overrides, **refusal.suggested_map}.items()))
+    return ParityInputError(f"{refusal}; the {len(refusal.suggested_map)} lines for all of "
+                            f"them are written to {path}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

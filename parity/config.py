@@ -16,6 +16,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
+from parity.records import split_part
+
 # MindSpore optimizers skip parameters named gamma/beta by default; torch decays everything.
 WEIGHT_DECAY_SCOPES = ("all", "no-gamma-beta", "no-gamma-beta-bias")
 # torch.optim's SGD, Adam (weight decay added to the gradient) and AdamW (decoupled), and the
@@ -61,10 +63,13 @@ NUMBER_RANGES: Dict[str, Tuple[Callable[[float], bool], str]] = {
 
 def split_state(name: str) -> Tuple[str, str]:
     """An optimizer state record's name as (its parameter, its suffix); any other name as
-    (itself, "")."""
+    (itself, ""). A part's parameter is that part of its parameter
+    (``qkv.weight.momentum_buffer[0:32]``: ``qkv.weight[0:32]``)."""
+    whole, part = split_part(name)
     for suffix in STATE_SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)], suffix
+        if whole.endswith(suffix):
+            param = whole[: -len(suffix)]
+            return (part.of(param) if part is not None else param), suffix
     return name, ""
 
 

@@ -33,25 +33,31 @@ BROADCAST, SUMMED = "broadcast", "summed"
 
 
 # A part of a torch tensor, named as torch indexes it: a fused layer's rows (``qkv.weight[0:32]``,
-# its gradient, update and optimizer state alike) or its output's last-axis slice
-# (``qkv[..., 0:32]``), compared with the layer a port splits it into (its ``q``).
-_PART = re.compile(r"(?P<whole>.+)\[(?P<last>\.\.\., )?(?P<start>\d+):(?P<stop>\d+)\]")
+# its gradient, update and optimizer state alike) or its output's slice along the axis its
+# channels lie on (``qkv[..., 0:32]``, the last; a conv's ``c1x1[:, 0:256]``), compared with the
+# layer a port splits it into (its ``q``).
+_PART = re.compile(r"(?P<whole>.+)\[(?P<last>\.\.\., )?(?P<leading>(?::, )*)"
+                   r"(?P<start>\d+):(?P<stop>\d+)\]")
+LAST_AXIS = -1
 
 
 @dataclass(frozen=True)
 class Part:
-    """Rows ``start:stop`` of a tensor's first axis, or of its last (``last_axis``)."""
+    """Rows ``start:stop`` of a tensor's axis ``axis`` (LAST_AXIS: its last)."""
     start: int
     stop: int
-    last_axis: bool = False
+    axis: int = 0
 
     def of(self, whole: str) -> str:
         """The part's name: ``whole`` indexed as torch would index it."""
-        return f"{whole}[{'..., ' if self.last_axis else ''}{self.start}:{self.stop}]"
+        leading = "..., " if self.axis == LAST_AXIS else ":, " * self.axis
+        return f"{whole}[{leading}{self.start}:{self.stop}]"
+
+    def axis_of(self, ndim: int) -> int:
+        return ndim - 1 if self.axis == LAST_AXIS else self.axis
 
     def index(self, ndim: int) -> Tuple[slice, ...]:
-        axis = ndim - 1 if self.last_axis else 0
-        return (slice(None),) * axis + (slice(self.start, self.stop),)
+        return (slice(None),) * self.axis_of(ndim) + (slice(self.start, self.stop),)
 
 
 def split_part(name: str) -> Tuple[str, Optional[Part]]:
@@ -59,7 +65,8 @@ def split_part(name: str) -> Tuple[str, Optional[Part]]:
     found = _PART.fullmatch(name)
     if found is None:
         return name, None
-    return found["whole"], Part(int(found["start"]), int(found["stop"]), bool(found["last"]))
+    axis = LAST_AXIS if found["last"] else found["leading"].count(":")
+    return found["whole"], Part(int(found["start"]), int(found["stop"]), axis)
 
 
 def value_of(tensors: Mapping[str, Any], name: str) -> Any:
@@ -131,8 +138,8 @@ class RecordInfo:
                 self.stored_shape is not None:
             raise ValueError(f"{name} is no part of {self.name}")
         shape = list(self.shape)
-        axis = len(shape) - 1 if part.last_axis else 0
-        if not shape or part.stop > shape[axis] or part.start >= part.stop:
+        axis = part.axis_of(len(shape))
+        if not 0 <= axis < len(shape) or part.stop > shape[axis] or part.start >= part.stop:
             raise ValueError(f"{name} lies outside {self.name}'s shape {self.shape}")
         shape[axis] = part.stop - part.start
         return replace(self, name=name, shape=tuple(shape), stored_shape=self.shape, part=part,

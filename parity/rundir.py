@@ -41,6 +41,9 @@ FORMAT = "parity-run"
 FORMAT_VERSION = 2     # 2: torch's float64 rerun kept as per-record noise, not tensors
 MANIFEST = "manifest.json"
 INITIAL_WEIGHTS = "initial_weights.safetensors"   # torch state dict before the step
+RUN_INDEX = "parity-run.json"     # marks a directory holding torch/ and mindspore/ captures
+# the --map lines a refused weight transfer suggests, written into that directory
+SUGGESTED_MAP = "suggested-map.toml"
 SHARD_PATTERN = "tensors-*.safetensors"     # the names RunWriter._shard_name gives
 SHARD_BYTES = 64 * 2**20      # buffered before a shard is written: bounds capture memory
 SHARDS_IN_FLIGHT = 2          # written in the background at once

@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import re
 import zipfile
-from itertools import accumulate, zip_longest
+from itertools import accumulate, combinations, zip_longest
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -46,11 +46,14 @@ FIX_THE_TRANSFER = "Fix the weights or the port, or map names with --map FILE"
 
 
 class TransferRefused(ParityInputError):
-    """plan_transfer's refusal, with how many problems it found."""
+    """plan_transfer's refusal, with how many problems it found, and the --map lines it
+    suggests for tensors one side seems to hold stacked (_suggested_rows)."""
 
-    def __init__(self, problems: int, message: str) -> None:
+    def __init__(self, problems: int, message: str,
+                 suggested_map: Optional[Mapping[str, str]] = None) -> None:
         super().__init__(message)
         self.problems = problems
+        self.suggested_map = dict(suggested_map or {})
 
 
 class StateDict(Dict[str, np.ndarray]):
@@ -384,9 +387,12 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         if t_dtype != m_dtype:
             problems.append(f"{torch_name}: torch dtype {t_dtype} but MindSpore {ms_name} "
                             f"expects {m_dtype}")
+    problems.extend(_parts_not_tiling(mapping, state_dict, ms_shapes))
     if missing or extra or problems:
         hint = class_count_hint(misfits) if len(misfits) == len(problems) and not \
             (missing or extra) else ""
+        suggested, rows_hint = _with_rows_suggested(state_dict, alignment, ms_shapes)
+        hint = hint or rows_hint
         count = len(missing) + len(extra) + len(problems)
         kinds = [f"{len(group)} {what}" for group, what in ((missing, "missing keys"),
                                                              (extra, "extra keys"),
@@ -398,8 +404,130 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         raise TransferRefused(count, f"weight transfer refused, {count} problem(s){tally}: "
                               f"{_not_the_same_model(alignment, aligned, torch_params)}"
                               f"{first_few(listed, MAX_PROBLEMS_LISTED, '; ')}. "
-                              f"{hint or FIX_THE_TRANSFER}")
+                              f"{hint or FIX_THE_TRANSFER}", suggested)
     return mapping
+
+
+def _parts_not_tiling(mapping: Mapping[str, str], state_dict: Mapping[str, np.ndarray],
+                      ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]]) -> List[str]:
+    """The tensors of either side mapped in parts (a --map naming rows) whose parts are not
+    rows that cover its first axis once each, or that are mapped whole besides."""
+    problems = []
+    for side, names, shapes in (
+            ("torch tensor", mapping.values(), {n: v.shape for n, v in state_dict.items()}),
+            ("MindSpore parameter", mapping, {n: shape for n, (shape, _) in ms_shapes.items()})):
+        parts: Dict[str, List[Part]] = {}
+        wholes = set()
+        for name in names:
+            whole, part = split_part(name)
+            if part is None:
+                wholes.add(whole)
+            else:
+                parts.setdefault(whole, []).append(part)
+        for whole, pieces in parts.items():
+            if whole not in shapes or not shapes[whole]:
+                continue        # named as missing already
+            rows = sorted((p.start, p.stop) for p in pieces)
+            spans = ", ".join(f"[{start}:{stop}]" for start, stop in rows)
+            starts = [0] + [stop for _, stop in rows]
+            if whole in wholes:
+                problems.append(f"{side} {whole} is mapped whole and in parts ({spans})")
+            elif any(p.axis != 0 for p in pieces):
+                problems.append(f"{side} {whole} is mapped in parts of an axis other than its "
+                                f"first ({spans}): name a parameter's rows, {whole}[start:stop]")
+            elif [start for start, _ in rows] != starts[:-1] or starts[-1] != shapes[whole][0]:
+                problems.append(f"{side} {whole} is mapped in parts {spans}, which do not cover "
+                                f"its {shapes[whole][0]} rows once each")
+    return problems
+
+
+def _with_rows_suggested(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
+                         ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]]
+                         ) -> Tuple[Dict[str, str], str]:
+    """_suggested_rows, and the hint naming the first tensor they stack, its map lines, and how
+    many more there are; ({}, "") where none stacks."""
+    suggested = _suggested_rows(state_dict, alignment, ms_shapes)
+    stacks: Dict[Tuple[str, bool], List[Tuple[str, str]]] = {}  # (whole, torch's?) -> lines
+    for ms_name, torch_name in suggested.items():
+        torch_whole, torch_part = split_part(torch_name)
+        whole = torch_whole if torch_part else split_part(ms_name)[0]
+        stacks.setdefault((whole, torch_part is not None), []).append((ms_name, torch_name))
+    if not stacks:
+        return {}, ""
+    (whole, torch_holds), lines = next(iter(stacks.items()))
+    if torch_holds:
+        holder, shape = "torch's", tuple(state_dict[whole].shape)
+        held = [(ms_name, _port_shape(ms_shapes, ms_name)[0]) for ms_name, _ in lines]
+    else:
+        holder, shape = "the port's", ms_shapes[whole][0]
+        held = [(torch_name, tuple(state_dict[torch_name].shape)) for _, torch_name in lines]
+    stacked = " and ".join(f"{name} ({rows[0]} rows)" for name, rows in held)
+    more = f" (and {len(stacks) - 1} more tensor(s) alike)" if len(stacks) > 1 else ""
+    mapped = ", ".join(f'"{ms_name}" = "{torch_name}"' for ms_name, torch_name in lines)
+    return suggested, (f"{holder} {whole} {shape} may hold "
+                       f"{'the port' if torch_holds else 'torch'}'s {stacked} stacked{more}: "
+                       f"if it computes them so, in this order, map their rows with "
+                       f"--map FILE: {mapped}")
+
+
+def _suggested_rows(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
+                   ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]]) -> Dict[str, str]:
+    """--map lines (MindSpore name -> torch name) for the tensors left on one side that stack
+    tensors left on the other along its first axis, named in no SPLIT_PROJECTIONS (timm's DPN
+    holds one conv ``c1x1_w_s1``, mindcv's port its rows as ``c1x1_w_r`` and ``c1x1_w_d``): the
+    parts in the order the other side declares them, for the user to check."""
+    modules = list(module_map_from_parameters(alignment.mindspore_to_torch).items())
+    torch_left = [(n, *split_param(n), tuple(state_dict[n].shape))
+                  for n in alignment.unmatched_torch
+                  if state_dict[n].dtype.kind not in CONSTANT_TABLES]
+    ms_left = [(n, *split_param(torch_role(n)), ms_shapes[n][0])
+               for n in alignment.unmatched_mindspore]
+    claimed: Set[str] = set()
+    suggested: Dict[str, str] = {}
+    for name, parts in _stackings(torch_left, ms_left, [(t, m) for m, t in modules], claimed):
+        for part, rows in _stacked_rows([n for n, _ in parts], [s[0] for _, s in parts]):
+            suggested[part] = rows.of(name)
+    for name, parts in _stackings(ms_left, torch_left, modules, claimed):
+        for part, rows in _stacked_rows([n for n, _ in parts], [s[0] for _, s in parts]):
+            suggested[rows.of(name)] = part
+    return suggested
+
+
+def _stackings(wholes: Sequence[Tuple[str, str, str, Tuple[int, ...]]],
+               candidates: Sequence[Tuple[str, str, str, Tuple[int, ...]]],
+               module_pairs: Sequence[Tuple[str, str]], claimed: Set[str]
+               ) -> Iterator[Tuple[str, List[Tuple[str, Tuple[int, ...]]]]]:
+    """Each of ``wholes`` (name, module, role, shape) that stacks ``candidates`` of the other
+    side, with them: those of its role under the modules its neighbours pair with
+    (``module_pairs``: its side's module, the other's), none ``claimed``; none where more than
+    one set of them adds up (_one_stacking)."""
+    for name, module, role, shape in wholes:
+        if name in claimed:
+            continue
+        parent = module.rpartition(".")[0]
+        parents = {other.rpartition(".")[0] for mine, other in module_pairs
+                   if mine.rpartition(".")[0] == parent}
+        parts = _one_stacking(shape, [(n, s) for n, m, r, s in candidates
+                                      if r == role and n not in claimed
+                                      and m.rpartition(".")[0] in parents])
+        if parts:
+            claimed.update([name] + [n for n, _ in parts])
+            yield name, parts
+
+
+STACKING_CANDIDATES = 12        # of one tensor: the subsets tried are 2 ** this
+
+
+def _one_stacking(shape: Tuple[int, ...], candidates: Sequence[Tuple[str, Tuple[int, ...]]]
+                  ) -> List[Tuple[str, Tuple[int, ...]]]:
+    """The one subset of ``candidates`` (two or more, in their order) whose first dimensions
+    add up to ``shape``'s and whose others are its own; [] if none or several do."""
+    fitting = [(n, s) for n, s in candidates
+               if len(s) == len(shape) and s and s[1:] == shape[1:]][:STACKING_CANDIDATES]
+    found = [subset for size in range(2, len(fitting) + 1)
+             for subset in combinations(fitting, size)
+             if sum(s[0] for _, s in subset) == shape[0]]
+    return list(found[0]) if len(found) == 1 else []
 
 
 def _stacked_rows(parts: Sequence[str], counts: Sequence[int]) -> List[Tuple[str, Part]]:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from parity.rundir import RunReader
+from parity.weights import TransferRefused
 from tests.conftest import TINY, assert_one_line_error, parity_cli, read_json, rewrite_json
 
 RECORD_KEYS = {"name", "kind", "shape", "passed", "max_abs", "max_rel", "cosine"}
@@ -2151,6 +2152,43 @@ def test_layers_torch_holds_apart_that_the_port_fuses_are_compared_in_parts():
         assert "in attn's forward" in failed.diagnosis.detail
         assert all(c.passed for c in failed.comparisons
                    if c.kind == "forward" and c.name in ("attn.q", "attn.k", "attn.v"))
+
+
+def test_rows_a_refused_transfer_suggests_are_compared_in_parts_along_their_channels():
+    """timm's DPN conv whose rows two paths read, mindcv's two convs for it, and a gated MLP's
+    gate and up layers a port fuses, all named so that no rule pairs them: the refusal's
+    suggested map is taken, and each part is compared with its rows of the other side's
+    parameters and its channels of the other's outputs (a conv's along axis 1, a Linear's
+    along its last); a port declaring its convs in the other order (so the guess gives each
+    the other's rows) or reading its fused output as up, then gate, fails where that shows."""
+    import parity
+    from tests import tiny
+
+    def suggested(ms_model):
+        with pytest.raises(TransferRefused) as refused:
+            parity.check(tiny.torch_dual_path(), getattr(tiny, ms_model)(), image_size=16)
+        return refused.value.suggested_map
+
+    result = parity.check(tiny.torch_dual_path(), tiny.ms_dual_path(), image_size=16,
+                          name_map=suggested("ms_dual_path"))
+    assert result.passed, result.first_divergence
+    assert not any(result.unmatched.values()), result.unmatched
+    compared = {(c.kind, c.name): c.mindspore_name for c in result.comparisons}
+    assert compared[("forward", "c1x1[:, 8:12]")] == "c1x1_side"
+    assert compared[("grad", "c1x1[:, 0:8]")] == "c1x1_main"
+    assert compared[("update", "c1x1.weight[0:8]")] == "c1x1_main.weight"
+    assert compared[("forward", "up")] == "gate_up[..., 6:12]"
+    assert compared[("optimizer_state", "gate.bias.momentum_buffer")] == \
+        "gate_up.bias.momentum_buffer[0:6]"
+    swapped = parity.check(tiny.torch_dual_path(), tiny.ms_dual_path_side_first(),
+                           image_size=16, name_map=suggested("ms_dual_path_side_first"))
+    assert (swapped.first_divergence.name, swapped.first_divergence.kind) == ("mix", "forward")
+    up_first = parity.check(tiny.torch_dual_path(), tiny.ms_dual_path_up_first(), image_size=16,
+                            name_map=suggested("ms_dual_path_up_first"))
+    assert (up_first.first_divergence.name, up_first.first_divergence.kind) == \
+        ("head", "forward")
+    assert all(c.passed for c in up_first.comparisons
+               if c.kind == "forward" and c.name in ("gate", "up"))
 
 
 @pytest.mark.parametrize("torch_model, ms_model, torch_once", [

@@ -1379,6 +1379,36 @@ def test_a_map_naming_no_module_of_the_torch_model_is_refused_before_its_capture
     assert not (tmp_path / "r").exists()
 
 
+def test_a_run_refused_for_rows_held_stacked_writes_the_map_it_suggests(tmp_path):
+    """mindcv's DPN was refused for 34 convs timm holds stacked (68 missing keys, 34 extra):
+    writing the 68 lines of a map by hand was the only way on. The run directory now holds
+    them, the user's own lines kept, and the next run passes with it; a MindSpore capture
+    whose reference lies outside a parity run directory writes nothing beside it."""
+    import shutil
+    import tomllib
+    pair = ("--torch-model", "tests.tiny:torch_dual_path", "--ms-model",
+            "tests.tiny:ms_dual_path", "--image-size", "16")
+    (tmp_path / "mine.toml").write_text('"head.weight" = "head.weight"\n')
+    process = parity_cli("run", *pair, "--map", tmp_path / "mine.toml", "--out", tmp_path / "run")
+    suggested = tmp_path / "run" / "suggested-map.toml"
+    assert_one_line_error(process, "torch's c1x1.weight (12, 8, 1, 1) may hold the port's "
+                          "c1x1_main.weight (8 rows) and c1x1_side.weight (4 rows) stacked",
+                          f"the 6 lines for all of them are written to {suggested}")
+    assert tomllib.loads(suggested.read_text()) == {
+        "head.weight": "head.weight",
+        "c1x1_main.weight": "c1x1.weight[0:8]", "c1x1_side.weight": "c1x1.weight[8:12]",
+        "gate_up.weight[0:6]": "gate.weight", "gate_up.weight[6:12]": "up.weight",
+        "gate_up.bias[0:6]": "gate.bias", "gate_up.bias[6:12]": "up.bias"}
+    shutil.copytree(tmp_path / "run" / "torch", tmp_path / "alone" / "torch")
+    process = parity_cli("capture", "--framework", "mindspore", *pair, "--reference",
+                         tmp_path / "alone" / "torch", "--out", tmp_path / "alone" / "ms")
+    assert_one_line_error(process, "may hold the port's c1x1_main.weight")
+    assert "written to" not in process.stderr
+    assert sorted(p.name for p in (tmp_path / "alone").iterdir()) == ["torch"]
+    process = parity_cli("run", *pair, "--map", suggested, "--out", tmp_path / "run")
+    assert process.returncode == 0, process.stderr
+
+
 @pytest.mark.parametrize("name_map, message", [
     ({"1.moving_mean": "1.running_mean", "0#1": "0", "8.weight": "8.wieght"},
      "--map: 8.wieght is no module, parameter or buffer of the torch model"),

@@ -13,8 +13,9 @@ import torchvision
 from models import PAIRS, get_pair
 from models import resnet_mindspore as port
 from parity.errors import ParityInputError
-from parity.records import value_of
-from parity.weights import load_into_mindspore, mindspore_param_specs, plan_transfer
+from parity.records import split_part, value_of
+from parity.weights import (TransferRefused, load_into_mindspore, mindspore_param_specs,
+                            plan_transfer)
 
 DEPTHS = (18, 34, 50, 101, 152)
 # Eval-mode forward, batch 2 × 3 × 64², seeded torchvision init: measured
@@ -264,6 +265,82 @@ def test_torch_layers_the_port_fuses_go_to_its_parameter_in_parts(layers):
     with pytest.raises(ParityInputError, match=r"MindSpore parameter cls\.0\.attn\.qkv\.weight "
                                                r"\(11, 4\) receives no torch tensor"):
         plan_transfer(state_dict, specs)
+
+
+def _dual_path_weights():
+    """timm's DPN-like block: one conv whose rows two paths read (``c1x1``); a port holds
+    them as two convs (``c1x1_main``, ``c1x1_side``) and fuses torch's ``gate`` and ``up``
+    layers as one (``gate_up``): names no rule pairs."""
+    f32 = np.float32
+    state_dict = {"block.c1x1.weight": np.arange(96, dtype=f32).reshape(12, 8, 1, 1),
+                  "block.gate.weight": np.ones((6, 8), f32), "block.gate.bias": np.ones(6, f32),
+                  "block.up.weight": np.zeros((6, 8), f32), "block.up.bias": np.zeros(6, f32),
+                  "block.head.weight": np.zeros((10, 6), f32),
+                  "block.head.bias": np.zeros(10, f32)}
+    specs = [("b.c1x1_main.weight", (8, 8, 1, 1), "float32"),
+             ("b.c1x1_side.weight", (4, 8, 1, 1), "float32"),
+             ("b.gate_up.weight", (12, 8), "float32"), ("b.gate_up.bias", (12,), "float32"),
+             ("b.head.weight", (10, 6), "float32"), ("b.head.bias", (10,), "float32")]
+    return state_dict, specs
+
+
+def test_a_refused_transfer_suggests_the_rows_one_side_holds_stacked():
+    """timm's DPN holds each block's ``c1x1_w_s1`` as one conv, mindcv's port as
+    ``c1x1_w_r`` and ``c1x1_w_d``: the transfer was refused naming 68 missing and 34 extra keys,
+    with no way forward but writing a map by hand. The refusal now names the first tensor that
+    stacks the other side's, the --map lines taking its rows (in the order the other side
+    declares them), and carries them all."""
+    state_dict, specs = _dual_path_weights()
+    with pytest.raises(TransferRefused) as refused:
+        plan_transfer(state_dict, specs)
+    assert refused.value.suggested_map == {
+        "b.c1x1_main.weight": "block.c1x1.weight[0:8]",
+        "b.c1x1_side.weight": "block.c1x1.weight[8:12]",
+        "b.gate_up.weight[0:6]": "block.gate.weight", "b.gate_up.weight[6:12]": "block.up.weight",
+        "b.gate_up.bias[0:6]": "block.gate.bias", "b.gate_up.bias[6:12]": "block.up.bias"}
+    assert "torch's block.c1x1.weight (12, 8, 1, 1) may hold the port's b.c1x1_main.weight " \
+        "(8 rows) and b.c1x1_side.weight (4 rows) stacked (and 2 more tensor(s) alike): if it " \
+        "computes them so, in this order, map their rows with --map FILE: " \
+        '"b.c1x1_main.weight" = "block.c1x1.weight[0:8]", "b.c1x1_side.weight" = ' \
+        '"block.c1x1.weight[8:12]"' in str(refused.value)
+    # the map it suggests is taken: each part its rows, the fused parameter stacked in order
+    plan = plan_transfer(state_dict, specs, overrides=refused.value.suggested_map)
+    assert plan == {**refused.value.suggested_map, "b.head.weight": "block.head.weight",
+                    "b.head.bias": "block.head.bias"}
+    np.testing.assert_array_equal(value_of(state_dict, plan["b.c1x1_side.weight"]),
+                                  state_dict["block.c1x1.weight"][8:])
+    # two sets of the port's tensors adding up to torch's: no guess
+    specs.insert(2, ("b.c1x1_other.weight", (4, 8, 1, 1), "float32"))
+    with pytest.raises(TransferRefused) as ambiguous:
+        plan_transfer(state_dict, specs)
+    assert "block.c1x1.weight" not in " ".join(ambiguous.value.suggested_map.values())
+
+
+@pytest.mark.parametrize("rows, problem", [
+    ({"b.c1x1_main.weight": "block.c1x1.weight[0:8]",
+      "b.c1x1_side.weight": "block.c1x1.weight[7:11]"},
+     r"torch tensor block\.c1x1\.weight is mapped in parts \[0:8\], \[7:11\], which do not "
+     r"cover its 12 rows once each"),
+    ({"b.gate_up.weight[0:6]": "block.gate.weight", "b.gate_up.weight[8:14]": "block.up.weight"},
+     r"MindSpore parameter b\.gate_up\.weight is mapped in parts \[0:6\], \[8:14\]"),
+    ({"b.c1x1_main.weight": "block.c1x1.weight[:, 0:8]",
+      "b.c1x1_side.weight": "block.c1x1.weight[:, 8:12]"},
+     r"mapped in parts of an axis other than its first \(\[0:8\], \[8:12\]\): name a "
+     r"parameter's rows, block\.c1x1\.weight\[start:stop\]")])
+def test_mapped_rows_must_cover_a_tensor_once(rows, problem):
+    """Rows a --map gives that leave some of a tensor's out or take some twice would load
+    a parameter partly (or raise in numpy's concatenate): refused, naming them."""
+    state_dict, specs = _dual_path_weights()
+    suggested = {"b.c1x1_main.weight": "block.c1x1.weight[0:8]",
+                 "b.c1x1_side.weight": "block.c1x1.weight[8:12]",
+                 "b.gate_up.weight[0:6]": "block.gate.weight",
+                 "b.gate_up.weight[6:12]": "block.up.weight",
+                 "b.gate_up.bias[0:6]": "block.gate.bias", "b.gate_up.bias[6:12]": "block.up.bias"}
+    replaced = {split_part(name)[0] for pair in rows.items() for name in pair}
+    kept = {ms: t for ms, t in suggested.items()
+            if not {split_part(ms)[0], split_part(t)[0]} & replaced}
+    with pytest.raises(TransferRefused, match=problem):
+        plan_transfer(state_dict, specs, overrides={**kept, **rows})
 
 
 @pytest.mark.parametrize("fused, values", [("qk", "val"), ("fused", "v")])

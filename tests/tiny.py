@@ -2863,3 +2863,63 @@ def ms_position_encoded_per_sample() -> msnn.Cell:
 def ms_position_encoded_per_sample_transposed() -> msnn.Cell:
     """Its grid of coordinates transposed (x for y)."""
     return _MsPositionEncoded(per_sample=True, grid=POSITIONS[:, ::-1].copy())
+
+
+# A conv whose output channels two paths read apart (timm's DPN ``c1x1_w_s1``), ported as two
+# convs (mindcv's ``c1x1_w_r`` and ``c1x1_w_d``), and a gated MLP torch holds as two layers
+# that the port fuses (an LLM's gate and up projections): names no rule pairs, a --map does.
+class _TorchDualPath(tnn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = tnn.Conv2d(3, 8, 3, padding=1)
+        self.c1x1 = tnn.Conv2d(8, 12, 1, bias=False)
+        self.mix = tnn.Conv2d(8, 4, 3, padding=1)
+        self.gate = tnn.Linear(8, 6)
+        self.up = tnn.Linear(8, 6)
+        self.head = tnn.Linear(6, 10)
+
+    def forward(self, x):
+        stacked = self.c1x1(torch.relu(self.stem(x)))
+        x = torch.cat([self.mix(stacked[:, :8]), stacked[:, 8:]], 1).mean((2, 3))
+        return self.head(tnn.functional.silu(self.gate(x)) * self.up(x))
+
+
+class _MsDualPath(msnn.Cell):
+    def __init__(self, side_first: bool = False, up_first: bool = False):
+        super().__init__()
+        self.stem = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+        if side_first:
+            self.c1x1_side = msnn.Conv2d(8, 4, 1)
+        self.c1x1_main = msnn.Conv2d(8, 8, 1)
+        if not side_first:
+            self.c1x1_side = msnn.Conv2d(8, 4, 1)
+        self.mix = msnn.Conv2d(8, 4, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.gate_up = msnn.Dense(8, 12)
+        self.head = msnn.Dense(6, 10)
+        self.up_first = up_first
+
+    def construct(self, x):
+        x = ops.relu(self.stem(x))
+        x = ops.cat((self.mix(self.c1x1_main(x)), self.c1x1_side(x)), 1).mean(axis=(2, 3))
+        gate, up = ops.split(self.gate_up(x), 6, axis=-1)
+        if self.up_first:
+            gate, up = up, gate
+        return self.head(ops.silu(gate) * up)
+
+
+def torch_dual_path() -> tnn.Module:
+    return _TorchDualPath()
+
+
+def ms_dual_path() -> msnn.Cell:
+    return _MsDualPath()
+
+
+def ms_dual_path_side_first() -> msnn.Cell:
+    """Its side path's conv declared before the main one's (the rows a guess would give it)."""
+    return _MsDualPath(side_first=True)
+
+
+def ms_dual_path_up_first() -> msnn.Cell:
+    """Its fused layer's output read as up, then gate."""
+    return _MsDualPath(up_first=True)

@@ -15,6 +15,7 @@ from threadpoolctl import threadpool_limits
 
 from parity.errors import (SMALLER_BATCH, ParityInputError, UserCodeFailed, first_few,
                            in_one_line, memory_ran_out)
+from parity.records import split_part
 from parity.resources import peak_resident_mb
 from parity.rundir import crc32
 
@@ -57,8 +58,9 @@ NO_KERNEL_ADVICE = ("This MindSpore has no kernel for that op on this device: on
 def refuse_map_names_not_in(names: Iterable[str], known: Set[str], what: str) -> None:
     """--map names (a MindSpore name = a PyTorch name a line) that are no ``what`` of the model
     they name pin nothing: a typo, or the two sides written the wrong way round. A name may
-    end in "#k", the k-th call of a module called more than once."""
-    unknown = [name for name in names if name.partition("#")[0] not in known]
+    end in "#k", the k-th call of a module called more than once, or name rows of a parameter
+    (``qkv.weight[0:32]``, records.split_part: a layer one side holds apart)."""
+    unknown = [name for name in names if split_part(name.partition("#")[0])[0] not in known]
     if unknown:
         are = "is" if len(unknown) == 1 else "are"
         raise ParityInputError(f"--map: {first_few(unknown)} {are} no {what}; each line maps a "

@@ -356,7 +356,7 @@ def _float64_noise(record: RecordInfo) -> Optional[Float64Noise]:
     if record.fp32_noise_rms is None or record.exact_rms is None:
         return None
     return Float64Noise(max(record.fp32_noise_rms, record.fp32_spread_rms or 0.0),
-                        record.exact_rms)
+                        record.exact_rms, of_whole=record.part is not None)
 
 
 def _comparison(pair: Pair, order: int, stats: TensorStats,
@@ -598,9 +598,7 @@ def _checked_step(name: str, kind: str) -> Optional[Tuple[str, str]]:
     """The parameter and the step check ("update" or "exp_avg_sq") a record's verdict follows:
     an update's and updated weight's the update's, Adam's exp_avg_sq its own; None for others.
     A part's (``qkv.weight.exp_avg_sq[0:32]``) is that part of its parameter's."""
-    whole, part = split_part(name)
-    param, state = split_state(whole)
-    param = part.of(param) if part is not None else param
+    param, state = split_state(name)
     if state == ".exp_avg_sq":
         return param, "exp_avg_sq"
     return (param, "update") if kind in ("update", "weight") else None

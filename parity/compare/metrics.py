@@ -145,6 +145,21 @@ class Float64Noise:
 
     fp32_noise_rms: float
     exact_rms: float
+    # measured over the whole tensor the compared one is a part of (a fused layer's rows or
+    # channels, records.Part): judged scaled to the part (scaled_to)
+    of_whole: bool = False
+
+    def scaled_to(self, ref_rms: float) -> "Float64Noise":
+        """This noise for a part of rms ``ref_rms`` (torch's float32 values, near enough its
+        float64 ones) of the whole it was measured over, torch's relative float32 error taken
+        to be the part's: rounding error scales with the magnitude of what is summed. Measured
+        on timm's DPN92 (gradients of blocks' fused conv outputs, whose last channels feed
+        the dense path: README): those channels' rms 1.9-4.6x the rest's, their float32 error
+        1.9-4.3x, their relative error within 5 % of the whole's; judged by the whole's
+        absolute error, mindcv's port failed 19 of them at 8-16x."""
+        if not self.of_whole or not self.exact_rms:
+            return self
+        return Float64Noise(self.fp32_noise_rms * ref_rms / self.exact_rms, ref_rms)
 
 
 def compare_tensors(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: Tolerance,
@@ -258,7 +273,8 @@ def with_allowance(stats: S, noise: Float64Noise, tolerance: Tolerance,
                    allowance: float, **fields: Any) -> S:
     """``stats`` judged again with ``allowance`` added to torch's relative float32 error, and
     ``fields`` set in the same copy."""
-    _, ms_error, ratio = noise_statistics(stats.rms, noise, tolerance, allowance)
+    _, ms_error, ratio = noise_statistics(stats.rms, noise.scaled_to(stats.ref_rms), tolerance,
+                                          allowance)
     counts = (stats.nan_torch, stats.nan_mindspore, stats.inf_torch, stats.inf_mindspore)
     reasons = [_nonfinite_reason(*counts)] if any(counts) and not tolerance.allow_nan else []
     if ratio > tolerance.noise_factor:
@@ -281,7 +297,8 @@ def _finish(torch_value: np.ndarray, ms_value: np.ndarray, tolerance: Tolerance,
     fp32_noise = ms_error = noise_ratio = nan
     rms = math.sqrt(sums.diff2 / size) if size else 0.0
     if noise is not None and size:
-        fp32_noise, ms_error, noise_ratio = noise_statistics(rms, noise, tolerance)
+        fp32_noise, ms_error, noise_ratio = noise_statistics(rms, noise.scaled_to(ref_rms),
+                                                             tolerance)
         if noise_ratio > tolerance.noise_factor:
             reasons.append(_noise_reason(noise_ratio, ms_error, fp32_noise, tolerance))
     else:

@@ -88,9 +88,24 @@ def op_family(op: str) -> str:
 
 def different_operations(t: RecordInfo, m: RecordInfo) -> bool:
     """A forward pair computing different things (ReLU for ReLU6), whatever the numbers say.
-    Dimensionality is not compared (a BatchNorm2d may stand for a BatchNorm1d on a reshape)."""
+    Dimensionality is not compared (a BatchNorm2d may stand for a BatchNorm1d on a reshape),
+    nor a dense layer with a convolution computing one (_dense_as_a_conv)."""
     return t.kind == "forward" and op_family(t.op) != op_family(m.op) \
-        and not {t.op, m.op} & STRUCTURAL_OPS
+        and not {t.op, m.op} & STRUCTURAL_OPS \
+        and not ({op_family(t.op), op_family(m.op)} == {"dense", "conv"}
+                 and _dense_as_a_conv(t if op_family(t.op) == "conv" else m))
+
+
+def _dense_as_a_conv(conv: RecordInfo) -> bool:
+    """Whether a convolution computes a dense layer: a 1×1 kernel at stride 1 in one group,
+    whose output, and so its input, is one pixel (timm's DPN classifies its pooled features
+    with one, mindcv's port with nn.Dense: the correct port failed there, "different
+    operation")."""
+    sizes = [conv.attrs.get(setting, 0) for setting in ("kernel_size", "stride")]
+    ones = [size for given in sizes
+            for size in (given if isinstance(given, (list, tuple)) else [given])]
+    return len(conv.shape) > 2 and all(size == 1 for size in [*ones, *conv.shape[2:]]) and \
+        conv.attrs.get("groups", conv.attrs.get("group")) == 1
 
 
 NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "GroupNorm"}
