@@ -78,7 +78,8 @@ def test_a_parts_float32_error_is_its_wholes_relative_error():
     """A part of a tensor (a fused layer's channels a port computes apart) has torch's float32
     error of the whole it is part of, relative to its own magnitude: timm's DPN92 dense-path
     channels, four times the rest's rms, have four times their float32 error (README). Taken
-    as the whole's absolute error, mindcv's correct port failed 19 such gradients at 8-16x."""
+    as the whole's absolute error, mindcv's correct port failed 19 such gradients at 8-16x.
+    Never less than the whole's absolute error, though."""
     rng = np.random.default_rng(0)
     whole = rng.standard_normal(10_000)
     part = 4 * whole[:2_000]                          # rms 4, the whole's near 1
@@ -93,6 +94,11 @@ def test_a_parts_float32_error_is_its_wholes_relative_error():
     assert as_whole.noise_ratio == pytest.approx(4 * as_part.noise_ratio, rel=0.1)
     assert not as_whole.passed
     assert with_allowance(as_whole, of_whole, DEFAULTS["grad"], 0.0).passed
+    # a part far below the whole's magnitude (a key bias's gradient, zero but for rounding)
+    # keeps the whole's absolute error: it has no magnitude of its own to scale by
+    small = part / 1e4
+    assert of_whole.scaled_to(float(np.sqrt((small ** 2).mean()))) == \
+        Float64Noise(noise.fp32_noise_rms, noise.exact_rms)
 
 
 def test_nan_fails_unless_allowed():
