@@ -2154,6 +2154,22 @@ def test_layers_torch_holds_apart_that_the_port_fuses_are_compared_in_parts():
                    if c.kind == "forward" and c.name in ("attn.q", "attn.k", "attn.v"))
 
 
+def test_a_cell_assigned_to_a_sequential_cells_attribute_is_named_as_never_run():
+    """Patching a port by assigning a SequentialCell's attribute (mindcv's DPN stem pool,
+    ``features.conv1.maxpool = ...``) replaces the cell parity hooks, not the one the
+    SequentialCell runs: the fixed pool never ran, the old one ran unseen, and the run failed
+    at the container, "extra operation in the port". A note names the cell and the fix."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_tiny(), tiny.ms_tiny_relu_assigned(), image_size=16)
+    assert result.unmatched["torch forward"] == ("2",)
+    assert any(note.startswith("the port's cell layer2 never ran: a SequentialCell runs the cells "
+                               "it was built with") and "assign by index (seq[i] = cell)" in note
+               for note in result.meta.notes), result.meta.notes
+    plain = parity.check(tiny.torch_tiny(), tiny.ms_tiny(), image_size=16)
+    assert not any("never ran" in note for note in plain.meta.notes)
+
+
 def test_rows_a_refused_transfer_suggests_are_compared_in_parts_along_their_channels():
     """timm's DPN conv whose rows two paths read, mindcv's two convs for it, and a gated MLP's
     gate and up layers a port fuses, all named so that no rule pairs them: the refusal's
@@ -2183,6 +2199,9 @@ def test_rows_a_refused_transfer_suggests_are_compared_in_parts_along_their_chan
     swapped = parity.check(tiny.torch_dual_path(), tiny.ms_dual_path_side_first(),
                            image_size=16, name_map=suggested("ms_dual_path_side_first"))
     assert (swapped.first_divergence.name, swapped.first_divergence.kind) == ("mix", "forward")
+    assert swapped.diagnosis.cause == "computation between modules differs"
+    assert "Beside it, c1x1[:, 0:4] (c1x1_side), c1x1[:, 4:12] (c1x1_main) are parts of one " \
+        "output that one side computes apart" in swapped.diagnosis.detail
     up_first = parity.check(tiny.torch_dual_path(), tiny.ms_dual_path_up_first(), image_size=16,
                             name_map=suggested("ms_dual_path_up_first"))
     assert (up_first.first_divergence.name, up_first.first_divergence.kind) == \

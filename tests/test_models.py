@@ -267,6 +267,14 @@ def test_torch_layers_the_port_fuses_go_to_its_parameter_in_parts(layers):
         plan_transfer(state_dict, specs)
 
 
+# the --map lines the refusal suggests for _dual_path_weights
+DUAL_PATH_ROWS = {"b.c1x1_main.weight": "block.c1x1.weight[0:8]",
+                  "b.c1x1_side.weight": "block.c1x1.weight[8:12]",
+                  "b.gate_up.weight[0:6]": "block.gate.weight",
+                  "b.gate_up.weight[6:12]": "block.up.weight",
+                  "b.gate_up.bias[0:6]": "block.gate.bias", "b.gate_up.bias[6:12]": "block.up.bias"}
+
+
 def _dual_path_weights():
     """timm's DPN-like block: one conv whose rows two paths read (``c1x1``); a port holds
     them as two convs (``c1x1_main``, ``c1x1_side``) and fuses torch's ``gate`` and ``up``
@@ -293,11 +301,7 @@ def test_a_refused_transfer_suggests_the_rows_one_side_holds_stacked():
     state_dict, specs = _dual_path_weights()
     with pytest.raises(TransferRefused) as refused:
         plan_transfer(state_dict, specs)
-    assert refused.value.suggested_map == {
-        "b.c1x1_main.weight": "block.c1x1.weight[0:8]",
-        "b.c1x1_side.weight": "block.c1x1.weight[8:12]",
-        "b.gate_up.weight[0:6]": "block.gate.weight", "b.gate_up.weight[6:12]": "block.up.weight",
-        "b.gate_up.bias[0:6]": "block.gate.bias", "b.gate_up.bias[6:12]": "block.up.bias"}
+    assert refused.value.suggested_map == DUAL_PATH_ROWS
     assert "torch's block.c1x1.weight (12, 8, 1, 1) may hold the port's b.c1x1_main.weight " \
         "(8 rows) and b.c1x1_side.weight (4 rows) stacked (and 2 more tensor(s) alike): if it " \
         "computes them so, in this order, map their rows with --map FILE: " \
@@ -331,13 +335,8 @@ def test_mapped_rows_must_cover_a_tensor_once(rows, problem):
     """Rows a --map gives that leave some of a tensor's out or take some twice would load
     a parameter partly (or raise in numpy's concatenate): refused, naming them."""
     state_dict, specs = _dual_path_weights()
-    suggested = {"b.c1x1_main.weight": "block.c1x1.weight[0:8]",
-                 "b.c1x1_side.weight": "block.c1x1.weight[8:12]",
-                 "b.gate_up.weight[0:6]": "block.gate.weight",
-                 "b.gate_up.weight[6:12]": "block.up.weight",
-                 "b.gate_up.bias[0:6]": "block.gate.bias", "b.gate_up.bias[6:12]": "block.up.bias"}
     replaced = {split_part(name)[0] for pair in rows.items() for name in pair}
-    kept = {ms: t for ms, t in suggested.items()
+    kept = {ms: t for ms, t in DUAL_PATH_ROWS.items()
             if not {split_part(ms)[0], split_part(t)[0]} & replaced}
     with pytest.raises(TransferRefused, match=problem):
         plan_transfer(state_dict, specs, overrides={**kept, **rows})

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Optional, Tuple
 
@@ -2923,3 +2924,12 @@ def ms_dual_path_side_first() -> msnn.Cell:
 def ms_dual_path_up_first() -> msnn.Cell:
     """Its fused layer's output read as up, then gate."""
     return _MsDualPath(up_first=True)
+
+
+def ms_tiny_relu_assigned() -> msnn.Cell:
+    """Its cells named, its first ReLU "replaced" by assigning the SequentialCell's attribute:
+    the ReLU6 is held (and hooked) but never runs, the ReLU it was built with runs unseen."""
+    net = msnn.SequentialCell(OrderedDict((f"layer{index}", cell)
+                                          for index, cell in enumerate(_ms_tiny().cell_list)))
+    net.layer2 = msnn.ReLU6()
+    return net

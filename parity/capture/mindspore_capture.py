@@ -156,6 +156,22 @@ def port_cells(net) -> List[Tuple[str, Any]]:
             and not any(name.startswith(layer + ".") for layer in built_of_cells)]
 
 
+def cells_not_run(net) -> List[str]:
+    """The cells a SequentialCell holds but does not run: it runs the list it was built with,
+    and a cell assigned to its attribute after (``seq.maxpool = nn.MaxPool2d(...)``) replaces
+    the held one, which parity hooks, not the one it runs, which runs unseen. A port patched so
+    (mindcv's DPN stem pool, 53rd round) was told "extra operation in the port" at the
+    container. Assigning by index (``seq[3] = ...``) replaces both."""
+    import mindspore.nn as nn
+    not_run = []
+    for name, cell in net.cells_and_names():
+        if isinstance(cell, nn.SequentialCell) and hasattr(cell, "cell_list"):
+            running = {id(inner) for inner in cell.cell_list}
+            not_run += [f"{name}.{key}".lstrip(".") for key, inner in cell.name_cells().items()
+                        if id(inner) not in running]
+    return not_run
+
+
 def _unscaled(gradient: np.ndarray, loss_scale: float) -> np.ndarray:
     """A gradient of the scaled loss as one of the loss itself, in float32; without a loss
     scale the array itself (the writer copies it once; dividing by 1 was a second copy)."""
@@ -351,7 +367,8 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         return writer.finish(manifest_meta(
             "mindspore", config, num_classes, factory or type(net).__name__, param_map,
             observer, clock, no_gradient=list(left_out),
-            port_constants=transfer.port_constants, **starts_from))
+            port_constants=transfer.port_constants, cells_not_run=cells_not_run(net),
+            **starts_from))
 
 
 def _adam_gradients(optimizer, grads: tuple, config: StepConfig) -> tuple:

@@ -21,7 +21,7 @@ from parity.compare.settings import (counting_padding, settings_cause, softmax_a
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
                                       frozen_on_one_side)
 from parity.config import SHARED_STEP_SETTINGS, split_state
-from parity.records import Comparison, Diagnosis, RecordInfo
+from parity.records import Comparison, Diagnosis, RecordInfo, split_part
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
 
@@ -133,7 +133,9 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "its norm) while every module output before it matched: the "
                                 "operations that feed it outside any module (matmul, softmax, "
                                 "masking, scaling, reshapes, residual adds), in "
-                                f"{where}{before} are the likely cause.", confidence="likely")
+                                f"{where}{before} are the likely cause."
+                                f"{_rows_read_in_another_order(t, comparisons)}",
+                         confidence="likely")
     if first.ref_rms:
         given = inputs.other_input_cause(
             t, m, torch_run, ms_run, max(passed_on, INPUT_SHARE * first.rms / first.ref_rms))
@@ -442,6 +444,24 @@ def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
 
 
 RUNNING_STATISTICS = (".running_mean", ".running_var")
+
+
+def _rows_read_in_another_order(t: RecordInfo, comparisons: Sequence[Comparison]) -> str:
+    """A sentence naming the outputs beside ``t`` that one side computes as parts of the
+    other's layer, where there are any: they matched as mapped, but a port reading them in
+    another order (its ``q`` where torch reads ``k``; the rows a suggested map gave in the port's
+    declaration order, a guess) differs right after them. The DPN-like port of tests/tiny.py
+    declaring its side conv first was told only where to look."""
+    parent = t.name.partition("#")[0].rpartition(".")[0]
+    parts = [f"{c.name} ({c.mindspore_name})" for c in comparisons
+             if c.kind == "forward" and c.passed and "[" in c.name + (c.mindspore_name or "")
+             and split_part(c.name)[0].partition("#")[0].rpartition(".")[0] == parent]
+    if not parts:
+        return ""
+    return (f" Beside it, {', '.join(parts[:4])}{' ...' if len(parts) > 4 else ''} are parts "
+            "of one output that one side computes apart, each matching as mapped: a port "
+            "reading them in another order fails here (a suggested --map gives them in the "
+            "port's declaration order, a guess: swap their rows if so).")
 
 
 def _state_updated_in_the_forward(first: Comparison, t: RecordInfo,

@@ -890,6 +890,13 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
                      "over: kept at the port's own values, as constants it computes itself "
                      "(torch computes them in its forward or holds them as integer tensors); "
                      "a wrong one shows in the outputs after it")
+    not_run = list(ms_run.manifest.get("cells_not_run") or ())
+    if not_run:
+        notes.append(f"the port's cell{'s' if len(not_run) > 1 else ''} {first_few(not_run)} "
+                     f"never ran: a SequentialCell runs the cells it was built with, and a cell "
+                     "assigned to its attribute after replaces the one parity hooks, not the "
+                     "one it runs (unseen, so unmatched); assign by index (seq[i] = cell) to "
+                     "replace both")
     stacked = list(dict.fromkeys(module_of(r.name) for r in torch_run.records
                                  if r.kind == "forward" and drops_between_layers(r.op, r.attrs)))
     if stacked:
