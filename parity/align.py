@@ -588,7 +588,10 @@ def _outputs_concatenated_apart(apart: Sequence[RecordInfo], whole: Sequence[Rec
 
 def _computed_inside(records: Sequence[RecordInfo]) -> Set[str]:
     """The records whose stored tensor is a record's inside their module too (a container
-    returning a module's output, each of a tuple's, ``block.out0``, alike)."""
+    returning a module's output, each of a tuple's, ``block.out0``, alike). Unlike
+    _last_modules, a container inside counts (mindcv's DPN ``features.out0`` is its last
+    block's ``out0``, a cell of the user's): the pairing and the flags built on _last_modules
+    take a container's end to be the innermost module's."""
     by_tensor: Dict[Tuple[str, str], List[str]] = {}
     for record in records:
         by_tensor.setdefault((record.shard, record.key), []).append(record.name)
@@ -603,14 +606,18 @@ def _computed_inside(records: Sequence[RecordInfo]) -> Set[str]:
 
 def _concatenation_axis(whole: Sequence[int], pieces: Sequence[Sequence[int]]) -> Optional[int]:
     """The one axis along which ``pieces`` (two or more) concatenate to ``whole``'s shape."""
-    if len(pieces) < 2 or any(len(piece) != len(whole) for piece in pieces):
+    axis = _the_axis_apart(whole, pieces) if len(pieces) > 1 else None
+    return axis if axis is not None and sum(p[axis] for p in pieces) == whole[axis] else None
+
+
+def _the_axis_apart(whole: Sequence[int], pieces: Sequence[Sequence[int]]) -> Optional[int]:
+    """The one axis on which ``pieces``, each of ``whole``'s rank, differ from it in size;
+    None where they differ on none or several."""
+    if any(len(piece) != len(whole) for piece in pieces):
         return None
     differing = {axis for piece in pieces for axis, size in enumerate(piece)
                  if size != whole[axis]}
-    if len(differing) != 1:
-        return None
-    axis = differing.pop()
-    return axis if sum(piece[axis] for piece in pieces) == whole[axis] else None
+    return differing.pop() if len(differing) == 1 else None
 
 
 def split_layers(param_map: Mapping[str, str]) -> Dict[str, str]:
@@ -656,11 +663,8 @@ def _along_the_axis_apart(part: Part, whole: Optional[Sequence[int]],
     that of the output of the layer computing those rows (``piece``) differ: a Linear's last, a
     conv's channels (1). Along the last where they differ on none or several (then compared as
     shapes that differ)."""
-    differing = [axis for axis, (w, p) in enumerate(zip(whole, piece)) if w != p] \
-        if whole is not None and len(whole) == len(piece) else []
-    if len(differing) != 1 or differing[0] == len(piece) - 1:
-        return replace(part, axis=LAST_AXIS)
-    return replace(part, axis=differing[0])
+    axis = _the_axis_apart(whole, [piece]) if whole is not None else None
+    return replace(part, axis=LAST_AXIS if axis in (None, len(piece) - 1) else axis)
 
 
 def _containers_ending_apart(mapping: Mapping[str, str], torch_ends: Mapping[str, str],
