@@ -19,7 +19,8 @@ import zipfile
 from itertools import accumulate, combinations, zip_longest
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set,
+                    Tuple)
 
 import numpy as np
 
@@ -504,9 +505,7 @@ def _stackings(wholes: Sequence[Tuple[str, str, str, Tuple[int, ...]]],
     for name, module, role, shape in wholes:
         if name in claimed:
             continue
-        parent = module.rpartition(".")[0]
-        parents = {other.rpartition(".")[0] for mine, other in module_pairs
-                   if mine.rpartition(".")[0] == parent}
+        parents = _parents_beside(module, module_pairs)
         parts = _one_stacking(shape, [(n, s) for n, m, r, s in candidates
                                       if r == role and n not in claimed
                                       and m.rpartition(".")[0] in parents])
@@ -584,9 +583,7 @@ def _fused_in_torch(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
         if value.dtype.kind in CONSTANT_TABLES:
             continue
         module, role = split_param(name)
-        parent = module.rpartition(".")[0]
-        ms_parents = {ms.rpartition(".")[0] for ms, t in modules.items()
-                      if t.rpartition(".")[0] == parent}
+        ms_parents = _parents_beside(module, [(t, ms) for ms, t in modules.items()])
         parts = _stacked(name, tuple(value.shape), role, ms_parents, shapes, taken)
         if parts:
             fused[name] = parts
@@ -611,14 +608,21 @@ def _fused_in_port(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
     joined: Dict[str, List[str]] = {}
     for name in alignment.unmatched_mindspore:
         module, role = split_param(torch_role(name))
-        parent = module.rpartition(".")[0]
-        torch_parents = {parent} | {t.rpartition(".")[0] for ms, t in modules.items()
-                                    if ms.rpartition(".")[0] == parent}
+        torch_parents = {module.rpartition(".")[0]} | _parents_beside(module, modules.items())
         parts = _stacked(name, ms_shapes[name][0], role, torch_parents, shapes, taken)
         if parts:
             joined[name] = parts
             taken.update(parts)
     return joined
+
+
+def _parents_beside(module: str, module_pairs: Iterable[Tuple[str, str]]) -> Set[str]:
+    """The parents, on the other side, of the modules paired with ``module``'s siblings
+    (``module_pairs``: a module of its side, the other side's): where the other side holds what
+    ``module`` does, if it holds it under other modules."""
+    parent = module.rpartition(".")[0]
+    return {other.rpartition(".")[0] for mine, other in module_pairs
+            if mine.rpartition(".")[0] == parent}
 
 
 def _stacked(name: str, shape: Tuple[int, ...], role: str, parents: Set[str],
