@@ -53,6 +53,11 @@ SAME_LEAF = 0.5
 # bias with that advice (mindcv's MLP-Mixer patch embedding was refused as a missing conv and an
 # extra one).
 BIAS_THE_PORT_LACKS = 1.0
+# Modules alike in what they hold, inside modules their siblings' pairs put side by side
+# (_agreeing_parents): mindcv's ResNetV2 holds a BatchNorm after its stem that timm's lacks; in
+# order, timm's first block's norm1 went to it and every norm after it one BatchNorm early.
+# Below SAME_LEAF: a name says more than a neighbourhood.
+SAME_PARENTS = 0.25
 # A tie-break between MindSpore records scored alike against a user's own torch module, far
 # below any score's step even summed over 10⁵ such pairs.
 LATER_GENERIC = 1e-6
@@ -219,7 +224,15 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
         same_leaf = normalise(_leaf(t_name)) == normalise(_leaf(m_name))
         return 2.0 + (1.0 if same_path else SAME_LEAF if same_leaf else 0.0)
 
-    for i, j in align_sequences(len(t_modules), len(m_modules), score):
+    in_order = align_sequences(len(t_modules), len(m_modules), score)
+    agreeing = _agreeing_parents([(t_modules[i][0], m_modules[j][0]) for i, j in in_order])
+
+    def score_in_context(i: int, j: int) -> float:
+        alike = score(i, j)
+        parents = (split_param(t_modules[i][0])[0], split_param(m_modules[j][0])[0])
+        return alike + SAME_PARENTS if alike and parents in agreeing else alike
+
+    for i, j in align_sequences(len(t_modules), len(m_modules), score_in_context):
         mapping.update(_paired_roles(t_modules[i][1], m_modules[j][1], torch_names, ms_original))
     used = {split_part(name)[0] for name in mapping.values()}
     for ms_name, torch_name in misfits.items():
@@ -234,6 +247,22 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     return Alignment(mindspore_to_torch=mapping,
                      unmatched_torch=tuple(n for n, _ in torch_left),
                      unmatched_mindspore=tuple(n for n, _ in ms_left))
+
+
+def _agreeing_parents(pairs: Sequence[Tuple[str, str]]) -> Set[Tuple[str, str]]:
+    """The (torch, MindSpore) parent modules of paired modules that pair with each other more
+    often than with any other: each side's one most frequent partner of the other's."""
+    counts = Counter((split_param(theirs)[0], split_param(ours)[0]) for theirs, ours in pairs)
+
+    def most_frequent(side: int) -> Dict[str, Tuple[str, str]]:
+        partners: Dict[str, List[Tuple[int, Tuple[str, str]]]] = {}
+        for parents, count in counts.items():
+            partners.setdefault(parents[side], []).append((count, parents))
+        return {parent: max(found)[1] for parent, found in partners.items()
+                if [count for count, _ in found].count(max(found)[0]) == 1}
+
+    torch_best, ms_best = most_frequent(0), most_frequent(1)
+    return {parents for parents in torch_best.values() if ms_best.get(parents[1]) == parents}
 
 
 def _paired_roles(torch_roles: Mapping[str, Tuple[str, Tuple[int, ...]]],

@@ -327,6 +327,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         counter = f"{modules[module]}.{role}" if modules.get(module) else None
         if counter in state_dict:   # else it counts from zero, as torch's would
             mapping[name] = counter
+    torch_statistics_left = any(split_param(name)[1] == "running_mean"
+                                for name in alignment.unmatched_torch)
     for name in alignment.unmatched_mindspore:
         group = _norm_group_torch_lacks(name, alignment.unmatched_mindspore, state_dict)
         if group and set(group) <= (left_out or set()):
@@ -335,10 +337,16 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                  if tuple(state_dict[alias].shape) == ms_shapes[name][0]]
         advice = f": torch ties {', '.join(alike)} (one parameter); tie the port's as well" \
             if alike else ""
-        if group and split_param(name)[1] == "gamma" and _torch_holds_beside(name, state_dict):
-            advice = f": torch's {split_param(name)[0]} has no weight or bias (a norm built " \
-                "with affine=False or elementwise_affine=False); freeze the port's " \
-                f"{' and '.join(group)} (requires_grad=False) at ones and zeros"
+        module, role = split_param(name)
+        freeze = f"freeze the port's {' and '.join(group)} (requires_grad=False) at ones and zeros"
+        if group and role == "gamma" and f"{module}.moving_mean" in alignment.unmatched_mindspore \
+                and not torch_statistics_left:
+            advice = f": nothing of torch's pairs with the port's {module}, its running " \
+                "statistics included: a norm torch's model lacks (take it out of the port), " \
+                f"or one with affine=False and track_running_stats=False ({freeze})"
+        elif group and role == "gamma" and _torch_holds_beside(name, state_dict):
+            advice = f": torch's {module} has no weight or bias (a norm built with " \
+                f"affine=False or elementwise_affine=False); {freeze}"
         missing.append(f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch "
                        f"tensor (missing key){advice}")
     transferred = set(alignment.mindspore_to_torch.values())

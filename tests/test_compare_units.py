@@ -293,6 +293,38 @@ def test_alike_modules_in_order_go_to_the_one_of_their_name():
     assert alignment.mindspore_to_torch["block.norm1.gamma"] == "stage.block.norm1.weight"
 
 
+def test_a_layer_only_the_port_holds_is_left_where_it_is():
+    """mindcv's ResNetV2 holds a BatchNorm after its stem and one in each downsampling branch,
+    timm's none: paired in order, timm's first block's norm1 went to the stem's BatchNorm and
+    each block's norms one BatchNorm early, and the refusal named the blocks' own BatchNorms as
+    receiving nothing. Modules alike in what they hold go to the one inside the module their
+    siblings pair with."""
+    def norm(path, width, port=False):
+        roles = ("gamma", "beta", "moving_mean", "moving_variance") if port else \
+            ("weight", "bias", "running_mean", "running_var")
+        return [(f"{path}.{role}", (width,)) for role in roles]
+
+    torch_params = [("stem.conv.weight", (8, 3, 7, 7))]
+    ms_params = [("conv1.weight", (8, 3, 7, 7))] + norm("bn1", 8, port=True)
+    for block in (0, 1):
+        width_in = 8 if block == 0 else 32
+        torch_params += norm(f"stages.0.blocks.{block}.norm1", width_in) + [
+            (f"stages.0.blocks.{block}.conv1.weight", (8, width_in, 1, 1))] + \
+            norm(f"stages.0.blocks.{block}.norm2", 8) + [
+            (f"stages.0.blocks.{block}.conv2.weight", (32, 8, 1, 1))]
+        ms_params += norm(f"layer1.{block}.bn1", width_in, port=True) + [
+            (f"layer1.{block}.conv1.weight", (8, width_in, 1, 1))] + \
+            norm(f"layer1.{block}.bn2", 8, port=True) + [
+            (f"layer1.{block}.conv2.weight", (32, 8, 1, 1))]
+    alignment = align_parameters(torch_params, ms_params)
+    assert alignment.unmatched_mindspore == tuple(name for name, _ in norm("bn1", 8, port=True))
+    assert alignment.unmatched_torch == ()
+    for block in (0, 1):
+        for index in (1, 2):
+            assert alignment.mindspore_to_torch[f"layer1.{block}.bn{index}.gamma"] == \
+                f"stages.0.blocks.{block}.norm{index}.weight"
+
+
 def test_a_layer_the_port_holds_without_its_bias_is_paired_by_its_weight():
     """mindcv's MLP-Mixer patch embedding, a conv without timm's bias and of another name, was
     refused as a missing conv and an extra one; paired by its weight, the transfer names the

@@ -441,6 +441,16 @@ def test_transfer_takes_the_same_name_first_and_leaves_out_only_what_it_is_told(
                        r"tensor \(missing key\); ") as refused:
         plan_transfer(state_dict, nested)
     assert "affine=False" not in str(refused.value)
+    # a norm only the port has: its running statistics receive nothing either (mindcv's
+    # ResNetV2 holds one after its stem, timm's none)
+    extra = specs + [(f"extra.{role}", (8,), "float32")
+                     for role in ("gamma", "beta", "moving_mean", "moving_variance")]
+    with pytest.raises(ParityInputError, match=r"extra\.gamma \(8,\) receives no torch tensor "
+                       r"\(missing key\): nothing of torch's pairs with the port's extra, its "
+                       r"running statistics included: a norm torch's model lacks \(take it out "
+                       r"of the port\)"):
+        plan_transfer(state_dict, extra, left_out={"bn.gamma", "bn.beta", "extra.moving_mean",
+                                                   "extra.moving_variance"})
     # a weights file that lost one running statistic: a missing key, frozen initial values or
     # not (convert-weights wrote such a file without a word)
     del state_dict["bn.running_mean"]
