@@ -128,6 +128,9 @@ class RecordInfo:
     # compare's, never stored: how the stored copies along the first axis are read, where the
     # other side computes the output once for the batch (BROADCAST, SUMMED)
     batch_read: str = ""
+    # compare's, never stored: (axis, index), the one position along an axis this record is
+    # read at, where the other side computes the output for that position alone (at_position)
+    position: Optional[Tuple[int, int]] = None
 
     def part_named(self, name: str) -> "RecordInfo":
         """The part of this record that ``name`` (split_part) names, read from its tensor. The
@@ -157,6 +160,15 @@ class RecordInfo:
         (timm's XCiT position encoding; mindcv's expands its grid to the batch first)."""
         return replace(self, shape=(copies, *self.shape[1:]), stored_shape=self.shape,
                        batch_read=BROADCAST, fp32_flipped=None)
+
+    def at_position(self, axis: int, index: int) -> "RecordInfo":
+        """This record read at one ``index`` of its ``axis``: an output this side computes for
+        every token and the other side for one (timm's class attention computes ``q`` of the
+        first token, ``self.q(x[:, 0])``; mindcv's XCiT of every token, taking the first
+        after). Its float32 error is measured over every position, as a part's."""
+        return replace(self, shape=self.shape[:axis] + self.shape[axis + 1:],
+                       stored_shape=self.stored_shape or self.shape, position=(axis, index),
+                       fp32_flipped=None)
 
     def summed_over_batch(self) -> "RecordInfo":
         """This record's copies along its first axis summed into one: the gradient of an

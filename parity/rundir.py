@@ -694,12 +694,17 @@ class RunReader:
             raise ParityInputError(f"{file} is corrupted: {record.name} fails its checksum; "
                                    "capture again")
         if record.part is not None:
-            return array.reshape(stored)[record.part.index(len(stored))]
-        if record.batch_read == BROADCAST:
+            array = array.reshape(stored)[record.part.index(len(stored))]
+        elif record.batch_read == BROADCAST:
             return np.broadcast_to(array.reshape(stored), record.shape)
-        if record.batch_read == SUMMED:
+        elif record.batch_read == SUMMED:
             return array.reshape(stored).sum(axis=0, keepdims=True, dtype=np.float64)
-        return array.reshape(record.shape)
+        elif record.position is None:
+            return array.reshape(record.shape)
+        else:
+            array = array.reshape(stored)
+        return array if record.position is None else np.take(array, record.position[1],
+                                                             axis=record.position[0])
 
     def _shard_index(self, name: str) -> Dict[str, Tuple[int, int, str, Tuple[int, ...]]]:
         """key -> (absolute start, end byte offsets, dtype, shape), from the shard's safetensors

@@ -11,7 +11,7 @@ import pytest
 from parity.align import (_named_but_for_separators, align_forward, align_parameters,
                           align_sequences, module_map_from_parameters, normalise)
 from parity.capture.torch_capture import float64_noise
-from parity.compare.engine import _float64_noise
+from parity.compare.engine import _axis_left_out, _float64_noise
 from parity.compare.metrics import (Float64Noise, Tolerance, compare_tensors, cosine_similarity,
                                     with_allowance)
 from parity.compare.tolerance import DEFAULTS, TolerancePolicy
@@ -1400,3 +1400,12 @@ def test_a_dropout_one_side_lacks_marks_the_pair_run_next_after_it():
     # the same dropout at the end, nothing after it: the pair before it
     found = drop_mismatches(pairs[:1], torch_forward[:2], ms_forward[:1])
     assert list(found) == ["flatten"]
+
+
+@pytest.mark.parametrize("shape, larger, axis", [
+    ((2, 192), (2, 197, 192), 1),       # q of the class token, of every token
+    ((2, 8), (2, 8, 8), None),          # which axis it is, nothing says
+    ((197, 192), (2, 197, 192), None),  # the batch's axis is no token's
+    ((2, 8), (2, 16, 9), None), ((2, 8), (2, 8), None)])
+def test_the_axis_one_side_computes_every_position_of(shape, larger, axis):
+    assert _axis_left_out(shape, larger) == axis

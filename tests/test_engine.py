@@ -2236,6 +2236,50 @@ def test_an_output_one_side_computes_once_for_the_batch_is_compared_broadcast(
         ("pos_proj", "forward")
 
 
+@pytest.mark.parametrize("torch_model, ms_model", [("torch_first_token", "ms_every_token"),
+                                                    ("torch_every_token", "ms_first_token")])
+def test_a_layer_computed_for_every_token_is_compared_at_the_one_the_other_side_takes(
+        torch_model, ms_model):
+    """timm's class attention computes q for the class token alone (``self.q(x[:, 0])``),
+    mindcv's XCiT for every token and takes the first after: (2, 192) against (2, 197, 192),
+    "shape differs", a correct port failing. The one position is compared (the first), either
+    side computing every one, and a note says so; a port taking another position fails after."""
+    import parity
+    from tests import tiny
+    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
+                          image_size=16)
+    assert result.passed, result.first_divergence
+    compared = {(c.kind, c.name): c for c in result.comparisons}
+    assert compared[("forward", "q")].shape == compared[("grad", "q")].shape == (2, 8)
+    assert any(note.startswith("q: one side computes it at every position")
+               for note in result.meta.notes)
+    last = parity.check(tiny.torch_first_token(), tiny.ms_every_token_last_taken(),
+                        image_size=16)
+    assert (last.first_divergence.name, last.first_divergence.kind) == ("head", "forward")
+
+
+def test_a_module_torch_runs_computed_less_precisely_in_the_construct_is_told_so():
+    """mindcv's HRNet upsamples a branch in its construct (timm's HRNet in an nn.Upsample) and
+    casts it to float16 before adding it: its fuse ReLU failed at 16× torch's float32 error,
+    told "operation missing in the port" (likely), which an error of 8.4e-5 of the norm rules
+    out. The port upsampling in float32 passes."""
+    import torch
+
+    import parity
+    from tests import tiny
+    torch.manual_seed(0)
+    plain = parity.check(tiny.torch_upsampled_branch(), tiny.ms_upsampled_branch(),
+                         image_size=16)
+    assert plain.passed, plain.first_divergence
+    torch.manual_seed(0)
+    half = parity.check(tiny.torch_upsampled_branch(), tiny.ms_upsampled_branch_in_half(),
+                        image_size=16)
+    assert (half.first_divergence.name, half.first_divergence.kind) == ("act", "forward")
+    assert (half.diagnosis.cause, half.diagnosis.confidence) == \
+        ("computed otherwise in the port", "guess")
+    assert "torch runs up (upsample)" in half.diagnosis.detail
+
+
 def test_a_norm_applying_its_activation_is_compared_after_it():
     """timm's BatchNormAct2d (a BatchNorm applying a ReLU it holds) ported as a BatchNorm cell
     and a ReLU cell: the norm's weights pinned torch's norm, whose output is after the ReLU, to

@@ -2933,3 +2933,102 @@ def ms_tiny_relu_assigned() -> msnn.Cell:
                                           for index, cell in enumerate(_ms_tiny().cell_list)))
     net.layer2 = msnn.ReLU6()
     return net
+
+
+# A layer torch applies to the first token alone (timm's class attention: ``self.q(x[:, 0])``)
+# ported to apply it to every token and take the first after (mindcv's XCiT): the same values
+# at that position.
+class _TorchFirstToken(tnn.Module):
+    def __init__(self, every: bool = False):
+        super().__init__()
+        self.embed = tnn.Conv2d(3, 8, 4, stride=4)
+        self.q = tnn.Linear(8, 8)
+        self.head = tnn.Linear(8, 10)
+        self.every = every
+
+    def forward(self, x):
+        tokens = self.embed(x).flatten(2).transpose(1, 2)
+        first = self.q(tokens)[:, 0] if self.every else self.q(tokens[:, 0])
+        return self.head(torch.relu(first))
+
+
+class _MsFirstToken(msnn.Cell):
+    def __init__(self, every: bool = True, position: int = 0):
+        super().__init__()
+        self.embed = msnn.Conv2d(3, 8, 4, stride=4, has_bias=True)
+        self.q = msnn.Dense(8, 8)
+        self.head = msnn.Dense(8, 10)
+        self.every, self.position = every, position
+
+    def construct(self, x):
+        tokens = ops.flatten(self.embed(x), start_dim=2).transpose(0, 2, 1)
+        taken = self.q(tokens)[:, self.position] if self.every else \
+            self.q(tokens[:, self.position])
+        return self.head(ops.relu(taken))
+
+
+def torch_first_token() -> tnn.Module:
+    return _TorchFirstToken()
+
+
+def torch_every_token() -> tnn.Module:
+    return _TorchFirstToken(every=True)
+
+
+def ms_first_token() -> msnn.Cell:
+    return _MsFirstToken(every=False)
+
+
+def ms_every_token() -> msnn.Cell:
+    return _MsFirstToken()
+
+
+def ms_every_token_last_taken() -> msnn.Cell:
+    """The last token's taken for the first's."""
+    return _MsFirstToken(position=-1)
+
+
+# A branch upsampled by a module in torch (timm's HRNet fuse layers: nn.Upsample) and in the
+# construct in the port, which mindcv's HRNet casts to float16 after.
+class _TorchUpsampledBranch(tnn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = tnn.Conv2d(3, 8, 3, padding=1)
+        self.down = tnn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.up = tnn.Upsample(scale_factor=2, mode="nearest")
+        self.act = tnn.ReLU()
+        self.head = tnn.Linear(8, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        return self.head(self.act(x + self.up(self.down(x))).mean((2, 3)))
+
+
+class _MsUpsampledBranch(msnn.Cell):
+    def __init__(self, half: bool = False):
+        super().__init__()
+        self.conv = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.down = msnn.Conv2d(8, 8, 3, stride=2, pad_mode="pad", padding=1, has_bias=True)
+        self.act = msnn.ReLU()
+        self.head = msnn.Dense(8, 10)
+        self.half = half
+
+    def construct(self, x):
+        x = ops.relu(self.conv(x))
+        branch = ops.ResizeNearestNeighbor(x.shape[2:])(self.down(x))
+        if self.half:
+            branch = ops.cast(branch, mindspore.float16)
+        return self.head(self.act(x + branch).mean(axis=(2, 3)))
+
+
+def torch_upsampled_branch() -> tnn.Module:
+    return _TorchUpsampledBranch()
+
+
+def ms_upsampled_branch() -> msnn.Cell:
+    return _MsUpsampledBranch()
+
+
+def ms_upsampled_branch_in_half() -> msnn.Cell:
+    """Its upsampled branch cast to float16 (mindcv's HRNet)."""
+    return _MsUpsampledBranch(half=True)
