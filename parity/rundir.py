@@ -693,18 +693,19 @@ class RunReader:
         if crc32(array) != record.crc32:
             raise ParityInputError(f"{file} is corrupted: {record.name} fails its checksum; "
                                    "capture again")
-        if record.part is not None:
-            array = array.reshape(stored)[record.part.index(len(stored))]
-        elif record.batch_read == BROADCAST:
-            return np.broadcast_to(array.reshape(stored), record.shape)
-        elif record.batch_read == SUMMED:
-            return array.reshape(stored).sum(axis=0, keepdims=True, dtype=np.float64)
-        elif record.position is None:
+        if record.part is None and record.position is None:
+            if record.batch_read == BROADCAST:
+                return np.broadcast_to(array.reshape(stored), record.shape)
+            if record.batch_read == SUMMED:
+                return array.reshape(stored).sum(axis=0, keepdims=True, dtype=np.float64)
             return array.reshape(record.shape)
-        else:
-            array = array.reshape(stored)
-        return array if record.position is None else np.take(array, record.position[1],
-                                                             axis=record.position[0])
+        array = array.reshape(stored)
+        if record.part is not None:
+            array = array[record.part.index(len(stored))]
+        if record.position is not None:
+            axis, index = record.position
+            array = np.take(array, index, axis=axis)
+        return array
 
     def _shard_index(self, name: str) -> Dict[str, Tuple[int, int, str, Tuple[int, ...]]]:
         """key -> (absolute start, end byte offsets, dtype, shape), from the shard's safetensors

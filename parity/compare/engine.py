@@ -289,19 +289,20 @@ def _read_alike(torch_record: RecordInfo, ms_record: RecordInfo
     with its one copy broadcast to N, and the gradient of the N copies summed into one (timm's
     XCiT computes its position encoding once, mindcv's for each sample; timm's ConViT
     expands its relative positions to the batch, mindcv's broadcasts: they failed, "shape
-    differs"). As they are otherwise."""
+    differs"); an output one side computes for every token and the other for one, at the
+    first token (at_position). As they are otherwise."""
     t_shape, m_shape = torch_record.shape, ms_record.shape
     if t_shape == m_shape:
         return torch_record, ms_record
     if same_order(m_shape, t_shape):
         return torch_record, ms_record.viewed_as(t_shape)
     output = torch_record.kind == "forward" or bool(torch_record.attrs.get("activation"))
-    if output and _axis_left_out(t_shape, m_shape) is not None:
-        return torch_record, ms_record.at_position(_axis_left_out(t_shape, m_shape),
-                                                   FIRST_POSITION)
-    if output and _axis_left_out(m_shape, t_shape) is not None:
-        return torch_record.at_position(_axis_left_out(m_shape, t_shape), FIRST_POSITION), \
-            ms_record
+    every_in_the_port = _axis_left_out(t_shape, m_shape) if output else None
+    if every_in_the_port is not None:
+        return torch_record, ms_record.at_position(every_in_the_port, FIRST_POSITION)
+    every_in_torch = _axis_left_out(m_shape, t_shape) if output else None
+    if every_in_torch is not None:
+        return torch_record.at_position(every_in_torch, FIRST_POSITION), ms_record
     if not output or len(t_shape) != len(m_shape) or t_shape[1:] != m_shape[1:] or \
             1 not in (t_shape[0], m_shape[0]):
         return torch_record, ms_record
@@ -316,9 +317,10 @@ def _read_alike(torch_record: RecordInfo, ms_record: RecordInfo
 def _axis_left_out(shape: Sequence[int], larger: Sequence[int]) -> Optional[int]:
     """The one axis past the batch's without which ``larger`` is ``shape`` (none where two are,
     as (2, 8) of (2, 8, 8))."""
+    if len(larger) != len(shape) + 1:
+        return None
     axes = [axis for axis in range(1, len(larger))
-            if len(larger) == len(shape) + 1 and
-            tuple(larger[:axis]) + tuple(larger[axis + 1:]) == tuple(shape)]
+            if tuple(larger[:axis]) + tuple(larger[axis + 1:]) == tuple(shape)]
     return axes[0] if len(axes) == 1 else None
 
 
