@@ -58,6 +58,10 @@ BIAS_THE_PORT_LACKS = 1.0
 # order, timm's first block's norm1 went to it and every norm after it one BatchNorm early.
 # Below SAME_LEAF: a name says more than a neighbourhood.
 SAME_PARENTS = 0.25
+# A container of the user's own paired with the torch module holding what the modules inside it
+# pair with (_holders): mindcv's ConvNeXtV2 block holds its dense layers itself, timm's in an
+# ``mlp`` module; the block was paired with that module's output, scored alike and run first.
+HOLDS_THE_SAME = 0.25
 # A tie-break between MindSpore records scored alike against a user's own torch module, far
 # below any score's step even summed over 10⁵ such pairs.
 LATER_GENERIC = 1e-6
@@ -77,6 +81,26 @@ def layout(shape: Sequence[int]) -> Tuple[int, ...]:
     the same order. MindSpore's nn.Conv1d keeps its weight as (out, in, 1, k), torch's as
     (out, in, k)."""
     return tuple(size for size in shape if size != 1)
+
+
+def channels_to_torch_layout(t_shape: Sequence[int], m_shape: Sequence[int]
+                             ) -> Optional[Tuple[int, ...]]:
+    """The transposition reading a port's output in torch's layout where one side holds its
+    channels last and the other right after the batch (N×H×W×C, N×C×H×W); None otherwise, or
+    where both readings fit and differ."""
+    rank = len(t_shape)
+    if rank < 3 or len(m_shape) != rank:
+        return None
+    port_last = (0, *range(2, rank), 1)         # torch's axes in the port's order
+    torch_last = (0, rank - 1, *range(1, rank - 1))
+    fitting = {order for order in (port_last, torch_last)       # one order at rank 3
+               if tuple(t_shape[axis] for axis in order) == tuple(m_shape)}
+    return _inverse(fitting.pop()) if len(fitting) == 1 else None
+
+
+def _inverse(order: Sequence[int]) -> Tuple[int, ...]:
+    """The permutation undoing ``order``."""
+    return tuple(sorted(range(len(order)), key=order.__getitem__))
 
 
 def same_order(shape: Sequence[int], other: Sequence[int]) -> bool:
@@ -396,6 +420,18 @@ def _common_module(modules: Sequence[str]) -> str:
     return ".".join(common)
 
 
+def _holders(modules: Mapping[str, str]) -> Dict[str, str]:
+    """MindSpore container -> the innermost torch module holding the torch modules that two or
+    more modules inside it pair with."""
+    inside: Dict[str, Set[str]] = {}
+    for ours, theirs in modules.items():
+        parts = ours.split(".")
+        for end in range(1, len(parts)):
+            inside.setdefault(".".join(parts[:end]), set()).add(theirs)
+    return {container: _common_module(sorted(paired)) for container, paired in inside.items()
+            if len(paired) > 1}
+
+
 def _pinned_to_wrappers(pinned: Mapping[str, str], torch_records: Sequence[RecordInfo],
                         mindspore_records: Sequence[RecordInfo]) -> Dict[str, str]:
     """The parameters' pins, each moved from a MindSpore module to the one enclosing it that is
@@ -444,12 +480,16 @@ class _Site(NamedTuple):
     op: str
     shape: Tuple[int, ...]
     layout: Tuple[int, ...]
+    moved: Tuple[Tuple[int, ...], ...]      # the shape, its channels moved to the other end
 
     @classmethod
     def of(cls, record: RecordInfo) -> "_Site":
         base, _, call = record.name.partition("#")
-        return cls(record.name, base, call, normalise(record.name), record.op,
-                   tuple(record.shape), layout(record.shape))
+        shape = tuple(record.shape)
+        moved = ((shape[0], *shape[2:], shape[1]), (shape[0], shape[-1], *shape[1:-1])) \
+            if len(shape) > 2 else ()
+        return cls(record.name, base, call, normalise(record.name), record.op, shape,
+                   layout(shape), moved)
 
 
 def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequence[RecordInfo],
@@ -496,6 +536,7 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
               if torch_name not in applying or ms in ms_ending}
     pinned.update(overrides or {})
     targets = [pinned.get(m.name, pinned.get(m.base)) for m in ms_sites]   # None: not pinned
+    holders = _holders(modules)
 
     def score(i: int, j: int) -> float:
         t, m, target = torch_sites[i], ms_sites[j], targets[j]
@@ -503,7 +544,7 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
         if t.name in applying and m.name not in ms_ending and m.op != GENERIC_OP and \
                 not pinned_here:
             return 0.0
-        if t.layout != m.layout and not same_order(t.shape, m.shape):
+        if t.layout != m.layout and not same_order(t.shape, m.shape) and m.shape not in t.moved:
             same_module = pinned_here if pinned_here is not None else \
                 t.op == m.op != GENERIC_OP and t.normalised == m.normalised and t.call == m.call
             return SHAPE_DIFFERS if same_module else 0.0
@@ -527,6 +568,8 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
             value += 1.0
         if t.call == m.call:
             value += 0.5
+        if GENERIC_OP in (t.op, m.op) and holders.get(m.base) == t.base:
+            value += HOLDS_THE_SAME
         if GENERIC_OP in (t.op, m.op):
             # of equally scored records, the last: a module's output is its computation's
             # last step (torchvision's Swin attention returns what mindcv's roll_pos does, after

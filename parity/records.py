@@ -131,6 +131,9 @@ class RecordInfo:
     # compare's, never stored: (axis, index), the one position along an axis this record is
     # read at, where the other side computes the output for that position alone (at_position)
     position: Optional[Tuple[int, int]] = None
+    # compare's, never stored: the order its axes are read in (np.transpose), where the other
+    # side holds the output with its channels at the other end (transposed)
+    axes: Optional[Tuple[int, ...]] = None
 
     def part_named(self, name: str) -> "RecordInfo":
         """The part of this record that ``name`` (split_part) names, read from its tensor. The
@@ -168,6 +171,15 @@ class RecordInfo:
         after). Its float32 error is measured over every position, as a part's."""
         return replace(self, shape=self.shape[:axis] + self.shape[axis + 1:],
                        stored_shape=self.stored_shape or self.shape, position=(axis, index),
+                       fp32_flipped=None)
+
+    def transposed(self, axes: Tuple[int, ...]) -> "RecordInfo":
+        """This record read with its axes in the order ``axes``: an output this side holds
+        channels last (N×H×W×C) and the other channels first (N×C×H×W), or the reverse (timm's
+        ConvNeXtV2 computes its MLP with 1×1 convs over N×C×H×W, mindcv's with dense layers
+        over N×H×W×C)."""
+        return replace(self, shape=tuple(self.shape[axis] for axis in axes),
+                       stored_shape=self.stored_shape or self.shape, axes=tuple(axes),
                        fp32_flipped=None)
 
     def summed_over_batch(self) -> "RecordInfo":

@@ -693,7 +693,7 @@ class RunReader:
         if crc32(array) != record.crc32:
             raise ParityInputError(f"{file} is corrupted: {record.name} fails its checksum; "
                                    "capture again")
-        if record.part is None and record.position is None:
+        if record.part is None and record.position is None and record.axes is None:
             if record.batch_read == BROADCAST:
                 return np.broadcast_to(array.reshape(stored), record.shape)
             if record.batch_read == SUMMED:
@@ -705,7 +705,7 @@ class RunReader:
         if record.position is not None:
             axis, index = record.position
             array = np.take(array, index, axis=axis)
-        return array
+        return array if record.axes is None else np.transpose(array, record.axes)
 
     def _shard_index(self, name: str) -> Dict[str, Tuple[int, int, str, Tuple[int, ...]]]:
         """key -> (absolute start, end byte offsets, dtype, shape), from the shard's safetensors

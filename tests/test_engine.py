@@ -2280,6 +2280,33 @@ def test_a_module_torch_runs_computed_less_precisely_in_the_construct_is_told_so
     assert "torch runs up (upsample)" in half.diagnosis.detail
 
 
+@pytest.mark.parametrize("ms_model, first", [("ms_dense_mlp", None),
+                                             ("ms_dense_mlp_tanh_gelu", "1.mlp.act")])
+def test_outputs_held_channels_last_are_compared_in_torchs_layout(ms_model, first):
+    """timm's ConvNeXtV2 computes its MLP with 1×1 convs over N×C×H×W, mindcv's with dense
+    layers over N×H×W×C: every such output was "shape differs", and the compare stopped in the
+    sum check ("operands could not be broadcast"). Each is now read in torch's layout, the
+    dense layer standing for the pointwise conv, and timm's GELU (F.gelu, no setting) is told
+    apart from MindSpore's tanh form."""
+    import torch
+
+    import parity
+    from tests import tiny
+    torch.manual_seed(0)
+    result = parity.check(tiny.torch_conv_mlp(), getattr(tiny, ms_model)(), image_size=12)
+    compared = {(c.kind, c.name): c for c in result.comparisons}
+    assert compared[("forward", "1.mlp.fc1")].shape == (2, 16, 12, 12)
+    assert compared[("grad", "1.mlp.act")].shape == (2, 16, 12, 12)
+    assert not any(result.unmatched.values()), result.unmatched
+    if first is None:
+        assert result.passed, result.first_divergence
+    else:
+        assert (result.first_divergence.name, result.first_divergence.kind) == \
+            (first, "forward")
+        assert (result.diagnosis.cause, result.diagnosis.confidence) == \
+            ("GELU approximation differs", "certain")
+
+
 def test_a_norm_applying_its_activation_is_compared_after_it():
     """timm's BatchNormAct2d (a BatchNorm applying a ReLU it holds) ported as a BatchNorm cell
     and a ReLU cell: the norm's weights pinned torch's norm, whose output is after the ReLU, to

@@ -3032,3 +3032,66 @@ def ms_upsampled_branch() -> msnn.Cell:
 def ms_upsampled_branch_in_half() -> msnn.Cell:
     """Its upsampled branch cast to float16 (mindcv's HRNet)."""
     return _MsUpsampledBranch(half=True)
+
+
+# A block computing its MLP with 1×1 convs over N×C×H×W (timm's ConvNeXtV2, conv_mlp), ported
+# with dense layers over N×H×W×C (mindcv's): each output holds torch's values channels last.
+class GELU(tnn.Module):
+    """timm's GELU: F.gelu, holding no ``approximate`` setting."""
+
+    def forward(self, x):
+        return tnn.functional.gelu(x)
+
+
+class _TorchConvMlp(tnn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = tnn.Conv2d(8, 16, 1)
+        self.act = GELU()
+        self.fc2 = tnn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class _TorchConvMlpBlock(tnn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_dw = tnn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.mlp = _TorchConvMlp()
+
+    def forward(self, x):
+        return x + self.mlp(self.conv_dw(x))
+
+
+class _MsDenseMlpBlock(msnn.Cell):
+    def __init__(self, approximate: bool):
+        super().__init__()
+        self.dwconv = msnn.Conv2d(8, 8, 3, pad_mode="pad", padding=1, group=8, has_bias=True)
+        self.pwconv1 = msnn.Dense(8, 16)
+        self.act = msnn.GELU(approximate=approximate)
+        self.pwconv2 = msnn.Dense(16, 8)
+
+    def construct(self, x):
+        y = self.dwconv(x).transpose(0, 2, 3, 1)
+        return x + self.pwconv2(self.act(self.pwconv1(y))).transpose(0, 3, 1, 2)
+
+
+def torch_conv_mlp() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1), _TorchConvMlpBlock(),
+                          tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))
+
+
+def _ms_dense_mlp(approximate: bool) -> msnn.Cell:
+    return msnn.SequentialCell(msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True),
+                               _MsDenseMlpBlock(approximate), GlobalAvgPool(), msnn.Flatten(),
+                               msnn.Dense(8, 10))
+
+
+def ms_dense_mlp() -> msnn.Cell:
+    return _ms_dense_mlp(approximate=False)
+
+
+def ms_dense_mlp_tanh_gelu() -> msnn.Cell:
+    """Its GELU MindSpore's default, the tanh form."""
+    return _ms_dense_mlp(approximate=True)

@@ -18,7 +18,7 @@ from typing import (Any, Dict, Hashable, Iterable, List, Mapping, NamedTuple, Op
 import numpy as np
 
 from parity import kinks
-from parity.align import align_forward, same_order
+from parity.align import align_forward, channels_to_torch_layout, same_order
 from parity.compare import loss, optimizer, structure, sums
 from parity.compare.diagnosis import diagnose, step_settings_differ
 from parity.compare.dropping import DropMismatch, drop_mismatches
@@ -303,6 +303,9 @@ def _read_alike(torch_record: RecordInfo, ms_record: RecordInfo
     every_in_torch = _axis_left_out(m_shape, t_shape) if output else None
     if every_in_torch is not None:
         return torch_record.at_position(every_in_torch, FIRST_POSITION), ms_record
+    in_torch_layout = channels_to_torch_layout(t_shape, m_shape) if output else None
+    if in_torch_layout is not None:
+        return torch_record, ms_record.transposed(in_torch_layout)
     if not output or len(t_shape) != len(m_shape) or t_shape[1:] != m_shape[1:] or \
             1 not in (t_shape[0], m_shape[0]):
         return torch_record, ms_record
@@ -555,7 +558,9 @@ def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
         comparison = with_allowance(comparison, planned.noise, planned.tolerance,
                                     comparison.flip_allowance + allowance,
                                     sum_allowance=allowance)
-        if comparison.kind == "grad":
+        # the port's sum is read along torch's axis: in another layout (an output of another
+        # shape), not at all (it stopped the compare, "operands could not be broadcast")
+        if comparison.kind == "grad" and output.mindspore.shape == output.torch.shape:
             off = sums.off_own_sum(ms_run.tensor(planned.pair.mindspore),
                                    terms(ms_run, module, role, axis, "mindspore"), axis)
             if off > 1:
@@ -785,7 +790,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     for pair in pairs:
         tolerance = policy.resolve(pair.torch.name, pair.torch.kind)
         noise = _float64_noise(pair.torch) if use_fp64_reference else None
-        identity = tuple((r.shard, r.key, r.part, r.batch_read, r.position)
+        identity = tuple((r.shard, r.key, r.part, r.batch_read, r.position, r.axes)
                          for r in (pair.torch, pair.mindspore)) + (noise, tolerance)
         plan.append(_Planned(pair, tolerance, noise, identity, identity not in planned))
         planned.add(identity)

@@ -93,18 +93,24 @@ def different_operations(t: RecordInfo, m: RecordInfo) -> bool:
     return t.kind == "forward" and op_family(t.op) != op_family(m.op) \
         and not {t.op, m.op} & STRUCTURAL_OPS \
         and not ({op_family(t.op), op_family(m.op)} == {"dense", "conv"}
-                 and _dense_as_a_conv(t if op_family(t.op) == "conv" else m))
+                 and _dense_as_a_conv(t if op_family(t.op) == "conv" else m,
+                                      transposed=t.axes is not None or m.axes is not None))
 
 
-def _dense_as_a_conv(conv: RecordInfo) -> bool:
+def _dense_as_a_conv(conv: RecordInfo, transposed: bool = False) -> bool:
     """Whether a convolution computes a dense layer: a 1×1 kernel at stride 1 in one group,
-    whose output, and so its input, is one pixel (timm's DPN classifies its pooled features
-    with one, mindcv's port with nn.Dense: the correct port failed there, "different
-    operation")."""
+    unpadded, whose output, and so its input, is one pixel (timm's DPN classifies its pooled
+    features with one, mindcv's port with nn.Dense: the correct port failed there, "different
+    operation"), or at every pixel of a map the dense layer's side holds channels last
+    (``transposed``: timm's ConvNeXtV2 MLP, mindcv's)."""
     sizes = [conv.attrs.get(setting, 0) for setting in ("kernel_size", "stride")]
     ones = [size for given in sizes
             for size in (given if isinstance(given, (list, tuple)) else [given])]
-    return len(conv.shape) > 2 and all(size == 1 for size in [*ones, *conv.shape[2:]]) and \
+    padding = conv.attrs.get("padding", 0)     # a number, numbers, or a mode ("same")
+    unpadded = all(not isinstance(size, (int, float)) or size == 0
+                   for size in (padding if isinstance(padding, (list, tuple)) else [padding]))
+    return len(conv.shape) > 2 and all(size == 1 for size in ones) and unpadded and \
+        (transposed or all(size == 1 for size in conv.shape[2:])) and \
         conv.attrs.get("groups", conv.attrs.get("group")) == 1
 
 
