@@ -402,6 +402,14 @@ def test_a_block_holding_its_layers_itself_pairs_with_the_block_holding_theirs()
     assert alignment.mindspore_to_torch == {
         f"{port}.dwconv": f"{block}.conv_dw", f"{port}.pwconv1": f"{block}.mlp.fc1",
         f"{port}.act": f"{block}.mlp.act", f"{port}.pwconv2": f"{block}.mlp.fc2", port: block}
+    # a dropout channels last and an Identity channels first run at two points (timm's
+    # EdgeNeXt drops before transposing back, mindcv's runs its Identity after)
+    dropped = [*torch_records[:4], _forward(f"{block}.mlp.drop2", "dropout", (2, 6, 6, 8), 4),
+               *torch_records[4:]]
+    idle = [*ms_records[:4], _forward(f"{port}.drop_path", "identity", (2, 8, 6, 6), 4),
+            ms_records[4]]
+    assert f"{port}.drop_path" not in \
+        align_forward(dropped, idle, param_map=param_map).mindspore_to_torch
 
 
 def test_forward_alignment_by_order_op_and_shape():
