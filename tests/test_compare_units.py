@@ -1498,3 +1498,25 @@ def test_a_gelu_module_holding_no_setting_is_told_by_what_it_computes(form, reco
     assert t.op == m.op == "gelu" and not different_operations(t, m)
     assert t.attrs.get("approximate") == recorded
     assert bool(different_gelu_forms(t, m)) is flagged
+
+
+def test_an_input_held_in_another_layout_is_compared_by_its_sums():
+    """A module whose output one side holds channels last takes its input so too: the
+    sketches' projections (of the values in their order) differ by about the norm, and mindcv's
+    ConvNeXtV2 GELU, channels last, was told "input in another order". Its norm and sum of
+    magnitudes still tell a real difference."""
+    from parity.compare.inputs import first_input_difference
+    from parity.sketch import input_sketch, magnitude
+    values = np.random.default_rng(0).standard_normal((2, 8, 4, 4)).astype(np.float32)
+
+    def record(array, name):
+        return dataclasses.replace(_forward(name, "gelu", array.shape, 0), attrs={
+            "input_sketch": input_sketch(array), "input_magnitude": magnitude(array)})
+
+    t = record(values, "act")
+    channels_last = np.ascontiguousarray(values.transpose(0, 2, 3, 1))
+    m = record(channels_last, "act").transposed((0, 3, 1, 2))
+    assert first_input_difference(t, record(channels_last, "act")) > 0.5    # read in order
+    assert first_input_difference(t, m) < 1e-6
+    scaled = record(np.ascontiguousarray(channels_last * 1.01), "act").transposed((0, 3, 1, 2))
+    assert first_input_difference(t, scaled) == pytest.approx(0.01, rel=1e-3)

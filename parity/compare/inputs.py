@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from parity.compare import reorder
 from parity.records import Diagnosis, RecordInfo
 from parity.rundir import RunReader
 from parity.sketch import input_sketch, sketch_distance
@@ -27,7 +28,13 @@ Sketch = Dict[str, Any]
 def first_input_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
     """How far the module's first input on the MindSpore side is from torch's, relative to its
     norm; None when either side has no sketch of it (an integer input, a capture from before
-    the sketches)."""
+    the sketches). Where one side holds the module's output in another layout
+    (RecordInfo.transposed), its input is so too, and the sketches' projections, of the values
+    in their order, cannot be compared (mindcv's ConvNeXtV2 GELU, channels last, was told
+    "input in another order"): how far apart the norms and sums of magnitudes are, which the
+    distance is at least, stands for it."""
+    if t.axes is not None or m.axes is not None:
+        return reorder.sums_difference(t, m)
     return sketch_distance(t.attrs.get("input_sketch"), m.attrs.get("input_sketch"))
 
 
