@@ -62,6 +62,13 @@ SAME_PARENTS = 0.25
 # pair with (_holders): mindcv's ConvNeXtV2 block holds its dense layers itself, timm's in an
 # ``mlp`` module; the block was paired with that module's output, scored alike and run first.
 HOLDS_THE_SAME = 0.25
+# Two activations of different operations where nothing better pairs either: one computed in
+# place of the other, paired to be flagged (timm's MobileNetV1 applies ReLU6 inside its
+# BatchNormAct2d, mindcv's port a ReLU cell after its BatchNorm: left apart, the port failed
+# two blocks on, "extra operation in the port", the ReLU6 unnamed).
+ACTIVATION_OPS = ("relu", "relu6", "gelu", "silu", "sigmoid", "tanh", "leakyrelu", "hardswish",
+                  "hardsigmoid", "elu", "selu", "mish", "prelu")
+ANOTHER_ACTIVATION = 0.25
 # A tie-break between MindSpore records scored alike against a user's own torch module, far
 # below any score's step even summed over 10⁵ such pairs.
 LATER_GENERIC = 1e-6
@@ -567,6 +574,8 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
             value = 1.0
         elif t.normalised == m.normalised:
             return 0.5        # the same place, another op (ReLU for ReLU6): paired, then flagged
+        elif t.op in ACTIVATION_OPS and m.op in ACTIVATION_OPS and t.call == m.call:
+            return ANOTHER_ACTIVATION
         else:
             return 0.0
         if t.normalised == m.normalised:

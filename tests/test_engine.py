@@ -2326,17 +2326,24 @@ def test_a_norm_applying_its_activation_is_compared_after_it():
     assert wrapped.passed, (wrapped.first_divergence, wrapped.diagnosis)
 
 
-def test_an_operation_the_port_computes_in_place_of_torchs_is_named_on_both_sides():
+@pytest.mark.parametrize("ms_model, first, confidence, told", [
+    ("ms_relu_block", "act1", "certain", "torch act1 is silu, MindSpore act is relu"),
+    ("ms_softmax_block", "conv2", "likely",
+     "torch runs act1 (silu), MindSpore act (softmax) in its place")])
+def test_an_operation_the_port_computes_in_place_of_torchs_is_named_on_both_sides(
+        ms_model, first, confidence, told):
     """A SiLU named act1 ported as a ReLU named act (mindcv's MixNet squeeze-excite for timm's):
     unpaired, they were told "extra operation in the port: MindSpore runs act", torch's SiLU
-    unnamed."""
+    unnamed. Two activations pair now, and fail where they run (timm's MobileNetV1 ReLU6 inside
+    its BatchNormAct2d, mindcv's ReLU cell: told two blocks on); another operation in the
+    activation's place is named beside it at the next module."""
     import parity
     from tests import tiny
-    result = parity.check(tiny.torch_silu_block(), tiny.ms_relu_block(), image_size=16)
-    assert (result.first_divergence.name, result.first_divergence.kind) == ("conv2", "forward")
+    result = parity.check(tiny.torch_silu_block(), getattr(tiny, ms_model)(), image_size=16)
+    assert (result.first_divergence.name, result.first_divergence.kind) == (first, "forward")
     assert (result.diagnosis.cause, result.diagnosis.confidence) == \
-        ("different operation", "likely")
-    assert "torch runs act1 (silu), MindSpore act (relu) in its place" in result.diagnosis.detail
+        ("different operation", confidence)
+    assert told in result.diagnosis.detail, result.diagnosis.detail
 
 
 def test_branches_run_in_another_order_are_paired_by_their_weights():

@@ -2532,12 +2532,13 @@ class _TorchSiluBlock(tnn.Module):
 
 
 class _MsReluBlock(msnn.Cell):
-    """Its port with a ReLU named act in the SiLU's place (mindcv's MixNet squeeze-excite)."""
+    """Its port with a ReLU named act in the SiLU's place (mindcv's MixNet squeeze-excite), or
+    another cell."""
 
-    def __init__(self) -> None:
+    def __init__(self, act: Optional[msnn.Cell] = None) -> None:
         super().__init__()
         self.conv1 = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
-        self.act, self.fc = msnn.ReLU(), msnn.Dense(8, 10)
+        self.act, self.fc = act or msnn.ReLU(), msnn.Dense(8, 10)
         self.conv2 = msnn.Conv2d(8, 8, 3, pad_mode="pad", padding=1, has_bias=True)
 
     def construct(self, x):
@@ -2550,6 +2551,11 @@ def torch_silu_block() -> tnn.Module:
 
 def ms_relu_block() -> msnn.Cell:
     return _MsReluBlock()
+
+
+def ms_softmax_block() -> msnn.Cell:
+    """A softmax over the channels in the SiLU's place."""
+    return _MsReluBlock(msnn.Softmax(axis=1))
 
 
 class _MsWrapped(msnn.Cell):
