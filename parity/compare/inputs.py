@@ -31,8 +31,8 @@ def first_input_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
     the sketches). Where one side holds the module's output in another layout
     (RecordInfo.transposed), its input is so too, and the sketches' projections, of the values
     in their order, cannot be compared (mindcv's ConvNeXtV2 GELU, channels last, was told
-    "input in another order"): how far apart the norms and sums of magnitudes are, which the
-    distance is at least, stands for it."""
+    "input in another order"): how far apart their norms and sums of magnitudes are, which no
+    reordering moves, stands for it (the norms' alone bound the distance from below)."""
     if t.axes is not None or m.axes is not None:
         return reorder.sums_difference(t, m)
     return sketch_distance(t.attrs.get("input_sketch"), m.attrs.get("input_sketch"))
