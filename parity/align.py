@@ -95,14 +95,17 @@ def channels_to_torch_layout(t_shape: Sequence[int], m_shape: Sequence[int]
     """The transposition reading a port's output in torch's layout where one side holds its
     channels last and the other right after the batch (N×H×W×C, N×C×H×W); None otherwise, or
     where both readings fit and differ."""
-    rank = len(t_shape)
-    if rank < 3 or len(m_shape) != rank:
+    if len(t_shape) < 3 or len(m_shape) != len(t_shape):
         return None
-    port_last = (0, *range(2, rank), 1)         # torch's axes in the port's order
-    torch_last = (0, rank - 1, *range(1, rank - 1))
-    fitting = {order for order in (port_last, torch_last)       # one order at rank 3
+    fitting = {order for order in _channels_moved(len(t_shape))     # one order at rank 3
                if tuple(t_shape[axis] for axis in order) == tuple(m_shape)}
     return _inverse(fitting.pop()) if len(fitting) == 1 else None
+
+
+def _channels_moved(rank: int) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    """torch's axes in the order of the other side's layout where that side holds the channels
+    last, and where it holds them right after the batch (torch's last)."""
+    return (0, *range(2, rank), 1), (0, rank - 1, *range(1, rank - 1))
 
 
 def _inverse(order: Sequence[int]) -> Tuple[int, ...]:
@@ -493,8 +496,8 @@ class _Site(NamedTuple):
     def of(cls, record: RecordInfo) -> "_Site":
         base, _, call = record.name.partition("#")
         shape = tuple(record.shape)
-        moved = ((shape[0], *shape[2:], shape[1]), (shape[0], shape[-1], *shape[1:-1])) \
-            if len(shape) > 2 else ()
+        moved = tuple(tuple(shape[axis] for axis in order)
+                      for order in _channels_moved(len(shape))) if len(shape) > 2 else ()
         return cls(record.name, base, call, normalise(record.name), record.op, shape,
                    layout(shape), moved)
 
