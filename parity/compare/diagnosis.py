@@ -468,10 +468,12 @@ def _rows_read_in_another_order(t: RecordInfo, comparisons: Sequence[Comparison]
     another order (its ``q`` where torch reads ``k``; the rows a suggested map gave in the port's
     declaration order, a guess) differs right after them. The DPN-like port of tests/tiny.py
     declaring its side conv first was told only where to look."""
-    parent = t.name.partition("#")[0].rpartition(".")[0]
+    def parent(name: str) -> str:
+        return split_part(name)[0].partition("#")[0].rpartition(".")[0]
+
     parts = [f"{c.name} ({c.mindspore_name})" for c in comparisons
-             if c.kind == "forward" and c.passed and "[" in c.name + (c.mindspore_name or "")
-             and split_part(c.name)[0].partition("#")[0].rpartition(".")[0] == parent]
+             if c.kind == "forward" and c.passed and parent(c.name) == parent(t.name)
+             and any(split_part(name)[1] is not None for name in (c.name, c.mindspore_name or ""))]
     if not parts:
         return ""
     return (f" Beside it, {', '.join(parts[:4])}{' ...' if len(parts) > 4 else ''} are parts "
