@@ -69,6 +69,9 @@ HOLDS_THE_SAME = 0.25
 ACTIVATION_OPS = ("relu", "relu6", "gelu", "silu", "sigmoid", "tanh", "leakyrelu", "hardswish",
                   "hardsigmoid", "elu", "selu", "mish", "prelu")
 ANOTHER_ACTIVATION = 0.25
+# A torch container returning what a container inside it returns (timm's ResNetV2 stage, its
+# ``blocks``' output) is the same point twice; where the port draws one container there, the
+# other pairs with no operation of its own after it (_wrapping_containers).
 # A tie-break between MindSpore records scored alike against a user's own torch module, far
 # below any score's step even summed over 10⁵ such pairs.
 LATER_GENERIC = 1e-6
@@ -547,10 +550,13 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     pinned.update(overrides or {})
     targets = [pinned.get(m.name, pinned.get(m.base)) for m in ms_sites]   # None: not pinned
     holders = _holders(modules)
+    wrapping = _wrapping_containers(torch_records)
 
     def score(i: int, j: int) -> float:
         t, m, target = torch_sites[i], ms_sites[j], targets[j]
         pinned_here = None if target is None else target in (t.name, t.base) and t.call == m.call
+        if t.name in wrapping and m.op not in CONTAINER_OPS and not pinned_here:
+            return 0.0
         if t.name in applying and m.name not in ms_ending and m.op != GENERIC_OP and \
                 not pinned_here:
             return 0.0
@@ -768,6 +774,19 @@ def _containers_ending_apart(mapping: Mapping[str, str], torch_ends: Mapping[str
     return [ms_name for ms_name, torch_name in mapping.items()
             if ms_name in ms_ends and torch_name in torch_ends
             and mapping.get(ms_ends[ms_name]) != torch_ends[torch_name]]
+
+
+def _wrapping_containers(records: Sequence[RecordInfo]) -> Set[str]:
+    """The containers whose output is that of a container inside them (one stored tensor):
+    timm's ResNetV2 stage returns its ``blocks``'. Paired with the port's GroupNorm beginning
+    the next stage (mindcv's BiT, one container there, timm's norm computed inside its
+    GroupNormAct), a correct port failed at 3.5·10⁵× torch's float32 error."""
+    containers: Dict[Tuple[str, str], List[str]] = {}
+    for record in records:
+        if record.op in CONTAINER_OPS:
+            containers.setdefault((record.shard, record.key), []).append(record.name)
+    return {name for names in containers.values() for name in names
+            if any(other.startswith(name.split("#")[0] + ".") for other in names)}
 
 
 def _last_modules(records: Sequence[RecordInfo]) -> Dict[str, str]:

@@ -412,6 +412,34 @@ def test_a_block_holding_its_layers_itself_pairs_with_the_block_holding_theirs()
         align_forward(dropped, idle, param_map=param_map).mindspore_to_torch
 
 
+def test_a_stage_returning_what_its_blocks_return_pairs_with_no_operation_after_it():
+    """timm's ResNetV2 stage returns its ``blocks``' output (stored once, for both names);
+    mindcv's BiT has one container for it, and its next stage begins with a GroupNorm where
+    timm's norm runs inside its GroupNormAct: the stage was paired with that GroupNorm and a
+    port passing once its weight standardisation's eps was timm's failed there at 3.5·10⁵×.
+    A torch container returning a container's output pairs only with a container."""
+    def record(name, op, order, key=None):
+        return dataclasses.replace(_forward(name, op, (2, 8, 4, 4), order), key=key or name)
+
+    torch_records = [record("stem.conv", "conv2d", 0),
+                     record("stages.0.blocks.0", "module", 1, "stage"),
+                     record("stages.0.blocks", "sequential", 2, "stage"),
+                     record("stages.0", "module", 3, "stage"),
+                     record("stages.1.blocks.0.norm1.act", "relu", 4),
+                     record("stages.1.blocks.0.conv1", "conv2d", 5)]
+    ms_records = [record("conv1", "conv2d", 0), record("layer1.0", "module", 1, "layer"),
+                  record("layer1", "sequential", 2, "layer"),
+                  record("layer2.0.gn1", "groupnorm", 3), record("layer2.0.relu", "relu", 4),
+                  record("layer2.0.conv1", "conv2d", 5)]
+    alignment = align_forward(torch_records, ms_records, param_map={})
+    assert alignment.mindspore_to_torch == {
+        "conv1": "stem.conv", "layer1.0": "stages.0.blocks.0", "layer1": "stages.0.blocks",
+        "layer2.0.relu": "stages.1.blocks.0.norm1.act",
+        "layer2.0.conv1": "stages.1.blocks.0.conv1"}
+    assert alignment.unmatched_torch == ("stages.0",)
+    assert alignment.unmatched_mindspore == ("layer2.0.gn1",)
+
+
 def test_forward_alignment_by_order_op_and_shape():
     torch_records = [_forward("conv1", "conv2d", (2, 8, 4, 4), 0),
                      _forward("relu", "relu", (2, 8, 4, 4), 1),

@@ -4,9 +4,9 @@ classifiers (one with an attention mask, one with tied weights), a segmenter, a 
 U-Net-like classifier and a GroupNorm net that average over space right after their last norm,
 small MLPs, a net with an auxiliary head, a Transformer encoder layer, a net running a block
 again in its backward (activation checkpointing), weight- and spectral-normalised conv nets, a
-3-D conv net over video clips, ports MindSpore has no CPU kernels for (mindspore.mint.nn's,
-InstanceNorm2d), and nets a user might hand over as they are: built in float64,
-torch.compile'd, held as ``self.module``."""
+3-D conv net over video clips, a conv standardising its weight, ports MindSpore has no CPU
+kernels for (mindspore.mint.nn's, InstanceNorm2d), and nets a user might hand over as they
+are: built in float64, torch.compile'd, held as ``self.module``."""
 
 from __future__ import annotations
 
@@ -3101,3 +3101,58 @@ def ms_dense_mlp() -> msnn.Cell:
 def ms_dense_mlp_tanh_gelu() -> msnn.Cell:
     """Its GELU MindSpore's default, the tanh form."""
     return _ms_dense_mlp(approximate=True)
+
+
+# A conv standardising its weight before convolving (timm's StdConv2d, its eps an attribute),
+# ported with the eps written into the construct as a constant (mindcv's BiT: 1e-10, timm's
+# BiT 1e-8; here timm's default 1e-6, which a 3×3×3 kernel shows at this size).
+class _TorchStdConv(tnn.Conv2d):
+    def __init__(self, *args, eps: float = 1e-6, declared: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.constant = eps
+        if declared:
+            self.eps = eps
+
+    def forward(self, x):
+        weight = tnn.functional.batch_norm(self.weight.reshape(1, self.out_channels, -1),
+                                           None, None, training=True, momentum=0.0,
+                                           eps=self.constant).reshape_as(self.weight)
+        return self._conv_forward(x, weight, self.bias)
+
+
+class _MsStdConv(msnn.Conv2d):
+    def __init__(self, in_channels: int, out_channels: int, constant: float, declared: bool):
+        super().__init__(in_channels, out_channels, 3, pad_mode="pad", padding=1)
+        self.constant = constant
+        if declared:
+            self.eps = constant
+
+    def construct(self, x):
+        mean = self.weight.mean((1, 2, 3), keep_dims=True)
+        variance = ((self.weight - mean) ** 2).mean((1, 2, 3), keep_dims=True)
+        return self.conv2d(x, (self.weight - mean) / ops.sqrt(variance + self.constant))
+
+
+def torch_standardised_conv(declared: bool = True) -> tnn.Module:
+    return tnn.Sequential(_TorchStdConv(3, 8, 3, padding=1, bias=False, declared=declared),
+                          tnn.GroupNorm(2, 8), tnn.ReLU(), tnn.AdaptiveAvgPool2d(1),
+                          tnn.Flatten(), tnn.Linear(8, 10))
+
+
+def torch_standardised_conv_written() -> tnn.Module:
+    """Its eps written into its forward, declaring none."""
+    return torch_standardised_conv(declared=False)
+
+
+def ms_standardised_conv(constant: float = 1e-6, declared: bool = False) -> msnn.Cell:
+    return msnn.SequentialCell([_MsStdConv(3, 8, constant, declared), msnn.GroupNorm(2, 8),
+                                msnn.ReLU(), GlobalAvgPool(), msnn.Flatten(),
+                                msnn.Dense(8, 10)])
+
+
+def ms_standardised_conv_other_eps() -> msnn.Cell:
+    return ms_standardised_conv(constant=1e-10)
+
+
+def ms_standardised_conv_other_eps_declared() -> msnn.Cell:
+    return ms_standardised_conv(constant=1e-10, declared=True)

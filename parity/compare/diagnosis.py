@@ -170,6 +170,9 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"compare the construct of MindSpore {m.name} with torch's "
                                 f"forward (padding, eps, an extra or missing op).{other_inputs}",
                          confidence="guess")
+    undeclared = _eps_one_side_declares(t, m)
+    if undeclared is not None:
+        return undeclared
     few = _few_values_per_channel(first, t, torch_run)
     return Diagnosis(cause="small numerical drift",
                      detail=f"{first.name} is slightly beyond tolerance (max_rel "
@@ -179,6 +182,33 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                "computation to the next: a larger batch or image checks it "
                                "again." if few else ""),
                      confidence="guess")
+
+
+def _declared_eps(record: RecordInfo) -> Optional[float]:
+    value = record.attrs.get("eps", record.attrs.get("epsilon"))
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _eps_one_side_declares(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+    """A module with an eps setting paired with one without, their inputs matching and their
+    outputs drifting apart: the other side's eps is a constant in its code. timm's BiT
+    standardises its convs' weights with eps=1e-8, mindcv's port with a 1e-10 written into its
+    construct (6× torch's float32 error at the stem: "small numerical drift")."""
+    torch_eps, ms_eps = _declared_eps(t), _declared_eps(m)
+    if (torch_eps is None) == (ms_eps is None):
+        return None
+    if torch_eps is not None:
+        return Diagnosis(cause="eps only torch's module declares",
+                         detail=f"torch's {t.name} keeps eps={torch_eps:g}; MindSpore's "
+                                f"{m.name} has no eps or epsilon setting, its input matched and "
+                                "its output drifted: an eps written into its construct as a "
+                                f"constant is the likely cause. Give it {torch_eps:g}.",
+                         confidence="likely")
+    return Diagnosis(cause="eps only the port's module declares",
+                     detail=f"MindSpore's {m.name} keeps eps={ms_eps:g}; torch's {t.name} has "
+                            "no eps setting, its input matched and its output drifted: the eps "
+                            "torch's forward writes as a constant is the likely one to give "
+                            f"{m.name}.", confidence="likely")
 
 
 def _largest_error_before(first: Comparison, comparisons: Sequence[Comparison]) -> float:
