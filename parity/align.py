@@ -69,9 +69,6 @@ HOLDS_THE_SAME = 0.25
 ACTIVATION_OPS = ("relu", "relu6", "gelu", "silu", "sigmoid", "tanh", "leakyrelu", "hardswish",
                   "hardsigmoid", "elu", "selu", "mish", "prelu")
 ANOTHER_ACTIVATION = 0.25
-# A torch container returning what a container inside it returns (timm's ResNetV2 stage, its
-# ``blocks``' output) is the same point twice; where the port draws one container there, the
-# other pairs with no operation of its own after it (_wrapping_containers).
 # A tie-break between MindSpore records scored alike against a user's own torch module, far
 # below any score's step even summed over 10⁵ such pairs.
 LATER_GENERIC = 1e-6
@@ -555,6 +552,9 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     def score(i: int, j: int) -> float:
         t, m, target = torch_sites[i], ms_sites[j], targets[j]
         pinned_here = None if target is None else target in (t.name, t.base) and t.call == m.call
+        # a container returning a container's output is the same point as that one: where the
+        # port draws one container there, the other is left, never paired with the port's
+        # operation after it (_wrapping_containers)
         if t.name in wrapping and m.op not in CONTAINER_OPS and not pinned_here:
             return 0.0
         if t.name in applying and m.name not in ms_ending and m.op != GENERIC_OP and \

@@ -186,7 +186,8 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
 
 def _declared_eps(record: RecordInfo) -> Optional[float]:
     value = record.attrs.get("eps", record.attrs.get("epsilon"))
-    return float(value) if isinstance(value, (int, float)) else None
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if numeric else None
 
 
 def _eps_one_side_declares(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
