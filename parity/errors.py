@@ -116,14 +116,30 @@ def memory_ran_out(error: BaseException) -> str:
 FRAMING = re.compile(r"^(?:[\W_]*|- [^:]*:)$")
 
 
+# The lines a message's first line that leaves a bracket open goes on to, at most: a tensor's
+# repr inside a sentence (MindSpore's "The Tensor(shape=[1, 19], dtype=Float32, value=" and
+# "<uninitialized>) is uninitialized." on the next line).
+BRACKETED_LINES = 8
+
+
 def in_one_line(error: BaseException) -> str:
     """'ValueError: its message's first line': a framework's message can run to a C++ stack
     (--debug shows the rest). MindSpore frames some ("Unsupported op [InstanceNorm] on CPU"
-    after a rule, a heading and a rule): their first line that says something."""
+    after a rule, a heading and a rule): their first line that says something, with the lines
+    after it that close a bracket it leaves open."""
     lines = [line.strip() for line in str(error).strip().splitlines()]
-    first_line = next((line for line in lines if not FRAMING.match(line)),
-                      lines[0] if lines else "").rstrip(".")
+    start = next((i for i, line in enumerate(lines) if not FRAMING.match(line)), 0)
+    told = lines[start:start + 1]
+    for line in lines[start + 1:start + 1 + BRACKETED_LINES]:
+        if _brackets_open(" ".join(told)) <= 0:
+            break
+        told.append(line)
+    first_line = " ".join(told).rstrip(".")
     return f"{type(error).__name__}{': ' if first_line else ''}{first_line}"
+
+
+def _brackets_open(text: str) -> int:
+    return sum(text.count(b) for b in "([{") - sum(text.count(b) for b in ")]}")
 
 
 def damage(error: Exception) -> str:

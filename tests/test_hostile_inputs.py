@@ -1301,6 +1301,26 @@ def test_a_port_that_cannot_take_the_batch_torch_took_is_told_so(tmp_path):
                           f"the torch capture is kept in {tmp_path / 'run' / 'torch'}")
 
 
+@pytest.mark.parametrize("message, said", [
+    ("The Tensor(shape=[1, 19], dtype=Float32, value=\n<uninitialized>) is uninitialized. Maybe "
+     "the Tensor is create by initializer.\n\n-----\n- C++ Call Stack:\n-----\nfile.cc:973",
+     "RuntimeError: The Tensor(shape=[1, 19], dtype=Float32, value= <uninitialized>) is "
+     "uninitialized. Maybe the Tensor is create by initializer"),
+    ("\n----\n- Kernel select failed:\n----\nUnsupported op [InstanceNorm] on CPU\nmore",
+     "RuntimeError: Unsupported op [InstanceNorm] on CPU"),
+    ("Error(s) in loading state_dict for Net:\n\tMissing key(s) in state_dict: \"fc.weight\"",
+     "RuntimeError: Error(s) in loading state_dict for Net:"),
+    ("a tensor (\n" + "1\n" * 40 + ") never closed", "RuntimeError: a tensor ( 1 1 1 1 1 1 1 1")])
+def test_a_framework_message_is_told_in_one_line_its_sentence_whole(message, said):
+    """mindcv's RexNet builds a tensor MindSpore leaves uninitialised; its message breaks its
+    first sentence inside the tensor's repr, and the line said "The Tensor(shape=[1, 19],
+    dtype=Float32, value=". A line leaving a bracket open goes on to the lines closing it (a
+    few at most); a framed message is told from its first line that says something."""
+    from parity.errors import in_one_line
+    told = in_one_line(RuntimeError(message))
+    assert told == said
+
+
 @pytest.mark.parametrize("torch_model, ms_model, said", [
     ("torch_tiny", "ms_tiny_mint", "RuntimeError: The kernel Conv2DExt unregistered. "),
     pytest.param("torch_instance_normed", "ms_instance_normed",
