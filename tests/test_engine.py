@@ -2415,3 +2415,23 @@ def test_an_eps_only_one_side_declares_is_named_where_the_outputs_drift(torch_mo
     assert (other.first_divergence.name, other.first_divergence.kind) == ("0", "forward")
     assert (other.diagnosis.cause, other.diagnosis.confidence) == (cause, "likely")
     assert told in other.diagnosis.detail
+
+
+@pytest.mark.parametrize("ms_model, cause, told", [
+    ("ms_normed_then_pooled", "operations run in another order",
+     "MindSpore runs 2 just before 3; torch runs 3, holding the same weights, elsewhere, after 2"),
+    ("ms_normed_then_pooled_in_construct", "groupnorm runs on another shape",
+     "MindSpore's norm takes (2, 8, 16, 16), torch's 3 returns (2, 8, 1, 1)")])
+def test_a_norm_run_before_the_pooling_torch_runs_first_is_told_so(ms_model, cause, told):
+    """timm's PoolFormer pools, then normalises; mindcv's normalises the map, then pools (in
+    its construct): "groupnorm output shape differs" (a guess, naming stride, padding and
+    kernel size); with the pool a cell, the pools paired and "missing activation" was said."""
+    import torch
+
+    import parity
+    from tests import tiny
+    torch.manual_seed(0)
+    result = parity.check(tiny.torch_pooled_then_normed(), getattr(tiny, ms_model)(),
+                          image_size=16)
+    assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "likely")
+    assert told in result.diagnosis.detail

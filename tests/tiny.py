@@ -3156,3 +3156,34 @@ def ms_standardised_conv_other_eps() -> msnn.Cell:
 
 def ms_standardised_conv_other_eps_declared() -> msnn.Cell:
     return ms_standardised_conv(constant=1e-10, declared=True)
+
+
+# A head normalising the pooled features (timm's PoolFormer: pool, then GroupNorm), ported
+# normalising the map before pooling it (mindcv's): the norm runs on another shape.
+def torch_pooled_then_normed() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1), tnn.ReLU(), tnn.AdaptiveAvgPool2d(1),
+                          tnn.GroupNorm(2, 8), tnn.Flatten(), tnn.Linear(8, 10))
+
+
+def ms_normed_then_pooled() -> msnn.Cell:
+    return msnn.SequentialCell([msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True),
+                                msnn.ReLU(), msnn.GroupNorm(2, 8), GlobalAvgPool(),
+                                msnn.Flatten(), msnn.Dense(8, 10)])
+
+
+class _MsNormedThenPooledInConstruct(msnn.Cell):
+    """mindcv's PoolFormer head: the norm over the map, the mean taken in the construct."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.relu = msnn.ReLU()
+        self.norm = msnn.GroupNorm(2, 8)
+        self.fc = msnn.Dense(8, 10)
+
+    def construct(self, x):
+        return self.fc(self.norm(self.relu(self.conv(x))).mean((2, 3)))
+
+
+def ms_normed_then_pooled_in_construct() -> msnn.Cell:
+    return _MsNormedThenPooledInConstruct()

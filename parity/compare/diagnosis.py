@@ -9,17 +9,18 @@ failing both, the message says where to look ("guess").
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from parity.align import ACTIVATION_OPS, GENERIC_OP, module_map_from_parameters
 from parity.compare import functional, inputs, kernels, loss, optimizer, reorder, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.dropping import DropMismatch
 from parity.compare.settings import (counting_padding, settings_cause, softmax_axis,
                                      uncounted_padding)
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
-                                      frozen_on_one_side)
+                                      frozen_on_one_side, op_family)
 from parity.config import SHARED_STEP_SETTINGS, split_state
 from parity.records import Comparison, Diagnosis, RecordInfo, split_part
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
@@ -54,6 +55,11 @@ NEARLY_THE_SAME = 1e-3
 # one but for float32 rounding. Measured 8e-8 at most over the twelve attention softmaxes of
 # timm's XCiT (2×4×48 rows of 48), their attn_drop's recorded input magnitude.
 ROWS_SUMMING_TO_ONE = 1e-5
+# Operations returning the shape they take (op_family's names): one whose output shape differs
+# runs on another input, at another point of the computation (timm's PoolFormer normalises its
+# pooled features, mindcv's the map it pools after).
+SHAPE_KEEPING = ("batchnorm", "layernorm", "groupnorm", "instancenorm", "softmax", "logsoftmax",
+                 "dropout", "droppath", "identity", *ACTIVATION_OPS)
 # The records the shared step settings reach.
 AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
 
@@ -73,12 +79,36 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         (dropping.cause(t, m, torch_run.step_is_random) if dropping else None)
     if proven is not None:
         return proven
+    torch_left, ms_left = (set(unmatched.get(f"{side} forward", ()))
+                           for side in ("torch", "mindspore"))
+    kept = _shape_kept(t, m)
+    if tuple(t.shape) != tuple(m.shape) and kept is not None:
+        (side, keeping), (other, returning) = kept
+        before = _unmatched_just_before(t, torch_run, torch_left)
+        runs = f" torch runs {', '.join(before)} just before it." if before else ""
+        return Diagnosis(cause=f"{keeping.op} runs on another shape",
+                         detail=f"{keeping.op} returns the shape it takes: {side}'s "
+                                f"{keeping.name} takes {tuple(keeping.shape)}, {other}'s "
+                                f"{returning.name} returns {tuple(returning.shape)}, while every "
+                                "earlier output matched. The port runs it at another point: "
+                                "before a pooling, reshape or slice torch runs first, or after "
+                                f"one torch runs later.{runs}", confidence="likely")
     if tuple(t.shape) != tuple(m.shape):
         return Diagnosis(cause=f"{m.op or 'module'} output shape differs",
                          detail=f"torch {t.name} returns {tuple(t.shape)}, MindSpore {m.name} "
                                 f"{tuple(m.shape)}, while every earlier output matched: compare "
                                 "their settings (stride, padding, kernel size, ceil_mode, output "
                                 "size).", confidence="guess")
+    missing = _unmatched_just_before(t, torch_run, torch_left)
+    extra = _unmatched_just_before(m, ms_run, ms_left)
+    if _softmax_torch_applies_too(extra, t, ms_run):
+        extra = []
+    ms_modules = module_map_from_parameters(ms_run.manifest.get("param_map", {}))
+    torch_modules = {theirs: ours for ours, theirs in ms_modules.items()}
+    reordered = _reordered(("torch", t, missing, torch_run, torch_left, torch_modules),
+                           ("MindSpore", m, extra, ms_run, ms_left, ms_modules))
+    if reordered is not None:
+        return reordered
     missing_inside = [n for n in unmatched.get("torch forward", ())
                       if n.startswith(first.name + ".")]
     a, b = torch_run.tensor(t), ms_run.tensor(m)
@@ -93,16 +123,6 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return Diagnosis(cause="operation missing in the port",
                          detail=f"torch runs {', '.join(missing_inside)} inside {first.name}; "
                                 "the MindSpore cell has no counterpart.", confidence="likely")
-    torch_left, ms_left = (set(unmatched.get(f"{side} forward", ()))
-                           for side in ("torch", "mindspore"))
-    missing = _unmatched_just_before(t, torch_run, torch_left)
-    extra = _unmatched_just_before(m, ms_run, ms_left)
-    if _softmax_torch_applies_too(extra, t, ms_run):
-        extra = []
-    reordered = _reordered(("torch", t, missing, torch_run, torch_left),
-                           ("MindSpore", m, extra, ms_run, ms_left))
-    if reordered is not None:
-        return reordered
     if extra and missing and len(extra) == len(missing):
         return _replaced_cause(missing, extra, t, m, torch_run, ms_run)
     if extra:
@@ -182,6 +202,19 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                "computation to the next: a larger batch or image checks it "
                                "again." if few else ""),
                      confidence="guess")
+
+
+def _shape_kept(t: RecordInfo, m: RecordInfo
+                ) -> Optional[Tuple[Tuple[str, RecordInfo], Tuple[str, RecordInfo]]]:
+    """(side, record) of the pair's operation returning the shape it takes, the other's after
+    it, where the other is that operation too or a module of the user's own (timm's PoolFormer
+    head normalises with its GroupNorm1, a GroupNorm subclass)."""
+    sides = (("MindSpore", m), ("torch", t))
+    for (side, record), other in (sides, sides[::-1]):
+        if op_family(record.op) in SHAPE_KEEPING and \
+                other[1].op in (record.op, GENERIC_OP):
+            return (side, record), other
+    return None
 
 
 def _declared_eps(record: RecordInfo) -> Optional[float]:
@@ -360,18 +393,24 @@ def _holding_but_never_run(torch_modules: Sequence[str], ms_run: RunReader) -> L
     return cells
 
 
-def _reordered(*sides: Tuple[str, RecordInfo, List[str], RunReader, Set[str]]
+def _reordered(*sides: Tuple[str, RecordInfo, List[str], RunReader, Set[str], Dict[str, str]]
                ) -> Optional[Diagnosis]:
     """Modules one side runs just before the first divergence and the other side runs
     elsewhere: unmatched on both sides, since records pair in order (a MindSpore
     TransformerEncoderLayer(norm_first=True) for torch's post-norm one: its norm1 was called
     an extra operation with no torch counterpart). Each side: its name, its record of the
     first divergence, the unmatched modules it runs just before it, its run, all it left
-    unmatched."""
-    for (side, record, names, _, _), (other, _, _, other_run, other_left) in (sides, sides[::-1]):
-        there = _runs_after(names, other_run, other_left)
+    unmatched, and its modules' counterparts by their weights (a norm of another name:
+    timm's PoolFormer pools, then normalises, mindcv's normalises, then pools; the pools
+    paired, and "missing activation" was said)."""
+    for (side, record, names, _, _, modules), (other, _, _, other_run, other_left, _) in \
+            (sides, sides[::-1]):
+        counterparts = [_counterpart(name, modules) for name in names]
+        there = _runs_after(counterparts, other_run, other_left)
         if names and there:
             them, verb = ("it", "runs") if len(names) == 1 else ("them", "run")
+            if counterparts != names:
+                them = f"{', '.join(counterparts)}, holding the same weights,"
             return Diagnosis(cause="operations run in another order",
                              detail=f"{side} runs {', '.join(names)} just before {record.name}; "
                                     f"{other} {verb} {them} elsewhere, after {there}: the same "
@@ -379,6 +418,13 @@ def _reordered(*sides: Tuple[str, RecordInfo, List[str], RunReader, Set[str]]
                                     "block on one side and after it on the other, as "
                                     "norm_first sets).", confidence="likely")
     return None
+
+
+def _counterpart(name: str, modules: Mapping[str, str]) -> str:
+    """The other side's module of a record's name (its call index kept), where their weights
+    pair it with one; else the name itself."""
+    base, hash_, call = name.partition("#")
+    return modules.get(base, base) + hash_ + call
 
 
 def _runs_after(names: Sequence[str], run: RunReader, unmatched: Set[str]) -> str:
