@@ -206,9 +206,9 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
 
 def _shape_kept(t: RecordInfo, m: RecordInfo
                 ) -> Optional[Tuple[Tuple[str, RecordInfo], Tuple[str, RecordInfo]]]:
-    """(side, record) of the pair's operation returning the shape it takes, the other's after
-    it, where the other is that operation too or a module of the user's own (timm's PoolFormer
-    head normalises with its GroupNorm1, a GroupNorm subclass)."""
+    """((side, record) of the operation returning the shape it takes, (side, record) of its
+    pair), where its pair is that operation too or a module of the user's own (timm's
+    PoolFormer head normalises with its GroupNorm1, a GroupNorm subclass); None otherwise."""
     sides = (("MindSpore", m), ("torch", t))
     for (side, record), other in (sides, sides[::-1]):
         if op_family(record.op) in SHAPE_KEEPING and \
