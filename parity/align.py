@@ -198,8 +198,14 @@ def _signature(roles: Mapping[str, Tuple[str, Tuple[int, ...]]]) -> Tuple:
 
 def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
                      mindspore_params: Sequence[Tuple[str, Tuple[int, ...]]],
-                     overrides: Optional[Mapping[str, str]] = None) -> Alignment:
+                     overrides: Optional[Mapping[str, str]] = None,
+                     strides: Optional[Tuple[Mapping[str, int], Mapping[str, int]]] = None
+                     ) -> Alignment:
     """Match MindSpore parameters to torch state-dict entries.
+
+    ``strides``: torch's and the port's modules' largest strides (largest_stride), where known:
+    modules alike in what they hold but striding otherwise are no pair for the ordered pass
+    (timm's RegNet block holds its stride-1 conv1 first, mindcv's its strided shortcut conv).
 
     Order of evidence: an explicit override; the same name and layout; the same name and layout
     once MindSpore's roles are renamed (BatchNorm's gamma -> weight) and torch's weight_norm and
@@ -248,8 +254,13 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
 
     t_modules, m_modules = list(torch_grouped.items()), list(ms_grouped.items())
 
+    torch_strides, ms_strides = strides or ({}, {})
+
     def score(i: int, j: int) -> float:
         (t_name, t_roles), (m_name, m_roles) = t_modules[i], m_modules[j]
+        if None not in (torch_strides.get(t_name), ms_strides.get(m_name)) and \
+                torch_strides[t_name] != ms_strides[m_name]:
+            return 0.0
         if _signature(t_roles) != _signature(m_roles):
             return BIAS_THE_PORT_LACKS if _signature(
                 {role: held for role, held in t_roles.items() if role != "bias"}) == \
@@ -281,6 +292,16 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     return Alignment(mindspore_to_torch=mapping,
                      unmatched_torch=tuple(n for n, _ in torch_left),
                      unmatched_mindspore=tuple(n for n, _ in ms_left))
+
+
+def largest_stride(stride: object) -> Optional[int]:
+    """A module's stride setting as its largest step (2 for (1, 2): MindSpore's Conv1d keeps
+    its stride so), or None where it is none."""
+    steps = stride if isinstance(stride, (list, tuple)) else [stride]
+    if not steps or not all(isinstance(step, int) and not isinstance(step, bool)
+                            for step in steps):
+        return None
+    return max(steps)
 
 
 def _agreeing_parents(pairs: Sequence[Tuple[str, str]]) -> Set[Tuple[str, str]]:

@@ -24,8 +24,8 @@ from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequ
 
 import numpy as np
 
-from parity.align import (align_parameters, layout, module_map_from_parameters, split_param,
-                          torch_role)
+from parity.align import (align_parameters, largest_stride, layout, module_map_from_parameters,
+                          split_param, torch_role)
 from parity.errors import ParityInputError, first_few
 from parity.records import Alignment, Part, split_part, value_of
 
@@ -273,7 +273,9 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                   overrides: Optional[Mapping[str, str]] = None,
                   port_ties: Optional[Mapping[str, str]] = None,
                   left_out: Optional[Set[str]] = None,
-                  frozen: Optional[Set[str]] = None) -> Dict[str, str]:
+                  frozen: Optional[Set[str]] = None,
+                  strides: Optional[Tuple[Mapping[str, int], Mapping[str, int]]] = None
+                  ) -> Dict[str, str]:
     """MindSpore parameter name -> torch key, validated; raises listing every problem.
 
     ``mindspore_params`` is (name, shape, dtype) in the network's parameter order. A
@@ -288,14 +290,15 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     (``qkv.weight[0:32]`` -> ``q.weight``). ``frozen``: the port's
     parameters that take no gradient; those no torch tensor feeds, where no torch tensor is left
     over either, are constants the port computes itself (mindcv's Swin holds its relative
-    position index and window mask so) and keep its values (port_constants).
+    position index and window mask so) and keep its values (port_constants). ``strides``:
+    torch's and the port's modules' largest strides, where known (align_parameters).
     """
     tied = getattr(state_dict, "tied", {})
     torch_params = [(k, tuple(v.shape)) for k, v in state_dict.items()
                     if not is_ignored(k) and k not in tied]
     aligned = [(n, s) for n, s, _ in mindspore_params if not is_ignored(n)]
     ms_shapes = {n: (tuple(s), d) for n, s, d in mindspore_params}
-    alignment = align_parameters(torch_params, aligned, overrides)
+    alignment = align_parameters(torch_params, aligned, overrides, strides)
     fused = _fused_in_torch(state_dict, alignment, ms_shapes, overrides or {})
     joined = _fused_in_port(state_dict, alignment, ms_shapes, overrides or {})
     constants = [n for n in alignment.unmatched_mindspore if _a_port_constant(n, frozen)]
@@ -310,7 +313,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         apart = set(fused) | {part for parts in joined.values() for part in parts}
         alignment = align_parameters(
             [p for p in torch_params if p[0] not in apart and p[0] not in torch_constants],
-            [p for p in aligned if p[0] not in split and p[0] not in constants], overrides)
+            [p for p in aligned if p[0] not in split and p[0] not in constants], overrides,
+            strides)
     missing: List[str] = []     # the port's parameters no torch tensor goes to
     extra: List[str] = []       # torch tensors going to no parameter of the port
     problems: List[str] = []    # of the pairs made
@@ -716,16 +720,18 @@ class Transfer:
 
 
 def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
-                        overrides: Optional[Mapping[str, str]] = None) -> Transfer:
+                        overrides: Optional[Mapping[str, str]] = None,
+                        torch_strides: Optional[Mapping[str, int]] = None) -> Transfer:
     """Copy a torch state dict into a MindSpore network. Keys that all carry an outer prefix
     (a Lightning checkpoint's "model.") are tried without it when they do not fit as they
-    are."""
+    are. ``torch_strides``: torch's modules' largest strides, from its capture."""
     import mindspore as ms
     params = dict(net.parameters_and_names())
     frozen = {name for name, param in params.items() if not param.requires_grad}
     norm_defaults = frozen_norm_defaults(net)
+    strides = None if torch_strides is None else (torch_strides, _cell_strides(net))
     state_dict, plan = _names_that_fit(state_dict, mindspore_param_specs(net), overrides,
-                                       mindspore_ties(net), norm_defaults, frozen)
+                                       mindspore_ties(net), norm_defaults, frozen, strides)
     torch_shapes = {}
     joined: Dict[str, List[Tuple[int, np.ndarray]]] = {}     # port parameter -> its parts
     for ms_name, torch_name in plan.items():
@@ -745,6 +751,16 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
                  and not is_ignored(name) and _a_port_constant(name, frozen)]
     return Transfer(plan, torch_shapes, [key for key in state_dict if key not in taken],
                     constants)
+
+
+def _cell_strides(net) -> Dict[str, int]:
+    """The port's cells' largest strides (align.largest_stride), by cell path."""
+    found = {}
+    for name, cell in net.cells_and_names():
+        stride = largest_stride(getattr(cell, "stride", None))
+        if name and stride is not None:
+            found[name] = stride
+    return found
 
 
 # A norm's frozen parameters at their initial values, which MindSpore keeps where torch has none.
@@ -802,19 +818,22 @@ def frozen_norm_defaults(net) -> Set[str]:
 
 def _names_that_fit(state_dict: Mapping[str, np.ndarray], specs: Sequence,
                     overrides: Optional[Mapping[str, str]], ties: Mapping[str, str],
-                    left_out: Set[str], frozen: Set[str]
+                    left_out: Set[str], frozen: Set[str],
+                    strides: Optional[Tuple[Mapping[str, int], Mapping[str, int]]]
                     ) -> Tuple[Mapping[str, np.ndarray], Dict[str, str]]:
     """The state dict, without its keys' outer prefix if only that way they fit, and its
     transfer plan; if neither fits, the refusal naming fewer problems."""
     try:
-        return state_dict, plan_transfer(state_dict, specs, overrides, ties, left_out, frozen)
+        return state_dict, plan_transfer(state_dict, specs, overrides, ties, left_out, frozen,
+                                         strides)
     except TransferRefused as as_they_are:
         prefix = outer_prefix(state_dict)
         if not prefix:
             raise
         inner = without_prefix(state_dict, prefix)
         try:
-            return inner, plan_transfer(inner, specs, overrides, ties, left_out, frozen)
+            return inner, plan_transfer(inner, specs, overrides, ties, left_out, frozen,
+                                        strides)
         except TransferRefused as without:
             raise min(as_they_are, without, key=lambda refusal: refusal.problems) from None
 

@@ -194,6 +194,33 @@ def test_parameters_align_by_structure_when_names_differ():
     assert alignment.mindspore_to_torch["classifier.bias"] == "fc.bias"
 
 
+
+def test_modules_alike_but_for_their_stride_pair_by_their_stride():
+    """timm's RegNet block holds conv1 (1×1, stride 1) first and its shortcut's 1×1 conv
+    (stride 2) last; mindcv's holds its shortcut ``proj`` first. In order, proj took conv1's
+    weights and the port failed at once, "conv2d stride differs" (certain) for a correct port.
+    The captured strides keep a downsampling conv from a conv that is none."""
+    def conv_and_norm(conv, norm, shape, ms=False):
+        roles = ("gamma", "beta") if ms else ("weight", "bias")
+        return [(f"{conv}.weight", shape), *((f"{norm}.{role}", (shape[0],)) for role in roles)]
+
+    torch_params = [*conv_and_norm("b1.conv1.conv", "b1.conv1.bn", (48, 32, 1, 1)),
+                    *conv_and_norm("b1.conv2.conv", "b1.conv2.bn", (48, 8, 3, 3)),
+                    *conv_and_norm("b1.downsample.conv", "b1.downsample.bn", (48, 32, 1, 1))]
+    ms_params = [*conv_and_norm("block.proj", "block.bn", (48, 32, 1, 1), ms=True),
+                 *conv_and_norm("block.f.a", "block.f.a_bn", (48, 32, 1, 1), ms=True),
+                 *conv_and_norm("block.f.b", "block.f.b_bn", (48, 8, 3, 3), ms=True)]
+    in_order = align_parameters(torch_params, ms_params).mindspore_to_torch
+    assert in_order["block.proj.weight"] == "b1.conv1.conv.weight"
+    strides = ({"b1.conv1.conv": 1, "b1.conv2.conv": 2, "b1.downsample.conv": 2},
+               {"block.proj": 2, "block.f.a": 1, "block.f.b": 2})
+    alignment = align_parameters(torch_params, ms_params, strides=strides)
+    assert alignment.unmatched_torch == alignment.unmatched_mindspore == ()
+    assert {ms: t for ms, t in alignment.mindspore_to_torch.items() if "weight" in ms} == {
+        "block.proj.weight": "b1.downsample.conv.weight",
+        "block.f.a.weight": "b1.conv1.conv.weight", "block.f.b.weight": "b1.conv2.conv.weight"}
+    assert alignment.mindspore_to_torch["block.bn.gamma"] == "b1.downsample.bn.weight"
+
 def test_a_name_naming_another_layout_gives_way_to_structure():
     """torch's stem conv, BatchNorm and ReLU in a Sequential of their own, the port's flat:
     the port's BatchNorm 1 was given torch's conv 1's weight by name (a (8,) gamma for an

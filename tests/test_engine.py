@@ -2435,3 +2435,17 @@ def test_a_norm_run_before_the_pooling_torch_runs_first_is_told_so(ms_model, cau
                           image_size=16)
     assert (result.diagnosis.cause, result.diagnosis.confidence) == (cause, "likely")
     assert told in result.diagnosis.detail
+
+
+def test_a_port_holding_its_strided_shortcut_first_gets_each_conv_its_weights():
+    """timm's RegNet block holds its stride-1 conv1 first and its shortcut's strided 1×1 conv
+    last, mindcv's the shortcut's first, alike in shape: the shortcut took conv1's weights and
+    a correct port failed at once, "conv2d stride differs" (certain). The torch capture's
+    strides now tell them apart (mindcv's RegNetY-400MF against timm's passes)."""
+    import torch
+
+    import parity
+    from tests import tiny
+    torch.manual_seed(0)
+    result = parity.check(tiny.torch_shortcut_last(), tiny.ms_shortcut_first(), image_size=16)
+    assert result.passed, (result.first_divergence, result.diagnosis)

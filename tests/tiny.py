@@ -3187,3 +3187,45 @@ class _MsNormedThenPooledInConstruct(msnn.Cell):
 
 def ms_normed_then_pooled_in_construct() -> msnn.Cell:
     return _MsNormedThenPooledInConstruct()
+
+
+# A block downsampling in its 3×3 conv and in a 1×1 conv on its shortcut, alike in what it holds
+# to its first 1×1 conv (timm's RegNet: conv1 held first, downsample last), ported holding the
+# shortcut's conv first (mindcv's: proj, then the branch).
+class _TorchShortcutLast(tnn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = tnn.Sequential(tnn.Conv2d(8, 8, 1, bias=False), tnn.BatchNorm2d(8))
+        self.conv2 = tnn.Sequential(tnn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False),
+                                    tnn.BatchNorm2d(8))
+        self.downsample = tnn.Sequential(tnn.Conv2d(8, 8, 1, stride=2, bias=False),
+                                         tnn.BatchNorm2d(8))
+
+    def forward(self, x):
+        return torch.relu(self.conv2(torch.relu(self.conv1(x))) + self.downsample(x))
+
+
+class _MsShortcutFirst(msnn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.proj = msnn.Conv2d(8, 8, 1, stride=2)
+        self.bn = msnn.BatchNorm2d(8)
+        self.a = msnn.Conv2d(8, 8, 1)
+        self.a_bn = msnn.BatchNorm2d(8)
+        self.b = msnn.Conv2d(8, 8, 3, stride=2, pad_mode="pad", padding=1)
+        self.b_bn = msnn.BatchNorm2d(8)
+
+    def construct(self, x):
+        branch = self.b_bn(self.b(ops.relu(self.a_bn(self.a(x)))))
+        return ops.relu(branch + self.bn(self.proj(x)))
+
+
+def torch_shortcut_last() -> tnn.Module:
+    return tnn.Sequential(tnn.Conv2d(3, 8, 3, padding=1, bias=False), _TorchShortcutLast(),
+                          tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))
+
+
+def ms_shortcut_first() -> msnn.Cell:
+    return msnn.SequentialCell([msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1),
+                                _MsShortcutFirst(), GlobalAvgPool(), msnn.Flatten(),
+                                msnn.Dense(8, 10)])

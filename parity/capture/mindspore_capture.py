@@ -14,6 +14,7 @@ from typing import (Any, Callable, Collection, Dict, FrozenSet, Iterator, List, 
 
 import numpy as np
 
+from parity.align import largest_stride
 from parity.capture.batch import Batch, batch_for, input_name
 from parity.capture.common import (PhaseClock, failure_explained, manifest_meta,
                                    numpy_on_one_thread, refuse_map_names_not_in,
@@ -90,8 +91,9 @@ def _set_synchronous(synchronous: bool) -> None:
         logger.setLevel(level)
 
 
-def _reference_inputs(reference: Path) -> Tuple[Path, Batch, Dict[str, Any]]:
-    """The torch capture's starting-point weights file, its batch, and its manifest."""
+def _reference_inputs(reference: Path) -> Tuple[Path, Batch, Dict[str, Any], Dict[str, int]]:
+    """The torch capture's starting-point weights file, its batch, its manifest, and its
+    modules' largest strides (align.largest_stride), read from their forward records."""
     run = RunReader.open(reference)
     if run.framework != "torch":
         raise ParityInputError(f"--reference {reference} is a {run.framework} capture; "
@@ -103,7 +105,10 @@ def _reference_inputs(reference: Path) -> Tuple[Path, Batch, Dict[str, Any]]:
     while input_name(len(inputs)) in by_name:       # input, input1, input2...
         inputs.append(run.tensor(by_name[input_name(len(inputs))]))
     batch = Batch(tuple(inputs), run.tensor(by_name["target"]))
-    return reference / INITIAL_WEIGHTS, batch, run.manifest
+    strides = {record.name.partition("#")[0]: largest_stride(record.attrs.get("stride"))
+               for record in run.records if record.kind == "forward"}
+    return reference / INITIAL_WEIGHTS, batch, run.manifest, \
+        {module: stride for module, stride in strides.items() if stride is not None}
 
 
 # MindSpore 2.8.0 refuses a gradient hook on a tensor no gradient flows to (a cell's output
@@ -304,8 +309,10 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
     # that the two captures it is given belong together
     starts_from: Dict[str, str] = {}
     torch_no_gradient: Collection[str] = ()     # parameters torch's step left as they were
+    torch_strides: Optional[Dict[str, int]] = None      # by module, where the capture knows
     if reference is not None:
-        reference_weights, batch, reference_manifest = _reference_inputs(reference)
+        reference_weights, batch, reference_manifest, torch_strides = \
+            _reference_inputs(reference)
         torch_no_gradient = frozenset(reference_manifest.get("no_gradient", ()))
         num_classes = reference_manifest.get("config", {}).get("num_classes")
         # the seed that drew the weights and batch taken from the reference, not the caller's
@@ -327,7 +334,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         build_mindspore_model(factory, num_classes=num_classes)
     _name_parameters_by_path(net)
     refuse_map_names_not_in_port(net, overrides or {})
-    transfer = load_into_mindspore(net, load_state_dict(weights), overrides)
+    transfer = load_into_mindspore(net, load_state_dict(weights), overrides, torch_strides)
     param_map, torch_shapes = transfer.plan, transfer.torch_shapes
     initial = _InitialState(net, weights, param_map)
     left_out = {param_map[p.name]: p for p in net.trainable_params()
