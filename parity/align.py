@@ -69,6 +69,11 @@ HOLDS_THE_SAME = 0.25
 ACTIVATION_OPS = ("relu", "relu6", "gelu", "silu", "sigmoid", "tanh", "leakyrelu", "hardswish",
                   "hardsigmoid", "elu", "selu", "mish", "prelu")
 ANOTHER_ACTIVATION = 0.25
+# Modules alike in what they hold whose strides differ (align_parameters' strides): still a
+# pair, a port's stride may be its bug (ResNet v1's on the 1×1 conv for v1.5's on the 3×3),
+# but below a pair striding alike beside them (timm's RegNet block holds its stride-1 conv1
+# first, mindcv's its strided shortcut conv: the shortcut took conv1's weights).
+STRIDING_OTHERWISE = 1.0
 # A tie-break between MindSpore records scored alike against a user's own torch module, far
 # below any score's step even summed over 10⁵ such pairs.
 LATER_GENERIC = 1e-6
@@ -204,8 +209,8 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     """Match MindSpore parameters to torch state-dict entries.
 
     ``strides``: torch's and the port's modules' largest strides (largest_stride), where known:
-    modules alike in what they hold but striding otherwise are no pair for the ordered pass
-    (timm's RegNet block holds its stride-1 conv1 first, mindcv's its strided shortcut conv).
+    modules alike in what they hold but striding otherwise pair below those striding alike
+    (STRIDING_OTHERWISE).
 
     Order of evidence: an explicit override; the same name and layout; the same name and layout
     once MindSpore's roles are renamed (BatchNorm's gamma -> weight) and torch's weight_norm and
@@ -258,16 +263,16 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
 
     def score(i: int, j: int) -> float:
         (t_name, t_roles), (m_name, m_roles) = t_modules[i], m_modules[j]
-        if None not in (torch_strides.get(t_name), ms_strides.get(m_name)) and \
-                torch_strides[t_name] != ms_strides[m_name]:
-            return 0.0
         if _signature(t_roles) != _signature(m_roles):
             return BIAS_THE_PORT_LACKS if _signature(
                 {role: held for role, held in t_roles.items() if role != "bias"}) == \
                 _signature(m_roles) else 0.0
         same_path = normalise(t_name) == normalise(m_name)
         same_leaf = normalise(_leaf(t_name)) == normalise(_leaf(m_name))
-        return 2.0 + (1.0 if same_path else SAME_LEAF if same_leaf else 0.0)
+        striding = None not in (torch_strides.get(t_name), ms_strides.get(m_name)) and \
+            torch_strides[t_name] != ms_strides[m_name]
+        return 2.0 + (1.0 if same_path else SAME_LEAF if same_leaf else 0.0) - \
+            (STRIDING_OTHERWISE if striding else 0.0)
 
     in_order = align_sequences(len(t_modules), len(m_modules), score)
     agreeing = _agreeing_parents([(t_modules[i][0], m_modules[j][0]) for i, j in in_order])

@@ -2449,3 +2449,11 @@ def test_a_port_holding_its_strided_shortcut_first_gets_each_conv_its_weights():
     torch.manual_seed(0)
     result = parity.check(tiny.torch_shortcut_last(), tiny.ms_shortcut_first(), image_size=16)
     assert result.passed, (result.first_divergence, result.diagnosis)
+    # a stride that does differ is still told, the conv paired by what is left: ResNet v1's
+    # stride on the 1×1 conv for v1.5's on the 3×3
+    torch.manual_seed(0)
+    v1 = parity.check(tiny.torch_shortcut_last(), tiny.ms_shortcut_last_strided_1x1(),
+                      image_size=16)
+    assert (v1.first_divergence.name, v1.first_divergence.mindspore_name) == \
+        ("1.conv1.0", "1.a")
+    assert (v1.diagnosis.cause, v1.diagnosis.confidence) == ("conv2d stride differs", "certain")

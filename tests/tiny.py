@@ -3206,14 +3206,21 @@ class _TorchShortcutLast(tnn.Module):
 
 
 class _MsShortcutFirst(msnn.Cell):
-    def __init__(self):
+    def __init__(self, strided_first: bool = False, shortcut_first: bool = True):
         super().__init__()
+        if shortcut_first:
+            self._shortcut()
+        self.a = msnn.Conv2d(8, 8, 1, stride=2 if strided_first else 1)
+        self.a_bn = msnn.BatchNorm2d(8)
+        self.b = msnn.Conv2d(8, 8, 3, stride=1 if strided_first else 2, pad_mode="pad",
+                             padding=1)
+        self.b_bn = msnn.BatchNorm2d(8)
+        if not shortcut_first:
+            self._shortcut()
+
+    def _shortcut(self):
         self.proj = msnn.Conv2d(8, 8, 1, stride=2)
         self.bn = msnn.BatchNorm2d(8)
-        self.a = msnn.Conv2d(8, 8, 1)
-        self.a_bn = msnn.BatchNorm2d(8)
-        self.b = msnn.Conv2d(8, 8, 3, stride=2, pad_mode="pad", padding=1)
-        self.b_bn = msnn.BatchNorm2d(8)
 
     def construct(self, x):
         branch = self.b_bn(self.b(ops.relu(self.a_bn(self.a(x)))))
@@ -3225,7 +3232,13 @@ def torch_shortcut_last() -> tnn.Module:
                           tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(8, 10))
 
 
-def ms_shortcut_first() -> msnn.Cell:
+def ms_shortcut_first(strided_first: bool = False, shortcut_first: bool = True) -> msnn.Cell:
     return msnn.SequentialCell([msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1),
-                                _MsShortcutFirst(), GlobalAvgPool(), msnn.Flatten(),
-                                msnn.Dense(8, 10)])
+                                _MsShortcutFirst(strided_first, shortcut_first),
+                                GlobalAvgPool(), msnn.Flatten(), msnn.Dense(8, 10)])
+
+
+def ms_shortcut_last_strided_1x1() -> msnn.Cell:
+    """Its shortcut held last, as torch's, and the branch's stride on its 1×1 conv, where
+    ResNet v1 puts it (torchvision's v1.5 on the 3×3): the classic port of the other paper."""
+    return ms_shortcut_first(strided_first=True, shortcut_first=False)

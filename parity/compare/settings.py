@@ -70,7 +70,10 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     if what and str(ma.get("pad_mode", "")).lower() == "same":
         stride = ma.get("stride", 1)
         strided = any(s > 1 for s in (stride if isinstance(stride, list) else [stride]))
-        if strided or op_family(m.op) == "maxpool":
+        # a window of one pads nothing in 'same' mode at any stride, as torch's padding=0
+        single = set(_as_pair(ma.get("kernel_size", 0))) == {1} and \
+            not any(_as_pair(ta.get("padding", 0)))
+        if (strided or op_family(m.op) == "maxpool") and not single:
             padding = _one_if_all_equal(ta.get("padding"))
             return Diagnosis(
                 cause=f"{what} pad_mode='same' with stride > 1",
