@@ -19,7 +19,7 @@ from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.dropping import DropMismatch
 from parity.compare.settings import (counting_padding, settings_cause, softmax_axis,
                                      uncounted_padding)
-from parity.compare.structure import (FROZEN_ON_ONE_SIDE, different_drop_rates,
+from parity.compare.structure import (FROZEN_ON_ONE_SIDE, declared_eps, different_drop_rates,
                                       frozen_on_one_side, op_family)
 from parity.config import SHARED_STEP_SETTINGS, split_state
 from parity.records import Comparison, Diagnosis, RecordInfo, split_part
@@ -217,18 +217,12 @@ def _shape_kept(t: RecordInfo, m: RecordInfo
     return None
 
 
-def _declared_eps(record: RecordInfo) -> Optional[float]:
-    value = record.attrs.get("eps", record.attrs.get("epsilon"))
-    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if numeric else None
-
-
 def _eps_one_side_declares(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     """A module with an eps setting paired with one without, their inputs matching and their
     outputs drifting apart: the other side's eps is a constant in its code. timm's BiT
     standardises its convs' weights with eps=1e-8, mindcv's port with a 1e-10 written into its
     construct (6× torch's float32 error at the stem: "small numerical drift")."""
-    torch_eps, ms_eps = _declared_eps(t), _declared_eps(m)
+    torch_eps, ms_eps = declared_eps(t), declared_eps(m)
     if (torch_eps is None) == (ms_eps is None):
         return None
     if torch_eps is not None:

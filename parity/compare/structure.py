@@ -124,11 +124,18 @@ def different_eps(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[str, float, fl
     its every norm at 224² with 1e-7 for timm's 1e-6), trained weights may. 1e-3 relative
     tolerates an eps held in float32."""
     norm = NORM_NAMES.get(op_family(t.op)) if op_family(t.op) == op_family(m.op) else None
-    t_eps, m_eps = t.attrs.get("eps"), m.attrs.get("eps", m.attrs.get("epsilon"))
-    if norm and t.kind == "forward" and isinstance(t_eps, (int, float)) and \
-            isinstance(m_eps, (int, float)) and not np.isclose(t_eps, m_eps, rtol=1e-3):
-        return norm, float(t_eps), float(m_eps)
+    t_eps, m_eps = declared_eps(t), declared_eps(m)
+    if norm and t.kind == "forward" and None not in (t_eps, m_eps) and \
+            not np.isclose(t_eps, m_eps, rtol=1e-3):
+        return norm, t_eps, m_eps
     return None
+
+
+def declared_eps(record: RecordInfo) -> Optional[float]:
+    """The eps a module's settings hold (MindSpore's nn.LayerNorm names it epsilon), or None."""
+    value = record.attrs.get("eps", record.attrs.get("epsilon"))
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if numeric else None
 
 
 def batch_statistics_in_eval_on_torch_only(t: RecordInfo, m: RecordInfo) -> bool:
