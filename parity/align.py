@@ -215,12 +215,13 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
     Order of evidence: an explicit override; the same name and layout; the same name and layout
     once MindSpore's roles are renamed (BatchNorm's gamma -> weight) and torch's weight_norm and
     spectral_norm parametrizations' are given their older names (weight_g, weight_orig...);
-    then whole modules matched by their (role, layout) signature in order; then the same name
-    in another layout, which the weight transfer refuses naming both shapes (a port holding
-    torch's nested stem flat names its BatchNorm ``1`` where torch's ``1`` is the next conv:
-    its gamma was given that conv's weight by name); then names agreeing but for separators
-    (_named_but_for_separators); then the modules left, by signature in any order
-    (_modules_by_signature); last, what is left on both sides, one to one in order
+    then whole modules matched by their (role, layout) signature in order; then names agreeing
+    but for separators (_named_but_for_separators); then the modules left, by signature in any
+    order (_modules_by_signature); then the same name in another layout, which the weight
+    transfer refuses naming both shapes, unless it holds the same values flattened (a port
+    holding torch's nested stem flat names its BatchNorm ``1`` where torch's ``1`` is the next
+    conv: its gamma was given that conv's weight by name; timm's Swin and mindcv's name
+    different patch mergings alike); last, what is left on both sides, one to one in order
     where every pair agrees (_leftovers_in_order).
     """
     torch_names = {older_name(name): name for name, _ in torch_params}
@@ -284,14 +285,14 @@ def align_parameters(torch_params: Sequence[Tuple[str, Tuple[int, ...]]],
 
     for i, j in align_sequences(len(t_modules), len(m_modules), score_in_context):
         mapping.update(_paired_roles(t_modules[i][1], m_modules[j][1], torch_names, ms_original))
+    mapping.update(_named_but_for_separators(*left(), torch_params, mindspore_params))
+    mapping.update(_modules_by_signature(*in_torch_terms(*left()), mapping, torch_names,
+                                         ms_original))
     used = {split_part(name)[0] for name in mapping.values()}
     for ms_name, torch_name in misfits.items():
         if ms_name not in mapping and torch_name not in used:
             mapping[ms_name] = torch_name
             used.add(torch_name)
-    mapping.update(_named_but_for_separators(*left(), torch_params, mindspore_params))
-    mapping.update(_modules_by_signature(*in_torch_terms(*left()), mapping, torch_names,
-                                         ms_original))
     mapping.update(_leftovers_in_order(*left(), mapping))
     torch_left, ms_left = left()
     return Alignment(mindspore_to_torch=mapping,
@@ -392,9 +393,12 @@ def _leftovers_in_order(torch_left: Sequence[Tuple[str, Tuple[int, ...]]],
                         ms_left: Sequence[Tuple[str, Tuple[int, ...]]],
                         mapping: Mapping[str, str]) -> Dict[str, str]:
     """The parameters left on each side paired one to one in order, where there are as many
-    on each side, each pair has one layout, and each lies in the module its siblings' mapping
-    says: a role named otherwise on each side (torchvision's ConvNeXt holds each block's layer
-    scale as ``layer_scale`` (C, 1, 1), mindcv's as ``gamma_`` (C,): 18 left on each side).
+    on each side, each pair holds its values in one order (same_order), and each lies in the
+    module its siblings' mapping says: a role named otherwise on each side (torchvision's
+    ConvNeXt holds each block's layer scale as ``layer_scale`` (C, 1, 1), mindcv's as ``gamma_``
+    (C,): 18 left on each side); a layer one side computes as a conv over its whole input map,
+    the other as a dense layer over the flattened map (timm's VGG, (4096, 512, 7, 7); mindcv's,
+    (4096, 25088)).
     Else nothing: a port missing one parameter is refused naming what is left."""
     if not torch_left or len(torch_left) != len(ms_left):
         return {}
@@ -406,7 +410,7 @@ def _leftovers_in_order(torch_left: Sequence[Tuple[str, Tuple[int, ...]]],
         # (timm's PoolFormer: layer_scale1.scale, mindcv's layer_scale_1 on the block)
         holder = torch_module if _holds_paired(torch_module, modules) else \
             split_param(torch_module)[0]
-        if layout(torch_shape) != layout(ms_shape) or \
+        if not same_order(torch_shape, ms_shape) or \
                 not _sibling_modules_agree(ms_module, holder, modules):
             return {}
         pairs[ms_name] = torch_name

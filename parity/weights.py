@@ -24,8 +24,8 @@ from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequ
 
 import numpy as np
 
-from parity.align import (align_parameters, largest_stride, layout, module_map_from_parameters,
-                          split_param, torch_role)
+from parity.align import (align_parameters, largest_stride, module_map_from_parameters,
+                          same_order, split_param, torch_role)
 from parity.errors import ParityInputError, first_few
 from parity.records import Alignment, Part, split_part, value_of
 
@@ -315,8 +315,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
             [p for p in torch_params if p[0] not in apart and p[0] not in torch_constants],
             [p for p in aligned if p[0] not in split and p[0] not in constants], overrides,
             strides)
-    missing: List[str] = []     # the port's parameters no torch tensor goes to
-    extra: List[str] = []       # torch tensors going to no parameter of the port
+    missing: Dict[str, str] = {}    # the port's parameters no torch tensor goes to: why
+    extra: Dict[str, str] = {}      # torch tensors going to no parameter of the port: why
     problems: List[str] = []    # of the pairs made
     mapping = dict(alignment.mindspore_to_torch)
     for torch_name, parts in fused.items():
@@ -351,8 +351,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         elif group and role == "gamma" and _torch_holds_beside(name, state_dict):
             advice = f": torch's {module} has no weight or bias (a norm built with " \
                 f"affine=False or elementwise_affine=False); {freeze}"
-        missing.append(f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch "
-                       f"tensor (missing key){advice}")
+        missing[name] = f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch " \
+            f"tensor (missing key){advice}"
     transferred = set(alignment.mindspore_to_torch.values())
     for name in alignment.unmatched_torch:
         if _a_tie_the_file_lost(state_dict, name, alignment.mindspore_to_torch, port_ties):
@@ -372,11 +372,11 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         if alike and not why:
             why = f": the port ties {', '.join(alike)} (one parameter), torch does not; " \
                 "untie the port's"
-        extra.append(f"torch tensor {name} {shape} is used by no MindSpore parameter "
-                     f"(extra key){why}")
+        extra[name] = f"torch tensor {name} {shape} is used by no MindSpore parameter " \
+            f"(extra key){why}"
     if extra:       # torch holds a tensor no parameter took: the frozen ones may be its
-        missing.extend(f"MindSpore parameter {name} {ms_shapes[name][0]} (frozen) receives "
-                       "no torch tensor (missing key)" for name in constants)
+        missing.update((name, f"MindSpore parameter {name} {ms_shapes[name][0]} (frozen) "
+                        "receives no torch tensor (missing key)") for name in constants)
     seen: Dict[str, str] = {}
     misfits: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = []
     for ms_name, torch_name in mapping.items():
@@ -389,7 +389,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         seen[torch_name] = ms_name
         value = value_of(state_dict, torch_name)
         t_shape, (m_shape, m_dtype) = tuple(value.shape), _port_shape(ms_shapes, ms_name)
-        if layout(t_shape) != layout(m_shape):
+        if not same_order(t_shape, m_shape):    # a conv's weight flattened fits a dense's
             transposed = ", its transpose: the port holds the weight as (in, out) for x @ W; " \
                 "parity transfers no transposes: hold it as (out, in) and compute x @ W.T, " \
                 "as nn.Dense does" if len(t_shape) == 2 and t_shape[::-1] == m_shape else ""
@@ -405,7 +405,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         hint = class_count_hint(misfits) if len(misfits) == len(problems) and not \
             (missing or extra) else ""
         suggested, rows_hint = _with_rows_suggested(state_dict, alignment, ms_shapes)
-        hint = hint or rows_hint
+        hint = hint or rows_hint or _a_part_one_side_holds(missing, extra, mapping)
         count = len(missing) + len(extra) + len(problems)
         kinds = [f"{len(group)} {what}" for group, what in ((missing, "missing keys"),
                                                              (extra, "extra keys"),
@@ -413,12 +413,43 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                  if group]
         tally = f" ({', '.join(kinds)})" if len(kinds) > 1 else ""
         # each kind in turn: the few listed show them all
-        listed = [p for row in zip_longest(problems, missing, extra) for p in row if p]
+        listed = [p for row in zip_longest(problems, missing.values(), extra.values())
+                  for p in row if p]
         raise TransferRefused(count, f"weight transfer refused, {count} problem(s){tally}: "
                               f"{_not_the_same_model(alignment, aligned, torch_params)}"
                               f"{first_few(listed, MAX_PROBLEMS_LISTED, '; ')}. "
                               f"{hint or FIX_THE_TRANSFER}", suggested)
     return mapping
+
+
+def _a_part_one_side_holds(missing: Sequence[str], extra: Sequence[str],
+                           mapping: Mapping[str, str]) -> str:
+    """Where the parameters left are all on one side, in two or more modules inside one of which
+    nothing pairs: the hint naming it as a part one model is built with and the other without
+    (mindcv's InceptionV3 holds its auxiliary classifier ``aux``, timm's is built without one:
+    the refusal listed its 8 parameters one by one, its norms each as "a norm torch's model
+    lacks"); else "". One module's parameters alone are told in their own advice."""
+    names, paired = (missing, mapping) if missing else (extra, mapping.values())
+    module = _holding_all(names)
+    if (missing and extra) or len({split_param(name)[0] for name in names}) < 2 or \
+            not module or any(split_part(name)[0].startswith(module + ".") for name in paired):
+        return ""
+    keys, holder, other = ("missing keys", "the port's", "torch's model") if missing else \
+        ("extra keys", "torch's", "the port")
+    return f"All {len(names)} {keys} lie in {holder} {module}, of which nothing pairs: a part " \
+        f"{other} is built without (an auxiliary classifier, another head?); build both " \
+        "with the same parts"
+
+
+def _holding_all(names: Sequence[str]) -> str:
+    """The innermost module holding every one of ``names`` ("" for the model itself)."""
+    paths = [split_param(name)[0].split(".") for name in names]
+    shared = []
+    for steps in zip(*paths):
+        if len(set(steps)) > 1:
+            break
+        shared.append(steps[0])
+    return ".".join(shared)
 
 
 def _parts_not_tiling(mapping: Mapping[str, str], state_dict: Mapping[str, np.ndarray],

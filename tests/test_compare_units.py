@@ -240,6 +240,54 @@ def test_a_name_naming_another_layout_gives_way_to_structure():
         "fc.weight": "fc.weight"}
 
 
+def test_a_name_naming_another_layout_gives_way_to_modules_holding_alike():
+    """timm's Swin merges patches at the start of each stage but the first, mindcv's at the end
+    of each but the last, declaring its reduction before its norm: timm's
+    ``layers.1.downsample.norm`` (4·96,) and mindcv's (4·192,) share a name, and the name took
+    the pair before the modules holding alike were looked for (the transfer refused 25
+    problems). A name in another layout is taken now only where nothing holding alike is
+    left."""
+    torch_params, ms_params = [], []
+    for stage, width in enumerate((8, 16, 32)):
+        torch_params.append((f"layers.{stage}.blocks.0.fc.weight", (width, width)))
+        if stage:
+            torch_params += [(f"layers.{stage}.downsample.norm.weight", (2 * width,)),
+                             (f"layers.{stage}.downsample.norm.bias", (2 * width,)),
+                             (f"layers.{stage}.downsample.reduction.weight", (width, 2 * width))]
+        ms_params.append((f"layers.{stage}.blocks.0.fc.weight", (width, width)))
+        if stage < 2:
+            ms_params += [(f"layers.{stage}.downsample.reduction.weight", (2 * width, 4 * width)),
+                          (f"layers.{stage}.downsample.norm.gamma", (4 * width,)),
+                          (f"layers.{stage}.downsample.norm.beta", (4 * width,))]
+    alignment = align_parameters(torch_params, ms_params)
+    assert alignment.unmatched_torch == alignment.unmatched_mindspore == ()
+    for stage in (0, 1):
+        for ms_role, torch_role in (("norm.gamma", "norm.weight"), ("norm.beta", "norm.bias"),
+                                    ("reduction.weight", "reduction.weight")):
+            assert alignment.mindspore_to_torch[f"layers.{stage}.downsample.{ms_role}"] == \
+                f"layers.{stage + 1}.downsample.{torch_role}"
+
+
+def test_a_layer_holding_its_weight_flattened_pairs_with_the_unflattened():
+    """timm's VGG computes its first classifier layer as a 7×7 conv over the 7×7 map, (4096,
+    512, 7, 7); mindcv's as a Dense over the flattened map, (4096, 25088): the same values in
+    the same order, left over on both sides and so not paired (the transfer refused). What is
+    left pairs in order where the shapes hold the same values in one order (same_order); a
+    transpose still does not."""
+    torch_params = [("features.0.weight", (8, 3, 3, 3)), ("features.0.bias", (8,)),
+                    ("pre_logits.fc1.weight", (16, 8, 7, 7)), ("pre_logits.fc1.bias", (16,)),
+                    ("head.fc.weight", (10, 16)), ("head.fc.bias", (10,))]
+    ms_params = [("features.0.weight", (8, 3, 3, 3)), ("features.0.bias", (8,)),
+                 ("classifier.0.weight", (16, 392)), ("classifier.0.bias", (16,)),
+                 ("classifier.3.weight", (10, 16)), ("classifier.3.bias", (10,))]
+    alignment = align_parameters(torch_params, ms_params)
+    assert alignment.unmatched_torch == alignment.unmatched_mindspore == ()
+    assert alignment.mindspore_to_torch["classifier.0.weight"] == "pre_logits.fc1.weight"
+    transposed = [(n, (392, 16) if n == "classifier.0.weight" else s) for n, s in ms_params]
+    assert align_parameters(torch_params, transposed).unmatched_torch == (
+        "pre_logits.fc1.weight", "pre_logits.fc1.bias")
+
+
 def test_what_is_left_on_both_sides_pairs_in_order_where_each_pair_agrees():
     """torchvision's ConvNeXt holds each block's layer scale as ``layer_scale`` (C, 1, 1),
     mindcv's as ``gamma_`` (C,): 18 left on each side, and the transfer was refused. They pair
@@ -1061,15 +1109,19 @@ def test_modules_in_the_same_place_computing_different_things_are_flagged(torch_
     ({"kernel_size": [1, 1], "stride": [1, 1], "groups": 1}, (2, 10, 1, 1), False),
     ({"kernel_size": [1, 1], "stride": [1, 1], "group": 1}, (2, 10, 1, 1), False),  # MindSpore's
     ({"kernel_size": 1, "stride": 1, "groups": 1}, (2, 10, 1), False),
-    ({"kernel_size": [3, 3], "stride": [1, 1], "groups": 1}, (2, 10, 1, 1), True),
-    ({"kernel_size": [1, 1], "stride": [2, 2], "groups": 1}, (2, 10, 1, 1), True),
+    ({"kernel_size": [7, 7], "stride": [1, 1], "groups": 1}, (2, 10, 1, 1), False),
+    ({"kernel_size": [1, 1], "stride": [2, 2], "groups": 1}, (2, 10, 1, 1), False),
+    ({"kernel_size": [3, 3], "stride": [1, 1], "groups": 1, "padding": 1}, (2, 10, 1, 1), True),
+    ({"kernel_size": [3, 3], "stride": [1, 1], "groups": 1, "dilation": 2}, (2, 10, 1, 1), True),
     ({"kernel_size": [1, 1], "stride": [1, 1], "groups": 2}, (2, 10, 1, 1), True),
     ({"kernel_size": [1, 1], "stride": [1, 1], "groups": 1}, (2, 10, 2, 2), True)])
 def test_a_conv_computing_a_dense_layer_is_no_different_operation(conv_attrs, shape, flagged):
     """timm's DPN classifies its pooled features with a 1×1 conv, mindcv's port with nn.Dense:
     the correct port failed there, "different operation" (certain), its numbers within torch's
-    float32 error. A conv is a dense layer where its kernel and stride are 1, it has one group
-    and its output (so its input) is one pixel; either side may hold it."""
+    float32 error; timm's VGG its 7×7 map with a 7×7 conv, mindcv's with nn.Dense over the
+    flattened map. A conv is a dense layer over its window where its output is one pixel and
+    it has one group and neither pads nor dilates (which window the port's dense layer takes
+    its numbers show); either side may hold it."""
     from parity.compare.structure import different_operations
     conv = RecordInfo(name="classifier", kind="forward", shape=shape, dtype="float32", order=0,
                       shard="", key="", op=f"conv{len(shape) - 2}d", attrs=conv_attrs)

@@ -179,6 +179,31 @@ def test_transfer_names_a_class_count_only_when_every_problem_is_one():
     assert "class" not in str(told.value)
 
 
+def test_a_part_only_one_model_is_built_with_is_named_once():
+    """mindcv's InceptionV3 holds an auxiliary classifier, timm's is built without: the
+    refusal listed its parameters one by one (its norms as norms torch's model lacks). Where
+    every parameter left lies on one side, in modules inside one of which nothing pairs, that
+    one is named; not where they lie apart, or where something inside it pairs."""
+    state_dict, specs = _specs()
+    aux = [("aux.conv.weight", (8, 512, 1, 1)), ("aux.bn.gamma", (8,)), ("aux.bn.beta", (8,)),
+           ("aux.fc.weight", (10, 8)), ("aux.fc.bias", (10,))]
+    with pytest.raises(ParityInputError, match=r"All 5 missing keys lie in the port's aux, of "
+                       r"which nothing pairs: a part torch's model is built without \(an "
+                       r"auxiliary classifier, another head\?\); build both with the same "
+                       r"parts$"):
+        plan_transfer(state_dict, specs + [(n, s, "float32") for n, s in aux])
+    torch_aux = {f"AuxLogits.{name[4:]}": np.zeros(shape, np.float32) for name, shape in aux}
+    with pytest.raises(ParityInputError, match=r"All 5 extra keys lie in torch's AuxLogits, "
+                       r"of which nothing pairs: a part the port is built without"):
+        plan_transfer({**state_dict, **torch_aux}, specs)
+    apart = [(name.replace("aux.fc", "head2"), shape) for name, shape in aux]
+    with pytest.raises(ParityInputError, match="Fix the weights or the port"):
+        plan_transfer(state_dict, specs + [(n, s, "float32") for n, s in apart])
+    with pytest.raises(ParityInputError, match="Fix the weights or the port"):
+        plan_transfer({**state_dict, **torch_aux}, specs + [("AuxLogits.fc.weight", (10, 8),
+                                                            "float32")])
+
+
 def test_transfer_refuses_extra_key():
     state_dict, specs = _specs()
     state_dict["head.extra.weight"] = np.zeros((3, 3), np.float32)

@@ -525,15 +525,19 @@ def ms_map_normed_last_axis() -> msnn.Cell:
 
 
 # A conv net whose dense layer takes the feature map flattened, and its port; one variant
-# flattens it channels-last (N, H, W, C), as code written for NHWC images does.
+# flattens it channels-last (N, H, W, C), as code written for NHWC images does. At 16² the map
+# is 4×4: torch's variant computing that layer as a conv over the whole map (timm's VGG head)
+# holds the dense layer's weight unflattened, (10, 4, 4, 4) for (10, 64).
 class _TorchFlattened(tnn.Module):
-    def __init__(self) -> None:
+    def __init__(self, conv_head: bool = False) -> None:
         super().__init__()
         self.conv = tnn.Conv2d(3, 4, 3, stride=4, padding=1)
-        self.fc = tnn.Linear(4 * 4 * 4, 10)
+        self.fc = tnn.Conv2d(4, 10, 4) if conv_head else tnn.Linear(4 * 4 * 4, 10)
+        self.conv_head = conv_head
 
     def forward(self, x):
-        return self.fc(self.conv(x).flatten(1))
+        y = self.conv(x)
+        return self.fc(y).flatten(1) if self.conv_head else self.fc(y.flatten(1))
 
 
 class _MsFlattened(msnn.Cell):
@@ -622,6 +626,10 @@ def ms_leaky_relu_in_features() -> msnn.Cell:
 
 def torch_flattened() -> tnn.Module:
     return _TorchFlattened()
+
+
+def torch_flattened_by_a_conv() -> tnn.Module:
+    return _TorchFlattened(conv_head=True)
 
 
 def ms_flattened() -> msnn.Cell:

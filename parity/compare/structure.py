@@ -98,19 +98,23 @@ def different_operations(t: RecordInfo, m: RecordInfo) -> bool:
 
 
 def _dense_as_a_conv(conv: RecordInfo, transposed: bool = False) -> bool:
-    """Whether a convolution computes a dense layer: a 1×1 kernel at stride 1 in one group,
-    unpadded, whose output, and so its input, is one pixel (timm's DPN classifies its pooled
-    features with one, mindcv's port with nn.Dense: the correct port failed there, "different
-    operation"), or at every pixel of a map the dense layer's side holds channels last
+    """Whether a convolution computes a dense layer: unpadded, undilated, in one group, with an
+    output of one pixel, a dense layer over its window (timm's DPN classifies its pooled
+    features with a 1×1 conv and its VGG its 7×7 map with a 7×7 conv, mindcv's ports both with
+    nn.Dense: the correct ports failed there, "different operation"); or a 1×1 kernel at
+    stride 1 at every pixel of a map the dense layer's side holds channels last
     (``transposed``: timm's ConvNeXtV2 MLP, mindcv's)."""
-    sizes = [conv.attrs.get(setting, 0) for setting in ("kernel_size", "stride")]
-    ones = [size for given in sizes
-            for size in (given if isinstance(given, (list, tuple)) else [given])]
+    def all_ones(setting: str, default: int) -> bool:
+        given = conv.attrs.get(setting, default)
+        return all(size == 1 for size in (given if isinstance(given, (list, tuple)) else [given]))
+
     padding = conv.attrs.get("padding", 0)     # a number, numbers, or a mode ("same")
     unpadded = all(not isinstance(size, (int, float)) or size == 0
                    for size in (padding if isinstance(padding, (list, tuple)) else [padding]))
-    return len(conv.shape) > 2 and all(size == 1 for size in ones) and unpadded and \
-        (transposed or all(size == 1 for size in conv.shape[2:])) and \
+    one_pixel = all(size == 1 for size in conv.shape[2:])
+    pointwise = all_ones("kernel_size", 0) and all_ones("stride", 0)
+    return len(conv.shape) > 2 and unpadded and all_ones("dilation", 1) and \
+        (one_pixel or (transposed and pointwise)) and \
         conv.attrs.get("groups", conv.attrs.get("group")) == 1
 
 
