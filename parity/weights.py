@@ -348,7 +348,11 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
             advice = f": nothing of torch's pairs with the port's {module}, its running " \
                 "statistics included: a norm torch's model lacks (take it out of the port), " \
                 f"or one with affine=False and track_running_stats=False ({freeze})"
-        elif group and role == "gamma" and _torch_holds_beside(name, state_dict):
+        # its running statistics, if it keeps any, found torch's: a norm whose statistics are
+        # left too, where torch's are, may be torch's under another name or width (mindcv's
+        # SK-ResNeXt-50 for timm's, of other widths, was told each norm had no weight in torch)
+        elif group and role == "gamma" and _torch_holds_beside(name, state_dict) and \
+                f"{module}.moving_mean" not in alignment.unmatched_mindspore:
             advice = f": torch's {module} has no weight or bias (a norm built with " \
                 f"affine=False or elementwise_affine=False); {freeze}"
         missing[name] = f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch " \

@@ -1747,6 +1747,32 @@ def test_a_dropout_in_torchs_forward_is_not_called_extra_in_the_port():
     assert deterministic.diagnosis.cause == "extra Dropout in the port"
 
 
+def test_a_dropout_in_torchs_forward_the_port_lacks_is_placed():
+    """torch dropping in its forward with no module, the port not dropping at all (timm's
+    legacy SE-ResNeXt head, ``F.dropout(x, p=0.2)``, against mindcv's, built without): it was
+    "the step is not deterministic", with nowhere named. The first output to differ takes
+    an input that differs while every module output before it matched, and only torch's step
+    draws random numbers: torch drops there, in its forward. So too the port, dropping in its
+    construct (``ops.dropout``) where torch does not."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_tiny_dropping_in_its_head(), tiny.ms_tiny(), image_size=16)
+    assert (result.first_divergence.name, result.first_divergence.kind) == ("fc", "forward")
+    assert (result.diagnosis.cause, result.diagnosis.confidence) == \
+        ("Dropout in torch's forward, not a module", "likely")
+    assert "fc's input (MindSpore's 8) already differs from the port's while every module " \
+        "output before it matched, and two torch steps from the same state differ: torch " \
+        "likely draws random numbers just before fc, in the model's own forward (an " \
+        "F.dropout" in result.diagnosis.detail
+    assert "the port runs no dropout there" in result.diagnosis.detail
+    in_the_port = parity.check(tiny.torch_tiny(), tiny.ms_tiny_dropping_in_its_construct(),
+                               image_size=16)
+    assert (in_the_port.first_divergence.name, in_the_port.diagnosis.cause) == \
+        ("8", "Dropout in the port's construct, not a cell")
+    assert "the port likely draws random numbers in its construct just before fc " \
+        "(ops.dropout)" in in_the_port.diagnosis.detail
+
+
 def test_mobilenet_v2_passes_and_a_relu_for_its_relu6_is_found(tmp_path):
     """The second built-in family: ReLU6, depthwise convs, functional pooling, Dropout."""
     process = parity_cli("run", "--model", "mobilenet_v2", "--out", tmp_path / "run",

@@ -476,6 +476,18 @@ def test_transfer_takes_the_same_name_first_and_leaves_out_only_what_it_is_told(
                        r"of the port\)"):
         plan_transfer(state_dict, extra, left_out={"bn.gamma", "bn.beta", "extra.moving_mean",
                                                    "extra.moving_variance"})
+    # a norm torch holds beside under another name and width, its running statistics left
+    # over too (timm's SK-ResNeXt against mindcv's: each norm was told torch's had no weight)
+    elsewhere = {"block.conv.weight": np.zeros((8, 8, 1, 1), np.float32),
+                 **{f"block.bn.{role}": np.ones(16, np.float32)
+                    for role in ("weight", "bias", "running_mean", "running_var")}}
+    other_width = [("block.conv.weight", (8, 8, 1, 1), "float32")] + [
+        (f"block.1.{role}", (8,), "float32")
+        for role in ("gamma", "beta", "moving_mean", "moving_variance")]
+    with pytest.raises(ParityInputError, match=r"block\.1\.gamma \(8,\) receives no torch "
+                       r"tensor \(missing key\); ") as refused:
+        plan_transfer(elsewhere, other_width)
+    assert "no weight or bias" not in str(refused.value)
     # a weights file that lost one running statistic: a missing key, frozen initial values or
     # not (convert-weights wrote such a file without a word)
     del state_dict["bn.running_mean"]

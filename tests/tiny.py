@@ -93,6 +93,21 @@ def torch_tiny_dropping_in_its_head() -> tnn.Module:
     return _DroppingInItsHead()
 
 
+class _MsDroppingInItsConstruct(msnn.Cell):
+    """Dropout before the classifier written into the construct (``ops.dropout``), no cell."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features, self.fc = msnn.SequentialCell(list(_ms_tiny())[:-1]), msnn.Dense(8, 10)
+
+    def construct(self, x):
+        return self.fc(ops.dropout(self.features(x), p=0.2, training=self.training))
+
+
+def ms_tiny_dropping_in_its_construct() -> msnn.Cell:
+    return _MsDroppingInItsConstruct()
+
+
 class _WaitsInTraining(tnn.Module):
     """The tiny net, but its training forward writes its process id into the file named by
     $PARITY_TEST_FORWARD_MARKER, then sleeps: a capture caught mid-step, for Ctrl-C tests.

@@ -154,6 +154,9 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                     "count, or a reshape or transpose over other axes, in "
                                     f"{where}{before} are the likely cause.",
                              confidence="likely")
+        drawing = _drawing_between_modules(t, m, torch_run, ms_run, f"{where}{before}")
+        if drawing is not None:
+            return drawing
         return Diagnosis(cause="computation between modules differs",
                          detail=f"{m.name}'s input already differs from torch's ({fed:.2g} of "
                                 "its norm) while every module output before it matched: the "
@@ -596,6 +599,38 @@ def _different_operation(t: RecordInfo, m: RecordInfo) -> Diagnosis:
     return Diagnosis(cause="different operation",
                      detail=f"torch {t.name} is {t.op or '?'}, MindSpore {m.name} is "
                             f"{m.op or '?'}; everything before it matched.", confidence="guess")
+
+
+def _drawing_between_modules(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                             ms_run: RunReader, where: str) -> Optional[Diagnosis]:
+    """Where one side's step alone draws random numbers and the first output to differ takes
+    an input that differs while every module output before it matched (and no dropping module
+    stands there: compare/dropping.py tells those): that side likely drops between the modules.
+    timm's classifier heads call ``F.dropout(x, p=self.drop_rate, training=self.training)``:
+    its legacy SE-ResNeXt-26 against mindcv's, built without dropout, was told only "the step
+    is not deterministic", nowhere named."""
+    drawing = [run for run in (torch_run, ms_run) if run.step_is_random]
+    if len(drawing) != 1:
+        return None
+    if drawing[0] is torch_run:
+        return Diagnosis(
+            cause="Dropout in torch's forward, not a module",
+            detail=f"{t.name}'s input (MindSpore's {m.name}) already differs from the port's "
+                   "while every module output before it matched, and two torch steps from the "
+                   f"same state differ: torch likely draws random numbers just before {t.name}, "
+                   f"in {where} (an F.dropout, as timm's classifier heads call with their "
+                   "drop_rate), which parity cannot run as identity; the port runs no dropout "
+                   "there. If torch trains with it, the port lacks it: add an nn.Dropout cell "
+                   "of torch's rate there; for the check, build torch's with rate 0 (timm: "
+                   "drop_rate=0).", confidence="likely")
+    return Diagnosis(
+        cause="Dropout in the port's construct, not a cell",
+        detail=f"MindSpore's {m.name} (torch's {t.name}) takes an input that already differs "
+               "from torch's while every module output before it matched, and two MindSpore "
+               "steps from the same state differ: the port likely draws random numbers in its "
+               f"construct just before {m.name} (ops.dropout), which parity cannot run as "
+               "identity; torch runs no dropout there. Remove it, or hold it as an nn.Dropout "
+               "cell (run as identity in the check).", confidence="likely")
 
 
 def _random_step(torch_run: RunReader, ms_run: RunReader,
