@@ -443,10 +443,10 @@ def module_map_from_parameters(param_map: Mapping[str, str]) -> Dict[str, str]:
             continue        # the layer computes part of the module's work, not its output
         held.setdefault(split_param(split_part(ms)[0])[0], []).append(
             split_param(older_name(t))[0])
-    return {ms: _common_module(modules) for ms, modules in held.items()}
+    return {ms: common_module(modules) for ms, modules in held.items()}
 
 
-def _common_module(modules: Sequence[str]) -> str:
+def common_module(modules: Sequence[str]) -> str:
     """The innermost module holding all of ``modules``: a MindSpore cell whose parameters torch
     holds in several modules is their parent's counterpart (mindcv's PoolFormer block holds
     ``layer_scale_1`` and ``layer_scale_2``, timm's in ``layer_scale1`` and ``layer_scale2``:
@@ -468,7 +468,7 @@ def _holders(modules: Mapping[str, str]) -> Dict[str, str]:
         parts = ours.split(".")
         for end in range(1, len(parts)):
             inside.setdefault(".".join(parts[:end]), set()).add(theirs)
-    return {container: _common_module(sorted(paired)) for container, paired in inside.items()
+    return {container: common_module(sorted(paired)) for container, paired in inside.items()
             if len(paired) > 1}
 
 
@@ -695,7 +695,7 @@ def _outputs_concatenated_apart(apart: Sequence[RecordInfo], whole: Sequence[Rec
     for (module, call), numbered in outputs.items():
         inside = [other for mine, other in pairs
                   if mine == module or mine.startswith(module + ".")]
-        counterpart = wholes.get(_common_module(inside) + (f"#{call}" if call else "")) \
+        counterpart = wholes.get(common_module(inside) + (f"#{call}" if call else "")) \
             if inside else None
         records = [record for _, record in sorted(numbered, key=lambda n: n[0])]
         if counterpart is None or ends & {counterpart.name, *(r.name for r in records)}:

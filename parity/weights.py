@@ -24,8 +24,8 @@ from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequ
 
 import numpy as np
 
-from parity.align import (align_parameters, largest_stride, module_map_from_parameters,
-                          same_order, split_param, torch_role)
+from parity.align import (align_parameters, common_module, largest_stride,
+                          module_map_from_parameters, same_order, split_param, torch_role)
 from parity.errors import ParityInputError, first_few
 from parity.records import Alignment, Part, split_part, value_of
 
@@ -434,7 +434,7 @@ def _a_part_one_side_holds(missing: Sequence[str], extra: Sequence[str],
     the refusal listed its 8 parameters one by one, its norms each as "a norm torch's model
     lacks"); else "". One module's parameters alone are told in their own advice."""
     names, paired = (missing, mapping) if missing else (extra, mapping.values())
-    module = _holding_all(names)
+    module = common_module([split_param(name)[0] for name in names])
     if (missing and extra) or len({split_param(name)[0] for name in names}) < 2 or \
             not module or any(split_part(name)[0].startswith(module + ".") for name in paired):
         return ""
@@ -443,17 +443,6 @@ def _a_part_one_side_holds(missing: Sequence[str], extra: Sequence[str],
     return f"All {len(names)} {keys} lie in {holder} {module}, of which nothing pairs: a part " \
         f"{other} is built without (an auxiliary classifier, another head?); build both " \
         "with the same parts"
-
-
-def _holding_all(names: Sequence[str]) -> str:
-    """The innermost module holding every one of ``names`` ("" for the model itself)."""
-    paths = [split_param(name)[0].split(".") for name in names]
-    shared = []
-    for steps in zip(*paths):
-        if len(set(steps)) > 1:
-            break
-        shared.append(steps[0])
-    return ".".join(shared)
 
 
 def _parts_not_tiling(mapping: Mapping[str, str], state_dict: Mapping[str, np.ndarray],
