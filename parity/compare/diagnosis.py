@@ -154,7 +154,7 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                     "count, or a reshape or transpose over other axes, in "
                                     f"{where}{before} are the likely cause.",
                              confidence="likely")
-        drawing = _drawing_between_modules(t, m, torch_run, ms_run, f"{where}{before}")
+        drawing = _drawing_between_modules(t, m, torch_run, ms_run, f"{where}{before}".rstrip(","))
         if drawing is not None:
             return drawing
         return Diagnosis(cause="computation between modules differs",
