@@ -121,11 +121,16 @@ def _inverse(order: Sequence[int]) -> Tuple[int, ...]:
 def same_order(shape: Sequence[int], other: Sequence[int]) -> bool:
     """Whether two shapes hold as many values in one order: one is the other with runs of
     adjacent dimensions merged, or with size-1 dimensions (layout). torchvision's Swin keeps
-    its tokens as (N, H, W, C), mindcv's as (N, H·W, C)."""
+    its tokens as (N, H, W, C), mindcv's as (N, H·W, C). The first dimension is never merged:
+    mindcv's SwinV2 attends over 8×8 windows, (N·64, 64, C) at a 64×64 map, which is not
+    torchvision's (N, 64, 64, C) in another shape (its attention was paired with the port's
+    and failed, "input in another order"); nor is an index flattened, (N², ) for (N, N). A
+    conv's weight over a whole map, (out, in, k, k), holds a dense layer's over it flattened,
+    (out, in·k·k)."""
     if layout(shape) == layout(other):
         return True
     ends, other_ends = (set(accumulate(s, operator.mul)) for s in (shape, other))
-    return math.prod(shape) == math.prod(other) > 0 and \
+    return math.prod(shape) == math.prod(other) > 0 and shape[0] == other[0] and \
         (ends <= other_ends or other_ends <= ends)
 
 

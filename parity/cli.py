@@ -554,6 +554,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(f"left out {len(transfer.left_out)} torch tensor(s) no MindSpore parameter takes "
               f"(step counters, integer constants the port holds itself): "
               f"{first_few(transfer.left_out, separator=', ')}")
+    if transfer.rows_left:
+        print(f"left out torch's rows no MindSpore parameter takes (the port's k layer has no "
+              f"bias): {first_few(transfer.rows_left, separator=', ')}")
     if transfer.port_constants:
         print(f"kept {len(transfer.port_constants)} frozen MindSpore parameter(s) no torch "
               f"tensor feeds at the port's own values (constants it computes itself): "

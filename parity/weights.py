@@ -304,13 +304,15 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     constants = [n for n in alignment.unmatched_mindspore if _a_port_constant(n, frozen)]
     torch_constants = {n for n in alignment.unmatched_torch
                        if state_dict[n].dtype.kind in CONSTANT_TABLES}
+    held = _constants_torch_holds(state_dict, alignment, constants, ms_shapes)
     if fused or joined or constants or (torch_constants and alignment.unmatched_mindspore):
         # aligned again without them: they stood in the way (the parameter alignment gave
         # torchvision's Swin attn.proj the port's attn.q; its relative position table was
         # not paired with the port's, its module holding the index as an integer tensor,
         # the port's as a frozen parameter)
-        split = {part for parts in fused.values() for part in parts} | set(joined)
-        apart = set(fused) | {part for parts in joined.values() for part in parts}
+        split = {part for parts in fused.values() for part, _ in parts} | set(joined)
+        apart = set(fused) | {part for parts in joined.values() for part in parts} | \
+            set(held.values())
         alignment = align_parameters(
             [p for p in torch_params if p[0] not in apart and p[0] not in torch_constants],
             [p for p in aligned if p[0] not in split and p[0] not in constants], overrides,
@@ -318,9 +320,9 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
     missing: Dict[str, str] = {}    # the port's parameters no torch tensor goes to: why
     extra: Dict[str, str] = {}      # torch tensors going to no parameter of the port: why
     problems: List[str] = []    # of the pairs made
-    mapping = dict(alignment.mindspore_to_torch)
+    mapping = {**alignment.mindspore_to_torch, **held}
     for torch_name, parts in fused.items():
-        for part, rows in _stacked_rows(parts, [ms_shapes[p][0][0] for p in parts]):
+        for part, rows in parts:
             mapping[part] = rows.of(torch_name)
     for ms_name, parts in joined.items():
         for part, rows in _stacked_rows(parts, [state_dict[p].shape[0] for p in parts]):
@@ -404,7 +406,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         if t_dtype != m_dtype:
             problems.append(f"{torch_name}: torch dtype {t_dtype} but MindSpore {ms_name} "
                             f"expects {m_dtype}")
-    problems.extend(_parts_not_tiling(mapping, state_dict, ms_shapes))
+    problems.extend(_parts_not_tiling(mapping, state_dict, ms_shapes, _keys_unbiased(fused)))
     if missing or extra or problems:
         hint = class_count_hint(misfits) if len(misfits) == len(problems) and not \
             (missing or extra) else ""
@@ -446,13 +448,17 @@ def _a_part_one_side_holds(missing: Sequence[str], extra: Sequence[str],
 
 
 def _parts_not_tiling(mapping: Mapping[str, str], state_dict: Mapping[str, np.ndarray],
-                      ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]]) -> List[str]:
+                      ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
+                      left: Mapping[str, Sequence[Part]]) -> List[str]:
     """The tensors of either side mapped in parts (a --map naming rows) whose parts are not
-    rows that cover its first axis once each, or that are mapped whole besides."""
+    rows that cover its first axis once each, or that are mapped whole besides; torch's rows
+    ``left`` to no parameter (_keys_unbiased) count as covered."""
     problems = []
-    for side, names, shapes in (
-            ("torch tensor", mapping.values(), {n: v.shape for n, v in state_dict.items()}),
-            ("MindSpore parameter", mapping, {n: shape for n, (shape, _) in ms_shapes.items()})):
+    for side, names, shapes, covered in (
+            ("torch tensor", mapping.values(), {n: v.shape for n, v in state_dict.items()},
+             left),
+            ("MindSpore parameter", mapping, {n: shape for n, (shape, _) in ms_shapes.items()},
+             {})):
         parts: Dict[str, List[Part]] = {}
         wholes = set()
         for name in names:
@@ -464,6 +470,7 @@ def _parts_not_tiling(mapping: Mapping[str, str], state_dict: Mapping[str, np.nd
         for whole, pieces in parts.items():
             if whole not in shapes or not shapes[whole]:
                 continue        # named as missing already
+            pieces = pieces + list(covered.get(whole, ()))
             rows = sorted((p.start, p.stop) for p in pieces)
             spans = ", ".join(f"[{start}:{stop}]" for start, stop in rows)
             starts = [0] + [stop for _, stop in rows]
@@ -596,6 +603,38 @@ def class_count_hint(misfits: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]])
             f"or build yours with {count} classes")
 
 
+def _constants_torch_holds(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
+                           constants: Sequence[str],
+                           ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]]
+                           ) -> Dict[str, str]:
+    """The port's constants (frozen parameters no torch tensor took) -> torch's float tensor
+    of their name and shape left in the torch module holding what the port's cells around them
+    pair with, the innermost such where one is alone there. torchvision's SwinV2 holds its
+    relative coordinates table as a buffer of its attention, mindcv's as a frozen parameter of
+    a cell inside its attention: left on both sides, torch's kept the attention's logit_scale
+    from pairing (refused, 65 problems)."""
+    modules = module_map_from_parameters(alignment.mindspore_to_torch)
+    left = [n for n in alignment.unmatched_torch if state_dict[n].dtype.kind == "f"]
+    held: Dict[str, str] = {}
+    for name in constants:
+        module, leaf = split_param(name)
+        alike = [t for t in left if split_param(t)[1] == leaf
+                 and tuple(state_dict[t].shape) == ms_shapes[name][0]]
+        while alike and module:
+            module = split_param(module)[0]
+            inside = [theirs for ours, theirs in modules.items()
+                      if not module or ours.startswith(module + ".")]
+            if not inside:
+                continue
+            holder = common_module(inside)
+            found = [t for t in alike if t not in held.values()
+                     and (not holder or t.startswith(holder + "."))]
+            if len(found) == 1:
+                held[name] = found[0]
+                break
+    return held
+
+
 # The layers a fused attention projection holds stacked, as ports split them, in torch's order
 # (timm's ConViT holds q and k as ``qk``).
 SPLIT_PROJECTIONS = (("q", "k", "v"), ("query", "key", "value"), ("k", "v"), ("key", "value"),
@@ -604,13 +643,14 @@ SPLIT_PROJECTIONS = (("q", "k", "v"), ("query", "key", "value"), ("k", "v"), ("k
 
 def _fused_in_torch(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
                     ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
-                    overrides: Mapping[str, str]) -> Dict[str, List[str]]:
+                    overrides: Mapping[str, str]) -> Dict[str, List[Tuple[str, Part]]]:
     """Each torch tensor no port parameter took that holds the port's parameters stacked
-    along its first axis -> those parameters, in order (_stacked). mindcv's Swin splits
-    torchvision's fused qkv so."""
+    along its first axis -> those parameters, each with its rows, in order (_stacked). mindcv's
+    Swin splits torchvision's fused qkv so. A fused layer's bias goes so to the port's biases
+    where only its key layer has none (_key_unbiased)."""
     modules = module_map_from_parameters(alignment.mindspore_to_torch)
     shapes = {name: shape for name, (shape, _) in ms_shapes.items()}
-    fused: Dict[str, List[str]] = {}
+    fused: Dict[str, List[Tuple[str, Part]]] = {}
     # a parameter that took torch's tensor of its own name is that tensor's, no part
     taken: Set[str] = set(overrides) | {ms for ms, t in alignment.mindspore_to_torch.items()
                                         if t in (ms, torch_role(ms))}
@@ -622,9 +662,49 @@ def _fused_in_torch(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
         ms_parents = _parents_beside(module, [(t, ms) for ms, t in modules.items()])
         parts = _stacked(name, tuple(value.shape), role, ms_parents, shapes, taken)
         if parts:
-            fused[name] = parts
+            fused[name] = _stacked_rows(parts, [shapes[p][0] for p in parts])
             taken.update(parts)
+    for name in alignment.unmatched_torch:
+        module, role = split_param(name)
+        if role == "bias" and name not in fused and f"{module}.weight" in fused:
+            parts = _key_unbiased(fused[f"{module}.weight"], shapes, taken)
+            if parts:
+                fused[name] = parts
+                taken.update(part for part, _ in parts)
     return fused
+
+
+# The layers whose bias attention's softmax ignores: it shifts every logit of a row alike.
+KEY_LAYERS = ("k", "key")
+
+
+def _key_unbiased(weight_parts: Sequence[Tuple[str, Part]], shapes: Mapping[str, Tuple[int, ...]],
+                  taken: Set[str]) -> List[Tuple[str, Part]]:
+    """The port's biases of the layers a fused weight went to (``weight_parts``), with their
+    rows of the fused bias, where every one of those layers but the key layer holds one
+    (torchvision's SwinV2 zeroes its qkv bias's k part in its forward, mindcv's port builds k
+    without a bias: refused, 101 problems); else []."""
+    parts = []
+    for weight, rows in weight_parts:
+        layer = split_param(weight)[0]
+        bias = f"{layer}.bias"
+        if bias in shapes and bias not in taken and shapes[bias] == (rows.stop - rows.start,):
+            parts.append((bias, rows))
+        elif split_param(layer)[1] not in KEY_LAYERS:
+            return []
+    return parts if 0 < len(parts) < len(weight_parts) else []
+
+
+def _keys_unbiased(fused: Mapping[str, Sequence[Tuple[str, Part]]]) -> Dict[str, List[Part]]:
+    """torch's fused biases -> the rows of them no parameter of the port takes (_key_unbiased:
+    its key layer's)."""
+    gaps = {}
+    for name, parts in fused.items():
+        whole = fused.get(f"{split_param(name)[0]}.weight")
+        if split_param(name)[1] == "bias" and whole and len(parts) < len(whole):
+            given = {rows.start for _, rows in parts}
+            gaps[name] = [rows for _, rows in whole if rows.start not in given]
+    return gaps
 
 
 def _fused_in_port(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
@@ -735,12 +815,15 @@ class Transfer:
     """What load_into_mindspore did: the names' mapping (MindSpore parameter -> torch key, or a
     part of one), torch's shape of each parameter MindSpore holds in another shape of the same
     layout (its Conv1d weight: (out, in, 1, k) for torch's (out, in, k)), the torch keys no
-    MindSpore parameter took (step counters, integer constants the port holds itself), and the
-    port's frozen parameters no torch tensor fed, kept at its own values (plan_transfer)."""
+    MindSpore parameter took (step counters, integer constants the port holds itself), the
+    port's frozen parameters no torch tensor fed, kept at its own values (plan_transfer), and
+    the rows of torch's tensors no parameter took where the others did (a fused bias's key
+    rows: _key_unbiased), each named as a part (``qkv.bias[8:16]``)."""
     plan: Dict[str, str]
     torch_shapes: Dict[str, Tuple[int, ...]]
     left_out: List[str]
     port_constants: List[str] = field(default_factory=list)
+    rows_left: List[str] = field(default_factory=list)
 
 
 def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
@@ -774,7 +857,24 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
     constants = [name for name in params if name not in plan and name not in joined
                  and not is_ignored(name) and _a_port_constant(name, frozen)]
     return Transfer(plan, torch_shapes, [key for key in state_dict if key not in taken],
-                    constants)
+                    constants, _rows_left(plan.values(), state_dict))
+
+
+def _rows_left(torch_names: Iterable[str], state_dict: Mapping[str, np.ndarray]) -> List[str]:
+    """The rows of each torch tensor taken in parts that no part covers, named as parts."""
+    taken: Dict[str, List[Part]] = {}
+    for name in torch_names:
+        whole, part = split_part(name)
+        if part is not None and part.axis == 0:
+            taken.setdefault(whole, []).append(part)
+    left = []
+    for whole, parts in taken.items():
+        start = 0
+        for part in sorted(parts, key=lambda p: p.start) + [Part(len(state_dict[whole]), 0)]:
+            if part.start > start:
+                left.append(Part(start, part.start).of(whole))
+            start = max(start, part.stop)
+    return left
 
 
 def _cell_strides(net) -> Dict[str, int]:

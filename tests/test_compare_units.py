@@ -283,6 +283,8 @@ def test_a_layer_holding_its_weight_flattened_pairs_with_the_unflattened():
     alignment = align_parameters(torch_params, ms_params)
     assert alignment.unmatched_torch == alignment.unmatched_mindspore == ()
     assert alignment.mindspore_to_torch["classifier.0.weight"] == "pre_logits.fc1.weight"
+    from parity.align import same_order
+    assert same_order((16, 8, 7, 7), (16, 392)) and not same_order((64,), (8, 8))  # an index
     transposed = [(n, (392, 16) if n == "classifier.0.weight" else s) for n, s in ms_params]
     assert align_parameters(torch_params, transposed).unmatched_torch == (
         "pre_logits.fc1.weight", "pre_logits.fc1.bias")
@@ -580,6 +582,9 @@ def test_tokens_held_flat_are_paired_with_tokens_on_a_grid():
     assert same_order((2, 8, 1, 1), (2, 8))
     assert not same_order((2, 32, 196), (2, 196, 32))
     assert not same_order((8, 7, 7, 32), (2, 14, 14, 32))      # windows of one map
+    # 64 windows of 8×8 tokens each per image of a 64×64 map: as many rows, other rows
+    # (mindcv's SwinV2 attention was paired with torchvision's and failed)
+    assert not same_order((128, 64, 96), (2, 64, 64, 96))
     torch_records = [_forward("norm", "layernorm", (2, 14, 14, 32), 0),
                      _forward("fc", "dense", (2, 14, 14, 32), 1)]
     ms_records = [_forward("norm", "layernorm", (2, 196, 32), 0),

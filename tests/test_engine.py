@@ -2151,6 +2151,38 @@ def test_a_fused_layer_the_port_splits_is_compared_in_parts():
                if c.kind == "forward" and c.name.startswith("attn.qkv["))
 
 
+@pytest.mark.parametrize("torch_model", ["torch_patch_attention",
+                                         "torch_patch_attention_key_unbiased"])
+def test_a_key_layer_the_port_holds_without_bias_leaves_torchs_rows_of_it(torch_model):
+    """torchvision's SwinV2 holds a fused qkv bias whose k part its forward zeroes, mindcv's
+    port a k layer without bias: the transfer was refused (101 problems). A bias on k shifts
+    every logit of a row alike, which softmax ignores: the port's q and v biases take their
+    rows of torch's, k's rows go to nothing, noted. Where torch's forward adds its k bias, k's
+    output differs by it (told), and nothing after it does. A v layer without bias is still
+    refused."""
+    import parity
+    from parity.errors import ParityInputError
+    from tests import tiny
+    result = parity.check(getattr(tiny, torch_model)(), tiny.ms_patch_attention_key_unbiased(),
+                          image_size=16)
+    if torch_model == "torch_patch_attention":      # torch adds its k bias: k's output differs
+        assert (result.first_divergence.name, result.diagnosis.cause) == \
+            ("attn.qkv[..., 8:16]", "bias missing in the port's key layer")
+        assert "torch's attn.qkv adds attn.qkv.bias[8:16]" in result.diagnosis.detail
+        assert {c.name for c in result.comparisons if not c.passed} == {"attn.qkv[..., 8:16]"}
+    else:
+        assert result.passed, result.first_divergence
+    compared = {(c.kind, c.name): c.mindspore_name for c in result.comparisons}
+    assert compared[("grad", "attn.qkv.bias[16:24]")] == "attn.v.bias"
+    assert compared[("weight", "attn.qkv.bias[0:8]")] == "attn.q.bias"
+    assert not any(name.startswith("attn.qkv.bias[8:16]") for _, name in compared)
+    assert any("torch's attn.qkv.bias[8:16] went to no parameter of the port: its k layer "
+               "holds no bias" in note for note in result.meta.notes), result.meta.notes
+    with pytest.raises(ParityInputError, match=r"attn\.qkv\.bias"):
+        parity.check(getattr(tiny, torch_model)(), tiny.ms_patch_attention_value_unbiased(),
+                     image_size=16)
+
+
 def test_layers_torch_holds_apart_that_the_port_fuses_are_compared_in_parts():
     """torch's q, k and v layers ported as one fused qkv layer (mindcv's XCiT for timm's class
     attention): the transfer was refused. Each of torch's

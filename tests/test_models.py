@@ -204,6 +204,29 @@ def test_a_part_only_one_model_is_built_with_is_named_once():
                                                             "float32")])
 
 
+def test_a_constant_torch_holds_as_a_buffer_goes_to_the_ports_frozen_one():
+    """torchvision's SwinV2 holds its relative coordinates table as a float buffer of its
+    attention, mindcv's as a frozen parameter of a cell inside it: left on both sides, torch's
+    kept the attention's logit_scale from pairing (refused, 65 problems). A tensor left in the
+    torch module holding what the port's cell around the constant pairs with, of its name and
+    shape, takes it now; an integer index of another shape stays the port's own."""
+    state_dict = {"attn.logit_scale": np.zeros((3, 1, 1), np.float32),
+                  "attn.relative_coords_table": np.ones((1, 15, 15, 2), np.float32),
+                  "attn.relative_position_index": np.zeros(64, np.int64),
+                  "attn.proj.weight": np.zeros((8, 8), np.float32),
+                  "attn.cpb_mlp.0.weight": np.zeros((16, 2), np.float32)}
+    specs = [("attn.logit_scale", (3, 1, 1), "float32"),
+             ("attn.bias.relative_coords_table", (1, 15, 15, 2), "float32"),
+             ("attn.bias.relative_position_index", (8, 8), "int32"),
+             ("attn.bias.cpb_mlp0.weight", (16, 2), "float32"),
+             ("attn.proj.weight", (8, 8), "float32")]
+    frozen = {"attn.bias.relative_coords_table", "attn.bias.relative_position_index"}
+    plan = plan_transfer(state_dict, specs, frozen=frozen)
+    assert plan["attn.bias.relative_coords_table"] == "attn.relative_coords_table"
+    assert plan["attn.logit_scale"] == "attn.logit_scale"
+    assert "attn.bias.relative_position_index" not in plan
+
+
 def test_transfer_refuses_extra_key():
     state_dict, specs = _specs()
     state_dict["head.extra.weight"] = np.zeros((3, 3), np.float32)

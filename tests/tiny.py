@@ -2458,6 +2458,19 @@ class _TorchFusedAttention(tnn.Module):
         return self.proj((logits + bias).softmax(dim=-1) @ v)
 
 
+class _TorchFusedAttentionKeyUnbiased(_TorchFusedAttention):
+    """Its qkv layer's bias applied with k's part zeroed, in the forward, as torchvision's
+    SwinV2 does (a bias on k shifts every logit of a row alike, which softmax ignores)."""
+
+    def forward(self, x):
+        bias = self.qkv.bias.clone()
+        bias[PATCH_WIDTH:2 * PATCH_WIDTH] = 0
+        q, k, v = tnn.functional.linear(x, self.qkv.weight, bias).chunk(3, dim=-1)
+        logits = q @ k.transpose(-2, -1) / PATCH_WIDTH ** 0.5
+        bias = self.relative_position_bias_table[self.relative_position_index]
+        return self.proj((logits + bias).softmax(dim=-1) @ v)
+
+
 class _TorchPatchAttention(tnn.Module):
     def __init__(self, attention: Callable[[], tnn.Module]) -> None:
         super().__init__()
@@ -2484,9 +2497,11 @@ class _MsOneHotRelativeBias(msnn.Cell):
 
 
 class _MsSplitAttention(msnn.Cell):
-    def __init__(self, flipped: bool) -> None:
+    def __init__(self, flipped: bool, biased: Tuple[bool, bool, bool] = (True, True, True)
+                 ) -> None:
         super().__init__()
-        self.q, self.k, self.v = (msnn.Dense(PATCH_WIDTH, PATCH_WIDTH) for _ in range(3))
+        self.q, self.k, self.v = (msnn.Dense(PATCH_WIDTH, PATCH_WIDTH, has_bias=bias)
+                                  for bias in biased)
         self.proj = msnn.Dense(PATCH_WIDTH, PATCH_WIDTH)
         self.relative_bias = _MsOneHotRelativeBias(flipped)
 
@@ -2519,6 +2534,20 @@ def ms_patch_attention() -> msnn.Cell:
 def ms_patch_attention_flipped_index() -> msnn.Cell:
     """The relative index built j - i where torch's is i - j."""
     return _MsPatchAttention(_MsSplitAttention(flipped=True))
+
+
+def torch_patch_attention_key_unbiased() -> tnn.Module:
+    return _TorchPatchAttention(_TorchFusedAttentionKeyUnbiased)
+
+
+def ms_patch_attention_key_unbiased() -> msnn.Cell:
+    """Its k layer without a bias (mindcv's SwinV2)."""
+    return _MsPatchAttention(_MsSplitAttention(flipped=False, biased=(True, False, True)))
+
+
+def ms_patch_attention_value_unbiased() -> msnn.Cell:
+    """Its v layer without a bias: a bias softmax does not ignore."""
+    return _MsPatchAttention(_MsSplitAttention(flipped=False, biased=(True, True, False)))
 
 
 class _BatchNormAct(tnn.BatchNorm2d):

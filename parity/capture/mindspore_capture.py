@@ -374,7 +374,8 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         return writer.finish(manifest_meta(
             "mindspore", config, num_classes, factory or type(net).__name__, param_map,
             observer, clock, no_gradient=list(left_out),
-            port_constants=transfer.port_constants, cells_not_run=cells_not_run(net),
+            port_constants=transfer.port_constants, torch_rows_left=transfer.rows_left,
+            cells_not_run=cells_not_run(net),
             **starts_from))
 
 

@@ -22,7 +22,7 @@ from parity.compare.settings import (counting_padding, settings_cause, softmax_a
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, declared_eps, different_drop_rates,
                                       frozen_on_one_side, op_family)
 from parity.config import SHARED_STEP_SETTINGS, split_state
-from parity.records import Comparison, Diagnosis, RecordInfo, split_part
+from parity.records import Comparison, Diagnosis, Part, RecordInfo, split_part
 from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
 
 
@@ -601,6 +601,24 @@ def _different_operation(t: RecordInfo, m: RecordInfo) -> Diagnosis:
                             f"{m.op or '?'}; everything before it matched.", confidence="guess")
 
 
+def _key_bias_left(t: RecordInfo, m: RecordInfo, ms_run: RunReader) -> Optional[Diagnosis]:
+    """The output of a port's key layer without bias, compared with its columns of torch's
+    fused layer whose bias rows for it went to no parameter (weights._key_unbiased): torch adds
+    that bias there, the port cannot."""
+    module, part = split_part(t.name)
+    if part is None:
+        return None
+    rows = Part(part.start, part.stop).of(f"{module}.bias")
+    if rows not in (ms_run.manifest.get("torch_rows_left") or ()):
+        return None
+    return Diagnosis(cause="bias missing in the port's key layer",
+                     detail=f"MindSpore's {m.name} has no bias, while torch's {module} adds "
+                            f"{rows} to these columns: every token's output differs by it. A "
+                            "bias on the keys shifts every logit of a row alike, which softmax "
+                            "ignores, so what follows may match; build the port's layer with "
+                            "has_bias=True to compare it with torch's.", confidence="likely")
+
+
 def _drawing_between_modules(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                              ms_run: RunReader, where: str) -> Optional[Diagnosis]:
     """Where one side's step alone draws random numbers and the first output to differ takes
@@ -794,6 +812,9 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
                          detail=f"the model {first.name} differs before the first layer: "
                                 f"{how(torch_run.tensor(t), ms_run.tensor(m))}",
                          confidence="certain")
+    key_bias = _key_bias_left(t, m, ms_run)
+    if first.kind == "forward" and key_bias is not None:
+        return key_bias
     if first.kind == "forward":
         return _forward_cause(first, t, m, comparisons, torch_run, ms_run, unmatched,
                               dropping)

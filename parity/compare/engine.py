@@ -924,6 +924,12 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
                      "over: kept at the port's own values, as constants it computes itself "
                      "(torch computes them in its forward or holds them as integer tensors); "
                      "a wrong one shows in the outputs after it")
+    rows_left = list(ms_run.manifest.get("torch_rows_left") or ())
+    if rows_left:
+        notes.append(f"torch's {first_few(rows_left)} went to no parameter of the port: its k "
+                     "layer holds no bias where torch's fused layer holds one (a bias on the "
+                     "keys shifts every logit of a row alike, which softmax ignores); those "
+                     "rows are compared nowhere")
     not_run = list(ms_run.manifest.get("cells_not_run") or ())
     if not_run:
         notes.append(f"the port's cell{'s' if len(not_run) > 1 else ''} {first_few(not_run)} "
