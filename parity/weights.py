@@ -382,7 +382,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
             f"(extra key){why}"
     if extra:       # torch holds a tensor no parameter took: the frozen ones may be its
         missing.update((name, f"MindSpore parameter {name} {ms_shapes[name][0]} (frozen) "
-                        "receives no torch tensor (missing key)") for name in constants)
+                        "receives no torch tensor (missing key)")
+                       for name in constants if name not in held)
     seen: Dict[str, str] = {}
     misfits: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = []
     for ms_name, torch_name in mapping.items():

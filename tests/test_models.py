@@ -225,6 +225,11 @@ def test_a_constant_torch_holds_as_a_buffer_goes_to_the_ports_frozen_one():
     assert plan["attn.bias.relative_coords_table"] == "attn.relative_coords_table"
     assert plan["attn.logit_scale"] == "attn.logit_scale"
     assert "attn.bias.relative_position_index" not in plan
+    # refused for a tensor left elsewhere: the constant that took torch's is not listed
+    with pytest.raises(ParityInputError, match="extra key") as refused:
+        plan_transfer({**state_dict, "other.weight": np.zeros(3, np.float32)}, specs,
+                      frozen=frozen)
+    assert "relative_coords_table" not in str(refused.value)
 
 
 def test_transfer_refuses_extra_key():

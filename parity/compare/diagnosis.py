@@ -812,12 +812,9 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
                          detail=f"the model {first.name} differs before the first layer: "
                                 f"{how(torch_run.tensor(t), ms_run.tensor(m))}",
                          confidence="certain")
-    key_bias = _key_bias_left(t, m, ms_run)
-    if first.kind == "forward" and key_bias is not None:
-        return key_bias
     if first.kind == "forward":
-        return _forward_cause(first, t, m, comparisons, torch_run, ms_run, unmatched,
-                              dropping)
+        return _key_bias_left(t, m, ms_run) or _forward_cause(
+            first, t, m, comparisons, torch_run, ms_run, unmatched, dropping)
     if first.kind == "loss":
         torch_loss, ms_loss = (float(np.asarray(run.tensor(r)).reshape(-1)[0])
                                for run, r in ((torch_run, t), (ms_run, m)))
