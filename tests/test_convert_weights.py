@@ -529,6 +529,24 @@ def test_a_split_fused_layer_and_the_ports_own_constants_are_converted(tmp_path)
                                   tiny.ms_patch_attention().attn.relative_bias.index.asnumpy())
 
 
+def test_a_fused_bias_whose_key_rows_the_port_lacks_is_converted_saying_so(tmp_path):
+    """A port whose k layer has no bias (mindcv's SwinV2 for torchvision's): its q and v
+    biases take their rows of torch's fused bias, and the conversion names k's rows left."""
+    from tests import tiny
+    model = tiny.torch_patch_attention_key_unbiased()
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    process = parity_cli("convert-weights", "--ms-model",
+                         "tests.tiny:ms_patch_attention_key_unbiased", "--torch-weights",
+                         tmp_path / "w.pth", "--out", tmp_path / "w.ckpt")
+    assert process.returncode == 0, process.stderr
+    assert "left out torch's rows no MindSpore parameter takes (the port's k layer has no " \
+        "bias): attn.qkv.bias[8:16]" in process.stdout
+    saved = ms.load_checkpoint(str(tmp_path / "w.ckpt"))
+    bias = model.attn.qkv.bias.detach().numpy()
+    np.testing.assert_array_equal(saved["attn.v.bias"].asnumpy(), bias[16:24])
+    assert "attn.k.bias" not in saved
+
+
 def test_torch_layers_the_port_fuses_are_converted_stacked(tmp_path):
     """torch's q, k and v layers for a port's one qkv layer (mindcv's XCiT class attention):
     refused before; the port's parameter now holds their rows stacked in order."""
