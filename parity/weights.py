@@ -407,7 +407,9 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         if t_dtype != m_dtype:
             problems.append(f"{torch_name}: torch dtype {t_dtype} but MindSpore {ms_name} "
                             f"expects {m_dtype}")
-    problems.extend(_parts_not_tiling(mapping, state_dict, ms_shapes, _keys_unbiased(fused)))
+    keys_left = _rows_left([rows.of(name) for name, parts in fused.items() for _, rows in parts],
+                           state_dict)      # a fused bias's key rows (_key_unbiased)
+    problems.extend(_parts_not_tiling(mapping, state_dict, ms_shapes, keys_left))
     if missing or extra or problems:
         hint = class_count_hint(misfits) if len(misfits) == len(problems) and not \
             (missing or extra) else ""
@@ -450,16 +452,15 @@ def _a_part_one_side_holds(missing: Sequence[str], extra: Sequence[str],
 
 def _parts_not_tiling(mapping: Mapping[str, str], state_dict: Mapping[str, np.ndarray],
                       ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]],
-                      left: Mapping[str, Sequence[Part]]) -> List[str]:
+                      left: Sequence[str]) -> List[str]:
     """The tensors of either side mapped in parts (a --map naming rows) whose parts are not
     rows that cover its first axis once each, or that are mapped whole besides; torch's rows
-    ``left`` to no parameter (_keys_unbiased) count as covered."""
+    ``left`` to no parameter (named as parts) count as covered."""
     problems = []
-    for side, names, shapes, covered in (
-            ("torch tensor", mapping.values(), {n: v.shape for n, v in state_dict.items()},
-             left),
-            ("MindSpore parameter", mapping, {n: shape for n, (shape, _) in ms_shapes.items()},
-             {})):
+    for side, names, shapes in (
+            ("torch tensor", [*mapping.values(), *left],
+             {n: v.shape for n, v in state_dict.items()}),
+            ("MindSpore parameter", mapping, {n: shape for n, (shape, _) in ms_shapes.items()})):
         parts: Dict[str, List[Part]] = {}
         wholes = set()
         for name in names:
@@ -471,7 +472,6 @@ def _parts_not_tiling(mapping: Mapping[str, str], state_dict: Mapping[str, np.nd
         for whole, pieces in parts.items():
             if whole not in shapes or not shapes[whole]:
                 continue        # named as missing already
-            pieces = pieces + list(covered.get(whole, ()))
             rows = sorted((p.start, p.stop) for p in pieces)
             spans = ", ".join(f"[{start}:{stop}]" for start, stop in rows)
             starts = [0] + [stop for _, stop in rows]
@@ -694,18 +694,6 @@ def _key_unbiased(weight_parts: Sequence[Tuple[str, Part]], shapes: Mapping[str,
         elif split_param(layer)[1] not in KEY_LAYERS:
             return []
     return parts if 0 < len(parts) < len(weight_parts) else []
-
-
-def _keys_unbiased(fused: Mapping[str, Sequence[Tuple[str, Part]]]) -> Dict[str, List[Part]]:
-    """torch's fused biases -> the rows of them no parameter of the port takes (_key_unbiased:
-    its key layer's)."""
-    gaps = {}
-    for name, parts in fused.items():
-        whole = fused.get(f"{split_param(name)[0]}.weight")
-        if split_param(name)[1] == "bias" and whole and len(parts) < len(whole):
-            given = {rows.start for _, rows in parts}
-            gaps[name] = [rows for _, rows in whole if rows.start not in given]
-    return gaps
 
 
 def _fused_in_port(state_dict: Mapping[str, np.ndarray], alignment: Alignment,
