@@ -7,6 +7,7 @@ Exit codes (parity.errors): 0 parity, 1 violations, 2 bad input or usage, 130 in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -15,7 +16,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optional
 
 os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ logging, before it is imported
 
@@ -189,6 +190,11 @@ def build_parser() -> ArgumentParser:
     run.add_argument("--out", type=Path, metavar="DIR",
                      help="run directory (default reports/runs/MODEL)")
     _add_report_options(run)
+    run.add_argument("--progress", choices=("auto", "plain", "none"), default="auto",
+                     help="auto: a spinner per stage where stderr is a terminal, nothing "
+                          "otherwise; plain: a line on stderr as each stage starts and ends, "
+                          "with its seconds (CI logs); none: nothing (default auto; --quiet "
+                          "turns auto off)")
 
     capture = sub.add_parser("capture", help="one framework's half of a run",
                              description="Run the training step in one framework and write a "
@@ -425,9 +431,38 @@ def _policy(args: argparse.Namespace):
     return as_policy(args.tolerance)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+@contextlib.contextmanager
+def _stage_display(args: argparse.Namespace) -> Iterator[Callable[[str, str], None]]:
+    """What ``parity run`` shows of its stages (torch capture, MindSpore capture, compare)."""
+    console = _console(stderr=True)
+    if args.progress == "plain":
+        started: Dict[str, float] = {}
 
+        def line(stage: str, state: str) -> None:
+            if state == "start":
+                started[stage] = time.monotonic()
+                text = f"parity: {stage} ..."
+            else:
+                text = f"parity: {stage} done in {time.monotonic() - started[stage]:.1f} s"
+            print(text, file=sys.stderr, flush=True)
+        yield line
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    # a spinner only on a terminal: in a log it drew nothing but a blank line
+    shown = args.progress == "auto" and not args.quiet and console.is_terminal
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True, disable=not shown) as progress:
+        tasks = {}
+
+        def spinner(stage: str, state: str) -> None:
+            if state == "start":
+                tasks[stage] = progress.add_task(stage, total=1)
+            else:
+                progress.update(tasks[stage], completed=1, description=f"{stage} ✓")
+        yield spinner
+
+
+def cmd_run(args: argparse.Namespace) -> int:
     from parity import api
     config = step_config(args)
     torch_factory, ms_factory = factories(args)
@@ -445,19 +480,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                  torch_weights=args.torch_weights, batch_file=args.input,
                                  name_map=name_map, fp64_reference=not args.no_fp64_reference)
     command = _command_line()
-    console = _console(stderr=True)
-    # off where stderr is no terminal (a log, CI): there it drew nothing but a blank line
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console, transient=True,
-                  disable=args.quiet or not console.is_terminal) as progress:
-        tasks = {}
-
-        def report(stage: str, state: str) -> None:
-            if state == "start":
-                tasks[stage] = progress.add_task(stage, total=1)
-            else:
-                progress.update(tasks[stage], completed=1, description=f"{stage} ✓")
-
+    with _stage_display(args) as report:
         result = api.run(config, out, options, policy=policy, map_file=args.map,
                          command=command, progress=report, debug=args.debug)
     try:

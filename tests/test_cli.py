@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +125,36 @@ def test_a_run_with_debug_shows_its_captures_traceback(tmp_path):
     assert process.stderr.splitlines()[-1].startswith(
         "parity: error: mindspore capture: tests.ports:broken_factory() failed building")
     assert "rerun with --debug" not in process.stderr.splitlines()[-1]
+
+
+STAGE_LINE = re.compile(r"parity: (torch capture|mindspore capture|compare) "
+                        r"(\.\.\.|done in \d+\.\d s)")
+
+
+def test_plain_progress_writes_a_line_as_each_stage_starts_and_ends(tmp_path):
+    """For a log or CI, where the spinner shows nothing: --progress plain. Without it a log's
+    stderr stays empty on success."""
+    tiny = ("run", "--torch-model", "tests.tiny:torch_tiny", "--ms-model", "tests.tiny:ms_tiny",
+            "--image-size", "16", "--quiet")
+    plain = parity_cli(*tiny, "--out", tmp_path / "a", "--json", tmp_path / "a.json",
+                       "--progress", "plain")
+    assert plain.returncode == 0, plain.stderr
+    lines = plain.stderr.splitlines()
+    assert all(STAGE_LINE.fullmatch(line) for line in lines), lines
+    assert [line.split(" done in ")[0].removesuffix(" ...") for line in lines] == [
+        f"parity: {stage}" for stage in ("torch capture", "torch capture", "mindspore capture",
+                                         "mindspore capture", "compare", "compare")]
+    assert [" done in " in line for line in lines] == [False, True] * 3
+    silent = parity_cli(*tiny, "--out", tmp_path / "b", "--json", tmp_path / "b.json")
+    assert silent.returncode == 0 and silent.stderr == "", silent.stderr
+
+
+def test_plain_progress_keeps_the_error_line_last_and_alone(tmp_path):
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_tiny", "--ms-model",
+                         "tests.ports:broken_factory", "--image-size", "16", "--out",
+                         tmp_path / "run", "--progress", "plain")
+    assert process.returncode == 2, process.stderr
+    *stages, last = process.stderr.splitlines()
+    assert last.startswith("parity: error: mindspore capture: tests.ports:broken_factory()")
+    assert stages == ["parity: torch capture ...", stages[1], "parity: mindspore capture ..."]
+    assert STAGE_LINE.fullmatch(stages[1]) and "Traceback" not in process.stderr
