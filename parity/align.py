@@ -507,9 +507,13 @@ def _applying_more(torch_records: Sequence[RecordInfo], ends: Mapping[str, str])
 
 
 def _reads_input(ms_record: Optional[RecordInfo], torch_record: Optional[RecordInfo]) -> bool:
-    """Whether the first inputs' sketches agree to a hundredth of their norm."""
+    """Whether the first inputs' sketches agree to a hundredth of their norm, or integer ones
+    (an embedding's ids) are equal."""
     if ms_record is None or torch_record is None:
         return False
+    ids = [record.attrs.get("integer_input_crc32") for record in (torch_record, ms_record)]
+    if ids != [None, None]:
+        return ids[0] == ids[1]
     distance = sketch_distance(torch_record.attrs.get("input_sketch"),
                                ms_record.attrs.get("input_sketch"))
     return distance is not None and distance <= 1e-2

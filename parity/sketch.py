@@ -9,6 +9,7 @@ another input (an attention or padding mask), or the module itself.
 
 from __future__ import annotations
 
+import zlib
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -59,6 +60,15 @@ def magnitude(array: np.ndarray) -> float:
         values = flat[start:start + MAGNITUDE_BLOCK]
         total += float(np.abs(values, out=block[:values.size]).sum())
     return total
+
+
+def integer_input_checksum(array: Optional[np.ndarray]) -> Optional[int]:
+    """The CRC-32 of an integer array's values as int64 (token or position ids, int32 on one
+    side and int64 on the other): an index input is the same only when it is equal, and its
+    ids may all be 0 (a token type), which no relative distance measures."""
+    if array is None or array.size == 0 or array.dtype.kind not in "iu":
+        return None
+    return zlib.crc32(np.ascontiguousarray(array, dtype=np.int64))
 
 
 def other_input_sketch(array: Optional[np.ndarray]) -> Optional[Dict[str, Any]]:

@@ -1187,6 +1187,18 @@ def test_an_input_sketch_shows_a_difference_at_about_its_size():
     assert input_sketch(np.arange(4)) is None
 
 
+def test_integer_inputs_are_the_same_when_equal_whatever_their_width():
+    """Ids have no sketch (no relative distance measures ids all 0, a BERT's token types):
+    their checksum, of the values as int64, tells the same ids apart from others."""
+    from parity.sketch import integer_input_checksum
+
+    ids = np.zeros((2, 6), np.int64)
+    assert integer_input_checksum(ids) == integer_input_checksum(ids.astype(np.int32)) == \
+        integer_input_checksum(np.broadcast_to(np.zeros(6, np.int32), (2, 6)))
+    assert integer_input_checksum(ids) != integer_input_checksum(ids + 1)
+    assert integer_input_checksum(np.zeros(3, np.float32)) is None
+
+
 @pytest.mark.parametrize("kind, allowance", [("forward", 0.0), ("grad", 0.0), ("grad", 0.02)])
 def test_fails_above_is_where_the_verdict_turns(kind, allowance):
     """What a run can see: a record whose MindSpore error is just below ``fails_above``

@@ -181,6 +181,23 @@ def test_a_token_id_model_is_checked_from_an_integer_batch(tmp_path, ms_model, p
             report["diagnosis"]["detail"]
 
 
+def test_embeddings_looked_up_in_another_order_pair_by_their_ids(tmp_path):
+    """A port looking its position embeddings up before its token types (Hugging Face's BERT
+    does the reverse): each pair reads the same ids, so each is compared; the order left one
+    of them unmatched on each side, the types' ids all 0 and no input sketched."""
+    import numpy as np
+
+    from tests.tiny import TOKENS, VOCABULARY
+    rng = np.random.default_rng(0)
+    code, report = _run_on_batch(tmp_path, "torch_typed_tokens",
+                                 "ms_typed_tokens_positions_first",
+                                 rng.integers(0, VOCABULARY, (4, TOKENS)), rng.integers(0, 5, 4))
+    assert code == 0, report["diagnosis"]
+    assert not report["unmatched"], report["unmatched"]
+    forward = {r["name"] for r in report["records"] if r["kind"] == "forward"}
+    assert {"token_type", "position"} <= forward
+
+
 def test_tied_weights_are_one_parameter_on_both_sides(tmp_path):
     """torch's state dict lists a tied tensor under both names; the port ties the same two, so
     it has one parameter: the transfer refused the second name as an extra key."""
@@ -284,6 +301,13 @@ def test_a_segmenter_is_checked_from_per_pixel_labels(tmp_path, ms_loss, passed)
     ("torch_gelu_mlp", "ms_gelu_mlp_default", "GELU approximation differs",
      "MindSpore 1 with 'tanh' (MindSpore's nn.GELU defaults to the tanh form); write "
      "nn.GELU(approximate=False)"),
+    # GELU modules of other names (Hugging Face's GELUActivation, NewGELUActivation by hand)
+    # are told by the form they compute: the pair below passed on its numbers
+    ("torch_hf_gelu_mlp", "ms_gelu_mlp", None, None),
+    ("torch_hf_gelu_mlp", "ms_gelu_mlp_default", "GELU approximation differs",
+     "torch 1 computes GELU with approximate='none', MindSpore 1 with 'tanh'"),
+    ("torch_gelu_mlp", "ms_hand_tanh_gelu_mlp", "GELU approximation differs",
+     "torch 1 computes GELU with approximate='none', MindSpore 1 with 'tanh'"),
 ])
 def test_mindspores_defaults_that_differ_from_torchs_are_named(tmp_path, torch_model, ms_model,
                                                               cause, named):

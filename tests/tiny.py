@@ -10,6 +10,7 @@ are: built in float64, torch.compile'd, held as ``self.module``."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -1035,6 +1036,46 @@ def ms_tokens_scaled() -> msnn.Cell:
     return ms_tokens(_ScaledEmbedding())
 
 
+# Token, token-type and position embeddings summed (BERT's), the types all 0: Hugging Face's
+# BERT looks the types up before the positions, a port may look them up after.
+class _TorchTypedTokens(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.word = tnn.Embedding(VOCABULARY, WIDTH)
+        self.token_type = tnn.Embedding(2, WIDTH)
+        self.position = tnn.Embedding(TOKENS, WIDTH)
+        self.head = tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.shape[1]).expand_as(tokens)
+        embedded = self.word(tokens) + self.token_type(torch.zeros_like(tokens)) + \
+            self.position(positions)
+        return self.head(embedded.flatten(1))
+
+
+class _MsTypedTokens(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.word = msnn.Embedding(VOCABULARY, WIDTH)
+        self.token_type = msnn.Embedding(2, WIDTH)
+        self.position = msnn.Embedding(TOKENS, WIDTH)
+        self.head = msnn.Dense(WIDTH * TOKENS, 5)
+
+    def construct(self, tokens):
+        positions = ops.arange(tokens.shape[1]).broadcast_to(tokens.shape)
+        embedded = self.word(tokens) + self.position(positions) + \
+            self.token_type(ops.zeros_like(tokens))
+        return self.head(embedded.reshape(tokens.shape[0], -1))
+
+
+def torch_typed_tokens() -> tnn.Module:
+    return _TorchTypedTokens()
+
+
+def ms_typed_tokens_positions_first() -> msnn.Cell:
+    return _MsTypedTokens()
+
+
 # Each framework's own Transformer encoder layer over token ids: torch's attention returns
 # (output, None) without its weights, MindSpore's (output,).
 class _TorchEncoderLayer(tnn.Module):
@@ -1779,6 +1820,29 @@ class _MsFunctionalMlp(msnn.Cell):
 
     def construct(self, x):
         return self.fc2(self.activation(self.fc1(x)))
+
+
+class GELUActivation(tnn.Module):
+    """Hugging Face transformers' GELU (ACT2FN["gelu"]): F.gelu in a class of its own name."""
+
+    def forward(self, x):
+        return tnn.functional.gelu(x)
+
+
+class NewGELUActivation(msnn.Cell):
+    """The tanh form written out (as transformers' NewGELUActivation), ported by hand."""
+
+    def construct(self, x):
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * ops.pow(x, 3.0))
+        return 0.5 * x * (1.0 + ops.tanh(inner))
+
+
+def torch_hf_gelu_mlp() -> tnn.Module:
+    return _torch_mlp(GELUActivation())
+
+
+def ms_hand_tanh_gelu_mlp() -> msnn.Cell:
+    return _ms_mlp(NewGELUActivation())
 
 
 def torch_functional_gelu_mlp() -> tnn.Module:

@@ -4,13 +4,15 @@ gradient w.r.t. each output."""
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from parity.records import DROPPING_OPS, drops_between_layers
-from parity.sketch import input_sketch, magnitude, other_input_sketch
+from parity.sketch import (input_sketch, integer_input_checksum, magnitude,
+                           other_input_sketch)
 
 # Operation types that mean the same thing in both frameworks, keyed by class name.
 OPS = {
@@ -61,7 +63,20 @@ PRIMITIVE_SETTINGS = {"ceil_mode": ("max_pool", "avg_pool"), "count_include_pad"
 
 
 def op_type(module: Any) -> str:
-    return OPS.get(type(module).__name__, "module")
+    name = type(module).__name__
+    if name in OPS:
+        return OPS[name]
+    # a GELU of another name (Hugging Face's GELUActivation, NewGELUActivation): its form is
+    # told from what it computes (module_attrs), as for any GELU holding no setting
+    return "gelu" if "gelu" in name.lower() and _computes_alone(module) else "module"
+
+
+def _computes_alone(module: Any) -> bool:
+    """A torch module or MindSpore cell holding no parameter and no module of its own."""
+    children, parameters = (("children", "parameters") if hasattr(module, "children") else
+                            ("cells", "get_parameters"))
+    return not any(True for _ in getattr(module, children)()) and \
+        not any(True for _ in getattr(module, parameters)())
 
 
 def dropping_modules(named_modules: Iterable[Tuple[str, Any]]) -> List[Tuple[str, Any]]:
@@ -116,25 +131,45 @@ def module_attrs(module: Any) -> Dict[str, Any]:
     return attrs
 
 
-# Where a GELU module's output tells its form apart: the two forms differ there by 1.8e-4.
+# Where a GELU module's output tells its form apart: the two forms differ there by up to
+# 4.1e-4 (at -3); GELU_FORMS holds each form's values there (x·Φ(x), its tanh approximation).
 GELU_PROBE = (-3.0, -1.0, 0.5, 2.0)
+GELU_FORMS = {
+    "none": np.array([0.5 * x * (1 + math.erf(x / math.sqrt(2))) for x in GELU_PROBE]),
+    "tanh": np.array([0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+                      for x in GELU_PROBE]),
+}
 
 
 def _gelu_form_computed(module: Any) -> Optional[str]:
-    """The form ('none' or 'tanh') a torch GELU module without an ``approximate`` setting
-    computes, told from its output over GELU_PROBE (its forward called, not its hooks): timm's
-    GELU calls F.gelu and holds no setting, so its pair with MindSpore's tanh-form nn.GELU went
-    unflagged (mindcv's ConvNeXtV2 failed three stages on at 8×, told "input in another order").
-    None for a MindSpore cell, or a module computing neither form."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(module, torch.nn.Module) or \
-            any(True for _ in module.parameters()):
+    """The form ('none' or 'tanh') a GELU module without an ``approximate`` setting computes,
+    told from its output over GELU_PROBE (its forward or construct called, not its hooks):
+    timm's GELU calls F.gelu and holds no setting, so its pair with MindSpore's tanh-form
+    nn.GELU went unflagged (mindcv's ConvNeXtV2 failed three stages on at 8×, told "input in
+    another order"); Hugging Face's BERT and a port writing the tanh form out passed on their
+    numbers. None for a module computing neither form, or one holding parameters."""
+    if not _computes_alone(module):
         return None
-    probe = torch.tensor(GELU_PROBE)
-    with torch.no_grad():
-        output = module.forward(probe)
-    return next((form for form in ("none", "tanh") if isinstance(output, torch.Tensor) and
-                 torch.equal(output, torch.nn.functional.gelu(probe, approximate=form))), None)
+    torch, mindspore = sys.modules.get("torch"), sys.modules.get("mindspore")
+    probe = np.array(GELU_PROBE, np.float32)
+    try:        # a module taking only another shape of input: its form stays unknown
+        if torch is not None and isinstance(module, torch.nn.Module):
+            with torch.no_grad():
+                output = module.forward(torch.from_numpy(probe))
+            output = output.numpy() if isinstance(output, torch.Tensor) else None
+        elif mindspore is not None and isinstance(module, mindspore.nn.Cell):
+            output = module.construct(mindspore.Tensor(probe))
+            output = output.asnumpy() if isinstance(output, mindspore.Tensor) else None
+        else:
+            return None
+    except Exception:
+        return None
+    if output is None or output.shape != probe.shape:
+        return None
+    # within a fortieth of the forms' largest difference: a form written out rounds
+    # otherwise than the framework's kernel
+    return next((form for form, values in GELU_FORMS.items()
+                 if np.max(np.abs(output - values)) <= 1e-5), None)
 
 
 def _batch_statistics(module: Any) -> Optional[bool]:
@@ -174,8 +209,9 @@ def input_sketcher(name: str, sketches: Dict[str, Dict[str, Any]],
     """A forward pre-hook (given keyword arguments too) keeping the sketches of ``module``'s
     inputs for its output hook, as they enter: before an in-place ReLU overwrites them.
 
-    The first input's is ``input_sketch`` and its ``magnitude``; each further tensor input's,
-    by position ("1", "2") or keyword, goes under ``other_inputs``. An input passed again
+    The first input's is ``input_sketch`` and its ``magnitude`` (``integer_input_crc32`` for
+    ids); each further tensor input's, by position ("1", "2") or keyword, goes under
+    ``other_inputs``. An input passed again
     (attention's query, key and value, one tensor) is sketched once. MindSpore calls it
     without keyword arguments inside a construct compiled with @jit (2.8.0)."""
     def hook(_module, args, kwargs=None) -> None:
@@ -183,6 +219,9 @@ def input_sketcher(name: str, sketches: Dict[str, Dict[str, Any]],
         first = input_sketch(array)
         attrs: Dict[str, Any] = {} if first is None else \
             {"input_sketch": first, "input_magnitude": magnitude(array)}
+        checksum = integer_input_checksum(array)
+        if checksum is not None:
+            attrs["integer_input_crc32"] = checksum
         others: Dict[str, Any] = {}
         by_identity: Dict[int, Any] = {}
         for key, value in [*((str(i), v) for i, v in enumerate(args[1:], 1)),
