@@ -1371,6 +1371,16 @@ def test_a_model_with_several_outputs_is_told_what_to_pass(tmp_path, options, me
     assert_one_line_error(process, message)
 
 
+def test_a_model_returning_its_logits_in_a_dict_is_told_to_return_them(tmp_path):
+    """Hugging Face models return an output object, a dict holding 'logits'."""
+    process = parity_cli("run", "--torch-model", "tests.tiny:torch_output_object", "--ms-model",
+                         "tests.tiny:ms_two_heads", "--image-size", "16", "--num-classes", "10",
+                         "--out", tmp_path / "run")
+    assert_one_line_error(process, "the torch model returns a dict ('logits') (as Hugging Face "
+                          "models return: to train on its logits alone, wrap the model in a "
+                          "module returning model(...).logits); parity's default loss")
+
+
 def test_bad_map_file(tmp_path):
     (tmp_path / "map.toml").write_text("fc = 3\n")
     process = parity_cli("run", *TINY, "--map", tmp_path / "map.toml", "--out", tmp_path / "r")

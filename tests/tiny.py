@@ -2006,6 +2006,17 @@ def torch_two_heads() -> tnn.Module:
     return _TorchTwoHeads()
 
 
+class _TorchOutputObject(_TorchTwoHeads):
+    """Its logits in a dict, as a Hugging Face model returns them (a ModelOutput)."""
+
+    def forward(self, x):
+        return {"logits": self.head(self.body(x))}
+
+
+def torch_output_object() -> tnn.Module:
+    return _TorchOutputObject()
+
+
 def ms_two_heads() -> msnn.Cell:
     return _MsTwoHeads()
 

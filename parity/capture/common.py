@@ -69,11 +69,13 @@ def refuse_map_names_not_in(names: Iterable[str], known: Set[str], what: str) ->
 
 
 def several_outputs(outputs: Any) -> str:
-    """'a tuple of 2 outputs' (or list; "a dict ('logits', 'aux')") when a model returned a
-    container, else '': such a model has no one logits tensor for the default loss or the
-    class count."""
+    """'a tuple of 2 outputs' (or list; "a dict ('logits', 'aux')", saying how to take the
+    logits from it) when a model returned a container, else '': such a model has no one logits
+    tensor for the default loss or the class count."""
     if isinstance(outputs, dict):
-        return f"a dict ({', '.join(repr(key) for key in outputs)})"
+        logits = " (as Hugging Face models return: to train on its logits alone, wrap the " \
+            "model in a module returning model(...).logits)" if "logits" in outputs else ""
+        return f"a dict ({', '.join(repr(key) for key in outputs)}){logits}"
     if isinstance(outputs, (tuple, list)):
         return f"a {type(outputs).__name__} of {len(outputs)} " \
             f"output{'' if len(outputs) == 1 else 's'}"
