@@ -73,6 +73,15 @@ def split_state(name: str) -> Tuple[str, str]:
     return name, ""
 
 
+def classes_last(logits_shape: Tuple[int, ...], labels_shape: Tuple[int, ...]) -> bool:
+    """Whether the default cross entropy reads the class scores on the logits' last axis: a
+    language model's or token tagger's N×L×V for labels N×L (torch's cross entropy reads them
+    on axis 1, as a segmenter's N×C×H×W for labels N×H×W; a shape fitting both, L = V, is
+    read as torch reads it)."""
+    logits, labels = tuple(logits_shape), tuple(labels_shape)
+    return len(logits) >= 3 and logits[:-1] == labels and logits[:1] + logits[2:] != labels
+
+
 def other_optimizers_settings(optimizer: str, given: Mapping[str, str],
                               choose: str) -> Optional[str]:
     """What is wrong when ``given`` (setting: the name the user gave it by) holds settings

@@ -1644,3 +1644,11 @@ def test_an_input_held_in_another_layout_is_compared_by_its_sums():
     assert first_input_difference(t, m) < 1e-6
     scaled = record(np.ascontiguousarray(channels_last * 1.01), "act").transposed((0, 3, 1, 2))
     assert first_input_difference(t, scaled) == pytest.approx(0.01, rel=1e-3)
+
+
+def test_the_default_loss_reads_classes_last_only_where_torchs_axis_cannot_be_meant():
+    from parity.config import classes_last
+    assert classes_last((2, 16, 100), (2, 16))             # a language model's N×L×V
+    assert not classes_last((2, 10, 8, 8), (2, 8, 8))      # a segmenter's N×C×H×W
+    assert not classes_last((2, 10), (2,))                 # a classifier's
+    assert not classes_last((2, 5, 5), (2, 5))             # L = V: read as torch reads it

@@ -181,6 +181,26 @@ def test_a_token_id_model_is_checked_from_an_integer_batch(tmp_path, ms_model, p
             report["diagnosis"]["detail"]
 
 
+def test_the_default_loss_reads_a_language_models_classes_last(tmp_path):
+    """Scores N×L×V for labels N×L (a language model's, a token tagger's): torch's cross entropy
+    reads classes on axis 1 and refused them ("Expected target size [4, 5], got [4, 6]"); the
+    default loss now reads them last, on both sides, and checks each side's loss against its
+    own logits."""
+    import numpy as np
+
+    from tests.tiny import TOKENS, VOCABULARY
+    rng = np.random.default_rng(0)
+    code, report = _run_on_batch(tmp_path, "torch_token_tagger", "ms_token_tagger",
+                                 rng.integers(0, VOCABULARY, (4, TOKENS)),
+                                 rng.integers(0, 5, (4, TOKENS)))
+    assert code == 0, report["diagnosis"]
+    from parity.compare.loss import losses_of_own_logits
+    runs = [RunReader.open(tmp_path / "run" / side) for side in ("torch", "mindspore")]
+    assert runs[0].record("1", "forward").shape == (4, TOKENS, 5)
+    found = losses_of_own_logits(*runs)
+    assert found is not None and found.logits == "1" and found.gap < 1e-6, found
+
+
 def test_embeddings_looked_up_in_another_order_pair_by_their_ids(tmp_path):
     """A port looking its position embeddings up before its token types (Hugging Face's BERT
     does the reverse): each pair reads the same ids, so each is compared; the order left one

@@ -1036,6 +1036,15 @@ def ms_tokens_scaled() -> msnn.Cell:
     return ms_tokens(_ScaledEmbedding())
 
 
+# A token tagger, or a language model's head: N×L×5 scores, the classes last, for N×L labels.
+def torch_token_tagger() -> tnn.Module:
+    return tnn.Sequential(tnn.Embedding(VOCABULARY, WIDTH), tnn.Linear(WIDTH, 5))
+
+
+def ms_token_tagger() -> msnn.Cell:
+    return msnn.SequentialCell([msnn.Embedding(VOCABULARY, WIDTH), msnn.Dense(WIDTH, 5)])
+
+
 # Token, token-type and position embeddings summed (BERT's), the types all 0: Hugging Face's
 # BERT looks the types up before the positions, a port may look them up after.
 class _TorchTypedTokens(tnn.Module):

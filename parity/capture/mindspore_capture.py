@@ -22,7 +22,7 @@ from parity.capture.common import (PhaseClock, failure_explained, manifest_meta,
 from parity.capture.hooks import (ACTIVATION, ForwardPassOnly, dropping_modules,
                                   recording_hooks)
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
-from parity.config import StepConfig, split_state
+from parity.config import StepConfig, classes_last, split_state
 from parity.errors import ParityInputError, first_few
 from parity.io import same_file
 from parity.models_loader import build_loss
@@ -465,7 +465,7 @@ def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
     parameters ``left_out`` (by torch's name), to which torch's step passed no gradient, must
     get none here either: they are not stepped, and recorded as state."""
     import mindspore as ms
-    from mindspore import nn
+    from mindspore import nn, ops
 
     net.set_train(True)
     for _, dropping in dropping_modules(net.cells_and_names()):
@@ -482,6 +482,8 @@ def _train_step(net, optimizer, initial: Mapping[str, np.ndarray], batch: Batch,
         forward_pass.done = True
         if not config.ms_loss:
             refuse_several_outputs(outputs, "MindSpore")
+            if classes_last(outputs.shape, labels.shape):
+                outputs = ops.moveaxis(outputs, -1, 1)
         loss = loss_fn(outputs, labels)
         return loss * scale, loss
 

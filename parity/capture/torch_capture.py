@@ -25,7 +25,7 @@ from parity.capture.masks import RELU, ReluMasks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.capture.sequential_sums import sequential_kernel_sums
 from parity.capture.spill import SavedTensorSpill
-from parity.config import OPTIMIZER_STATE, StepConfig
+from parity.config import OPTIMIZER_STATE, StepConfig, classes_last
 from parity.errors import SMALLER_BATCH, ParityInputError, first_few
 from parity.models_loader import build_loss
 from parity.resources import peak_resident_bytes
@@ -183,6 +183,8 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
         forward_pass.done = True
         if config.torch_loss is None:
             refuse_several_outputs(logits, "torch")
+            if classes_last(logits.shape, batch.labels.shape):
+                logits = logits.movedim(-1, 1)
         loss = _loss_function(config, dtype)(logits, torch.from_numpy(batch.labels))
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ParityInputError(f"the torch loss {config.torch_loss} returned "

@@ -5,11 +5,13 @@ are judged at their own record, and the loss is allowed that difference (engine)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
+from parity.config import classes_last
 from parity.records import RecordInfo
 from parity.rundir import RunReader
 
@@ -41,8 +43,9 @@ def cross_entropy(logits: np.ndarray, labels: np.ndarray, label_smoothing: float
 
 
 def losses_of_own_logits(torch_run: RunReader, ms_run: RunReader) -> Optional[LogitsGap]:
-    """With parity's default losses on both sides and (N, K) logits, each side's loss the cross
-    entropy of its own logits: the gap between the two. None when either is not."""
+    """With parity's default losses on both sides and (N, K) logits (or N×L×K, classes last),
+    each side's loss the cross entropy of its own logits: the gap between the two. None when
+    either is not."""
     config = torch_run.manifest.get("config", {})
     if config.get("torch_loss") is not None or \
             ms_run.manifest.get("config", {}).get("ms_loss") is not None:
@@ -53,17 +56,19 @@ def losses_of_own_logits(torch_run: RunReader, ms_run: RunReader) -> Optional[Lo
         return None
     logits = [run.record(grad.name, "forward") for run, grad in zip(runs, outputs)]
     losses = [run.record("loss", "loss") for run in runs]
-    if None in logits or None in losses or len(logits[0].shape) != 2 \
-            or logits[0].shape != logits[1].shape:
+    if None in logits or None in losses or logits[0].shape != logits[1].shape:
         return None
-    y = np.asarray(torch_run.tensor(labels)).reshape(-1).astype(np.int64)
-    if y.shape != (logits[0].shape[0],) or y.min() < 0 or y.max() >= logits[0].shape[1]:
+    shape, y = tuple(logits[0].shape), np.asarray(torch_run.tensor(labels)).astype(np.int64)
+    if classes_last(shape, y.shape):        # a language model's N×L×V: one row per token
+        shape = (math.prod(shape[:-1]), shape[-1])
+    y = y.reshape(-1)
+    if len(shape) != 2 or y.shape != (shape[0],) or y.min() < 0 or y.max() >= shape[1]:
         return None
     eps = float(config.get("label_smoothing", 0.0))
     own = []
     for run, logits_record, loss_record in zip(runs, logits, losses):
         loss = float(np.asarray(run.tensor(loss_record), np.float64).reshape(-1)[0])
-        own.append(cross_entropy(run.tensor(logits_record), y, eps))
+        own.append(cross_entropy(run.tensor(logits_record).reshape(shape), y, eps))
         if not abs(loss - own[-1]) <= OWN_CROSS_ENTROPY * max(1.0, abs(own[-1])):
             return None
     return LogitsGap(logits=logits[0].name, gap=abs(own[1] - own[0]))
