@@ -67,7 +67,8 @@ CAN_DROP_CACHE = hasattr(os, "posix_fadvise")      # Linux
 MANIFEST_TYPES = {"framework": str, "versions": dict, "seed": int, "config": dict,
                   "factory": str, "param_map": dict, "self_checks": dict, "resources": dict,
                   "fingerprint": str, "records": list, "shards": list, "no_gradient": list,
-                  "port_constants": list, "cells_not_run": list, "torch_rows_left": list}
+                  "port_constants": list, "cells_not_run": list, "torch_rows_left": list,
+                  "in_out_weights": list, "transposed": list}
 
 
 def is_run_dir(path: Path) -> bool:

@@ -19,8 +19,8 @@ import zipfile
 from itertools import accumulate, combinations, zip_longest
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set,
-                    Tuple)
+from typing import (Any, Collection, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
+                    Set, Tuple)
 
 import numpy as np
 
@@ -397,9 +397,12 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         value = value_of(state_dict, torch_name)
         t_shape, (m_shape, m_dtype) = tuple(value.shape), _port_shape(ms_shapes, ms_name)
         if not same_order(t_shape, m_shape):    # a conv's weight flattened fits a dense's
-            transposed = ", its transpose: the port holds the weight as (in, out) for x @ W; " \
-                "parity transfers no transposes: hold it as (out, in) and compute x @ W.T, " \
-                "as nn.Dense does" if len(t_shape) == 2 and t_shape[::-1] == m_shape else ""
+            transposed = ", its transpose: one side's layer holds it as (in, out) for x @ W, " \
+                "the other's as (out, in) for x @ W.T (torch's Linear, MindSpore's Dense); " \
+                "parity run transposes the weights of torch's layers it finds computing x @ W " \
+                "(Hugging Face's Conv1D), which convert-weights has no torch model to find; " \
+                "otherwise hold the weight in the port as torch's layer holds it" \
+                if len(t_shape) == 2 and t_shape[::-1] == m_shape else ""
             problems.append(f"{torch_name}: torch shape {t_shape} but MindSpore {ms_name} "
                             f"expects {m_shape}{transposed}")
             misfits.append((t_shape, m_shape))
@@ -807,27 +810,48 @@ class Transfer:
     MindSpore parameter took (step counters, integer constants the port holds itself), the
     port's frozen parameters no torch tensor fed, kept at its own values (plan_transfer), and
     the rows of torch's tensors no parameter took where the others did (a fused bias's key
-    rows: _key_unbiased), each named as a part (``qkv.bias[8:16]``)."""
+    rows: _key_unbiased), each named as a part (``qkv.bias[8:16]``), and the parameters holding
+    their torch tensor transposed (a Dense layer's of Hugging Face's Conv1D: see
+    load_into_mindspore)."""
     plan: Dict[str, str]
     torch_shapes: Dict[str, Tuple[int, ...]]
     left_out: List[str]
     port_constants: List[str] = field(default_factory=list)
     rows_left: List[str] = field(default_factory=list)
+    transposed: List[str] = field(default_factory=list)
 
 
 def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
                         overrides: Optional[Mapping[str, str]] = None,
-                        torch_strides: Optional[Mapping[str, int]] = None) -> Transfer:
+                        torch_strides: Optional[Mapping[str, int]] = None,
+                        torch_in_out: Collection[str] = (),
+                        port_in_out: Collection[str] = ()) -> Transfer:
     """Copy a torch state dict into a MindSpore network. Keys that all carry an outer prefix
     (a Lightning checkpoint's "model.") are tried without it when they do not fit as they
-    are. ``torch_strides``: torch's modules' largest strides, from its capture."""
+    are. ``torch_strides``: torch's modules' largest strides, from its capture.
+
+    ``torch_in_out``: torch's weights held (in, out) by layers computing x @ W (Hugging Face's
+    Conv1D; capture/layouts.py), ``port_in_out`` the port's: each is planned and transferred
+    as the (out, in) of torch's Linear and MindSpore's Dense, so a Dense port of GPT-2 takes
+    each Conv1D weight transposed and a port holding them as torch does takes them as they
+    are. A port's layers computing x @ W count only where torch's model holds such layers too:
+    elsewhere a port's weight used transposed is its bug (tests/tiny.py's
+    ms_projected_transposed)."""
     import mindspore as ms
     params = dict(net.parameters_and_names())
     frozen = {name for name, param in params.items() if not param.requires_grad}
     norm_defaults = frozen_norm_defaults(net)
     strides = None if torch_strides is None else (torch_strides, _cell_strides(net))
-    state_dict, plan = _names_that_fit(state_dict, mindspore_param_specs(net), overrides,
-                                       mindspore_ties(net), norm_defaults, frozen, strides)
+    torch_in_out = set(torch_in_out) & set(state_dict)
+    port_in_out = set(port_in_out) if torch_in_out else set()
+    if torch_in_out:
+        state_dict = StateDict({name: value.T if name in torch_in_out else value
+                                for name, value in state_dict.items()},
+                               getattr(state_dict, "tied", {}))
+    specs = [(name, shape[::-1] if name in port_in_out else shape, dtype)
+             for name, shape, dtype in mindspore_param_specs(net)]
+    state_dict, plan = _names_that_fit(state_dict, specs, overrides, mindspore_ties(net),
+                                       norm_defaults, frozen, strides)
     torch_shapes = {}
     joined: Dict[str, List[Tuple[int, np.ndarray]]] = {}     # port parameter -> its parts
     for ms_name, torch_name in plan.items():
@@ -835,18 +859,40 @@ def load_into_mindspore(net, state_dict: Mapping[str, np.ndarray],
         if part is not None:
             joined.setdefault(whole, []).append((part.start, value))
             continue
+        if ms_name in port_in_out:
+            value = value.T
         shape = tuple(params[ms_name].shape)
         if tuple(value.shape) != shape:
             torch_shapes[ms_name] = tuple(value.shape)
         params[ms_name].set_data(ms.Tensor(np.ascontiguousarray(value).reshape(shape)))
     for ms_name, parts in joined.items():
         stacked = np.concatenate([value for _, value in sorted(parts, key=lambda p: p[0])])
-        params[ms_name].set_data(ms.Tensor(stacked))
+        params[ms_name].set_data(ms.Tensor(stacked.T if ms_name in port_in_out else stacked))
+    transposed = [ms_name for ms_name, torch_name in plan.items()
+                  if (split_part(torch_name)[0] in torch_in_out) !=
+                  (split_part(ms_name)[0] in port_in_out)]
+    if any(split_part(ms_name)[1] is not None for ms_name in transposed):
+        raise ParityInputError(
+            f"the port stacks torch tensors into one parameter "
+            f"({first_few(sorted({split_part(m)[0] for m in transposed}))}) where one side's "
+            "layer holds its weight as (in, out) for x @ W: parity does not compare such a "
+            "parameter; hold the weights as torch does (one layer each)")
+    plan = {ms_name: _in_torch_layout(torch_name, torch_in_out)
+            for ms_name, torch_name in plan.items()}
     taken = {split_part(key)[0] for key in plan.values()} | set(getattr(state_dict, "tied", {}))
     constants = [name for name in params if name not in plan and name not in joined
                  and not is_ignored(name) and _a_port_constant(name, frozen)]
     return Transfer(plan, torch_shapes, [key for key in state_dict if key not in taken],
-                    constants, _rows_left(plan.values(), state_dict))
+                    constants, _rows_left(plan.values(), state_dict), transposed)
+
+
+def _in_torch_layout(name: str, torch_in_out: Collection[str]) -> str:
+    """A part of a torch weight held (in, out), planned on its transpose, named on torch's own
+    tensor: rows there are columns here (a port's q layer of GPT-2's c_attn)."""
+    whole, part = split_part(name)
+    if part is None or whole not in torch_in_out:
+        return name
+    return Part(part.start, part.stop, 1 - part.axis_of(2)).of(whole)
 
 
 def _rows_left(torch_names: Iterable[str], state_dict: Mapping[str, np.ndarray]) -> List[str]:

@@ -258,12 +258,17 @@ def test_the_platform_is_named_without_starting_a_process(monkeypatch):
 
 
 @pytest.mark.parametrize("outputs, said", [
-    ({"logits": 0}, "a dict ('logits')"),       # a Hugging Face model's output is a dict
-    ({"logits": 0, "aux": 1}, "a dict ('logits', 'aux')"),
+    ({"logits": 0}, "a dict ('logits') (as Hugging Face models return: to train on its logits "
+                    "alone, wrap the model in a module returning model(...).logits)"),
+    ({"logits": 0, "aux": 1}, "a dict ('logits', 'aux') (as Hugging Face models return: to "
+                              "train on its logits alone, wrap the model in a module returning "
+                              "model(...).logits)"),
+    ({"out": 0, "aux": 1}, "a dict ('out', 'aux')"),
     ((0,), "a tuple of 1 output"), ([0, 1], "a list of 2 outputs"),
     (np.zeros(2), "")])
 def test_a_model_s_several_outputs_are_named(outputs, said):
-    """A dict of outputs was "a dict of 1 outputs": its keys say what the loss must take."""
+    """A dict of outputs was "a dict of 1 outputs": its keys say what the loss must take, and
+    one holding logits how to take them alone."""
     assert several_outputs(outputs) == said
 
 

@@ -951,6 +951,34 @@ def test_stochastic_depth_runs_as_identity_and_its_rate_is_compared(ms_model, fi
         " ".join(result.meta.notes)
 
 
+@pytest.mark.parametrize("ms_model, transposed", [
+    ("ms_dense_for_conv1d_mlp", ["0.weight", "2.weight"]), ("ms_conv1d_mlp", [])])
+def test_a_weight_torch_holds_in_out_goes_transposed_to_a_dense_port(tmp_path, ms_model,
+                                                                     transposed):
+    """Hugging Face's Conv1D (GPT-2's layers) holds its weight as (in, out) for x @ W: a port of
+    nn.Dense layers, (out, in), was refused ("torch shape (8, 5) but MindSpore 2.weight expects
+    (5, 8), its transpose") and its square layer given the weight untransposed. Each weight
+    now goes transposed to a Dense, as it is to a cell holding it as torch does, and the
+    port's records are compared in torch's layout."""
+    import numpy as np
+
+    from tests.tiny import FEATURES
+    rng = np.random.default_rng(0)
+    code, report = _run_on_batch(tmp_path, "torch_conv1d_mlp", ms_model,
+                                 rng.standard_normal((4, FEATURES), dtype=np.float32),
+                                 rng.integers(0, 5, 4))
+    assert code == 0, report["diagnosis"]
+    torch_run = RunReader.open(tmp_path / "run" / "torch")
+    ms_run = RunReader.open(tmp_path / "run" / "mindspore")
+    assert torch_run.manifest["in_out_weights"] == ["0.weight", "2.weight"]
+    assert ms_run.manifest["transposed"] == transposed
+    assert ms_run.record("2.weight", "grad").shape == (FEATURES, 5)      # torch's layout
+    kinds = {(r["name"], r["kind"]) for r in report["records"]}
+    assert {("2.weight", kind) for kind in ("grad", "update", "weight")} <= kinds
+    assert bool(transposed) == any("took torch's weight transposed" in note
+                                   for note in report["meta"]["notes"])
+
+
 @pytest.mark.parametrize("ms_model", ["ms_projected", "ms_projected_transposed"])
 def test_a_ports_own_dense_cell_is_checked_and_blamed_as_a_dense(ms_model):
     """The port's own dense cell (no op type parity knows) stands for torch's Linear: computing

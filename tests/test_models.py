@@ -558,12 +558,13 @@ def test_a_transfer_between_different_models_says_so_and_lists_a_few_problems():
 
 
 def test_a_dense_weight_held_transposed_is_told_so():
-    """A port's own dense cell holding its weight as (in, out) for x @ W: the refusal says the
-    shape is torch's transposed and what to hold instead; another shape is told as it is."""
+    """A port's own dense cell holding its weight as (in, out) for x @ W (or torch's layer so,
+    met by convert-weights): the refusal says the shape is torch's transposed and what to hold
+    instead; another shape is told as it is."""
     state_dict = {"proj.weight": np.zeros((6, 8), np.float32)}
     with pytest.raises(ParityInputError, match=r"proj\.weight: torch shape \(6, 8\) but MindSpore "
-                       r"proj\.weight expects \(8, 6\), its transpose: the port holds the weight "
-                       r"as \(in, out\) for x @ W"):
+                       r"proj\.weight expects \(8, 6\), its transpose: one side's layer holds it "
+                       r"as \(in, out\) for x @ W, the other's as \(out, in\)"):
         plan_transfer(state_dict, [("proj.weight", (8, 6), "float32")])
     with pytest.raises(ParityInputError, match=r"expects \(8, 7\)\. Fix"):
         plan_transfer(state_dict, [("proj.weight", (8, 7), "float32")])

@@ -808,6 +808,42 @@ def ms_drop_path_identity() -> msnn.Cell:
     return _MsDropPath(0.0)
 
 
+# An MLP of Hugging Face's Conv1D layers (GPT-2's): each holds its weight as (in, out) and
+# computes x @ W + b; ported with nn.Dense, which holds (out, in), or with a cell as torch's.
+class Conv1D(tnn.Module):
+    def __init__(self, nf: int, nx: int) -> None:
+        super().__init__()
+        self.nf = nf
+        self.weight = tnn.Parameter(torch.randn(nx, nf) * 0.3)
+        self.bias = tnn.Parameter(torch.randn(nf) * 0.1)
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+
+
+class _MsConv1D(msnn.Cell):
+    def __init__(self, nf: int, nx: int) -> None:
+        super().__init__()
+        self.weight = mindspore.Parameter(mindspore.Tensor(np.zeros((nx, nf), np.float32)))
+        self.bias = mindspore.Parameter(mindspore.Tensor(np.zeros(nf, np.float32)))
+
+    def construct(self, x):
+        return ops.matmul(x, self.weight) + self.bias
+
+
+def torch_conv1d_mlp() -> tnn.Module:
+    return tnn.Sequential(Conv1D(FEATURES, FEATURES), tnn.ReLU(), Conv1D(5, FEATURES))
+
+
+def ms_dense_for_conv1d_mlp() -> msnn.Cell:
+    return _ms_mlp(msnn.ReLU())
+
+
+def ms_conv1d_mlp() -> msnn.Cell:
+    return msnn.SequentialCell([_MsConv1D(FEATURES, FEATURES), msnn.ReLU(),
+                                _MsConv1D(5, FEATURES)])
+
+
 # A net with a square projection, and ports of it as a dense cell of their own: one computes
 # x @ W.T + b as nn.Dense does, the other x @ W + b (the weight used transposed).
 class _TorchProjected(tnn.Module):

@@ -21,6 +21,7 @@ from parity.capture.common import (PhaseClock, failure_explained, manifest_meta,
                                    refuse_several_outputs, weight_update)
 from parity.capture.hooks import (ACTIVATION, ForwardPassOnly, dropping_modules,
                                   recording_hooks)
+from parity.capture.layouts import weights_held_in_out
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.config import StepConfig, classes_last, split_state
 from parity.errors import ParityInputError, first_few
@@ -310,10 +311,12 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
     starts_from: Dict[str, str] = {}
     torch_no_gradient: Collection[str] = ()     # parameters torch's step left as they were
     torch_strides: Optional[Dict[str, int]] = None      # by module, where the capture knows
+    torch_in_out: Collection[str] = ()          # torch's weights held (in, out): layouts.py
     if reference is not None:
         reference_weights, batch, reference_manifest, torch_strides = \
             _reference_inputs(reference)
         torch_no_gradient = frozenset(reference_manifest.get("no_gradient", ()))
+        torch_in_out = reference_manifest.get("in_out_weights", ())
         num_classes = reference_manifest.get("config", {}).get("num_classes")
         # the seed that drew the weights and batch taken from the reference, not the caller's
         config = dataclasses.replace(config, seed=reference_manifest["seed"])
@@ -334,8 +337,11 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         build_mindspore_model(factory, num_classes=num_classes)
     _name_parameters_by_path(net)
     refuse_map_names_not_in_port(net, overrides or {})
-    transfer = load_into_mindspore(net, load_state_dict(weights), overrides, torch_strides)
-    param_map, torch_shapes = transfer.plan, transfer.torch_shapes
+    transfer = load_into_mindspore(net, load_state_dict(weights), overrides, torch_strides,
+                                   torch_in_out, weights_held_in_out(net.cells_and_names())
+                                   if torch_in_out else ())
+    param_map = transfer.plan
+    recorded = in_torch_layouts(transfer.torch_shapes, transfer.transposed)
     initial = _InitialState(net, weights, param_map)
     left_out = {param_map[p.name]: p for p in net.trainable_params()
                 if param_map.get(p.name) in torch_no_gradient}     # by torch's name
@@ -353,7 +359,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
                 f"({batch.summary()})", "The port takes what the torch model takes: the same "
                 "inputs, in the same layout and dtypes (its loss: int32 labels)"):
             _train_step(net, optimizer, initial, batch, config,
-                        in_torch_shapes(tee(writer.add, hooked), torch_shapes), left_out)
+                        recorded(tee(writer.add, hooked)), left_out)
         if not any(r.kind == "forward" for r in writer.records):
             raise ParityInputError("no forward hook fired in the MindSpore model: a construct "
                                    "compiled with @jit / GRAPH_MODE, or a network rewritten by "
@@ -363,7 +369,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
         def rerun_without_hooks(record: Callable[..., None]) -> None:
             _restore(net, initial, optimizer)
             _train_step(net, optimizer, initial, batch, config,
-                        in_torch_shapes(record, torch_shapes), left_out, hooks=False)
+                        recorded(record), left_out, hooks=False)
 
         clock.next("observer rerun")
         observer = observer_check(hooked, rerun_without_hooks, _prelu_parameters(net),
@@ -375,6 +381,7 @@ def capture_mindspore(config: StepConfig, out: Path, *, factory: str = "", model
             "mindspore", config, num_classes, factory or type(net).__name__, param_map,
             observer, clock, no_gradient=list(left_out),
             port_constants=transfer.port_constants, torch_rows_left=transfer.rows_left,
+            transposed=transfer.transposed,
             cells_not_run=cells_not_run(net),
             **starts_from))
 
@@ -390,20 +397,29 @@ def _adam_gradients(optimizer, grads: tuple, config: StepConfig) -> tuple:
                  for param, grad in zip(optimizer.parameters, grads))
 
 
-def in_torch_shapes(record: Callable[..., None],
-                    torch_shapes: Mapping[str, Tuple[int, ...]]) -> Callable[..., None]:
-    """``record`` storing each parameter's records in torch's shape where MindSpore holds it in
-    another of the same layout (its Conv1d weight, gradient, update and momentum: (out, in, 1,
-    k) for torch's (out, in, k)), so that every record compares with torch's as it is."""
-    if not torch_shapes:
-        return record
+def in_torch_layouts(torch_shapes: Mapping[str, Tuple[int, ...]], transposed: Collection[str]
+                     ) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A wrapper of a ``record`` storing each parameter's records in torch's layout: in torch's
+    shape where MindSpore holds it in another of the same order (its Conv1d weight, gradient,
+    update and momentum: (out, in, 1, k) for torch's (out, in, k)), and transposed where it
+    holds torch's tensor transposed (a Dense layer's of Hugging Face's Conv1D), so that every
+    record compares with torch's as it is."""
+    transposed = frozenset(transposed)
 
-    def reshaped(name: str, kind: str, array: np.ndarray, **details: Any) -> None:
-        shape = torch_shapes.get(split_state(name)[0])
-        if shape is not None and kind in PARAM_KINDS:
-            array = array.reshape(shape)
-        record(name, kind, array, **details)
-    return reshaped
+    def wrapped(record: Callable[..., None]) -> Callable[..., None]:
+        if not torch_shapes and not transposed:
+            return record
+
+        def in_torch_layout(name: str, kind: str, array: np.ndarray, **details: Any) -> None:
+            param = split_state(name)[0]
+            if kind in PARAM_KINDS and param in transposed:
+                array = array.T
+            shape = torch_shapes.get(param)
+            if shape is not None and kind in PARAM_KINDS:
+                array = array.reshape(shape)
+            record(name, kind, array, **details)
+        return in_torch_layout
+    return wrapped
 
 
 class _InitialState(Mapping):

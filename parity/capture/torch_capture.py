@@ -21,6 +21,7 @@ from parity.capture.common import (PhaseClock, failure_explained, fingerprint, m
                                    refuse_several_outputs, several_outputs, weight_update)
 from parity.capture.hooks import (ACTIVATION, ForwardPassOnly, dropping_modules,
                                   recording_hooks)
+from parity.capture.layouts import weights_held_in_out
 from parity.capture.masks import RELU, ReluMasks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
 from parity.capture.sequential_sums import sequential_kernel_sums
@@ -554,6 +555,8 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         batch = batch_for(config, batch_file, num_classes)
     batch_errors = _synthetic_batch_errors(config) if synthetic else \
         _own_batch_errors(batch, f"your --input {batch_file}" if batch_file else "your batch")
+    with torch.random.fork_rng():       # the probe draws nothing, but a layer it calls might
+        in_out = weights_held_in_out(model.named_modules())
     state = model.state_dict()
     initial = StateDict({k: v.detach().cpu().numpy().copy() for k, v in state.items()},
                         tied_keys(state))
@@ -584,6 +587,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         writer.wait()
         meta = manifest_meta("torch", config, num_classes, factory or type(model).__name__, {},
                              observer, clock, fp64_reference=fp64_reference,
-                             fingerprint=starts_from, no_gradient=no_gradient)
+                             fingerprint=starts_from, no_gradient=no_gradient,
+                             in_out_weights=in_out)
         meta["resources"]["float64_spilled_mb"] = spilled / 2**20
         return writer.finish(meta)

@@ -930,6 +930,12 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
                      "layer holds no bias where torch's fused layer holds one (a bias on the "
                      "keys shifts every logit of a row alike, which softmax ignores); those "
                      "rows are compared nowhere")
+    transposed = list(ms_run.manifest.get("transposed") or ())
+    if transposed:
+        notes.append(f"the port's {first_few(transposed)} took torch's weight transposed: one "
+                     "side's layer holds it as (in, out) for x @ W (Hugging Face's Conv1D), the "
+                     "other as (out, in), as torch's Linear and MindSpore's Dense do; its "
+                     "gradient, update and state are compared in torch's layout")
     not_run = list(ms_run.manifest.get("cells_not_run") or ())
     if not_run:
         notes.append(f"the port's cell{'s' if len(not_run) > 1 else ''} {first_few(not_run)} "
