@@ -211,9 +211,9 @@ def input_sketcher(name: str, sketches: Dict[str, Dict[str, Any]],
 
     The first input's is ``input_sketch`` and its ``magnitude`` (``integer_input_crc32`` for
     ids); each further tensor input's, by position ("1", "2") or keyword, goes under
-    ``other_inputs``. An input passed again
-    (attention's query, key and value, one tensor) is sketched once. MindSpore calls it
-    without keyword arguments inside a construct compiled with @jit (2.8.0)."""
+    ``other_inputs``. An input passed again (attention's query, key and value, one tensor) is
+    sketched once. MindSpore calls it without keyword arguments inside a construct compiled
+    with @jit (2.8.0)."""
     def hook(_module, args, kwargs=None) -> None:
         array = to_numpy(args[0]) if args else None
         first = input_sketch(array)

@@ -40,8 +40,8 @@ def _own_parameters(module: Any) -> Optional[dict]:
         if any(True for _ in module.children()):
             return None
         return dict(module.named_parameters(recurse=False))
-    if hasattr(module, "name_cells"):                         # MindSpore
-        if module.name_cells():
+    if hasattr(module, "cells"):                              # MindSpore
+        if module.cells():
             return None
         return dict(module.parameters_and_names(expand=False))
     return None
