@@ -150,26 +150,31 @@ def _gelu_form_computed(module: Any) -> Optional[str]:
     numbers. None for a module computing neither form, or one holding parameters."""
     if not _computes_alone(module):
         return None
-    torch, mindspore = sys.modules.get("torch"), sys.modules.get("mindspore")
     probe = np.array(GELU_PROBE, np.float32)
-    try:        # a module taking only another shape of input: its form stays unknown
-        if torch is not None and isinstance(module, torch.nn.Module):
-            with torch.no_grad():
-                output = module.forward(torch.from_numpy(probe))
-            output = output.numpy() if isinstance(output, torch.Tensor) else None
-        elif mindspore is not None and isinstance(module, mindspore.nn.Cell):
-            output = module.construct(mindspore.Tensor(probe))
-            output = output.asnumpy() if isinstance(output, mindspore.Tensor) else None
-        else:
-            return None
-    except Exception:
-        return None
+    output = called_alone(module, probe)
     if output is None or output.shape != probe.shape:
         return None
     # within a fortieth of the forms' largest difference: a form written out rounds
     # otherwise than the framework's kernel
     return next((form for form, values in GELU_FORMS.items()
                  if np.max(np.abs(output - values)) <= 1e-5), None)
+
+
+def called_alone(module: Any, array: np.ndarray) -> Optional[np.ndarray]:
+    """A torch module's forward or a MindSpore cell's construct (not their hooks) on ``array``,
+    as numpy; None where it takes no such input or returns no one tensor."""
+    torch, mindspore = sys.modules.get("torch"), sys.modules.get("mindspore")
+    try:        # a module taking only another shape of input tells nothing
+        if torch is not None and isinstance(module, torch.nn.Module):
+            with torch.no_grad():
+                output = module.forward(torch.from_numpy(array))
+            return output.numpy() if isinstance(output, torch.Tensor) else None
+        if mindspore is not None and isinstance(module, mindspore.nn.Cell):
+            output = module.construct(mindspore.Tensor(array))
+            return output.asnumpy() if isinstance(output, mindspore.Tensor) else None
+    except Exception:
+        return None
+    return None
 
 
 def _batch_statistics(module: Any) -> Optional[bool]:

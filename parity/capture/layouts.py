@@ -7,13 +7,12 @@ one side holds them so and the other not, and the port's records are stored in t
 
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from parity.capture.hooks import op_type
+from parity.capture.hooks import called_alone, op_type
 
 # How close a layer's output must be to x @ W + b to be that, relative to its largest value:
 # float32 rounding of sums of products, far below x @ W.T's distance from it for a random W.
@@ -75,7 +74,7 @@ def _computes_x_at_w(module: Any, weight_and_bias: Tuple[Any, Optional[np.ndarra
     probe = rng.standard_normal((2, rows)).astype(np.float32)
     trial = rng.standard_normal((rows, columns)).astype(np.float32)
     with _set_for_the_call(weight, trial):
-        output = _called(module, probe)
+        output = called_alone(module, probe)
     if output is None or output.shape != (2, columns):
         return False
     wanted = probe.astype(np.float64) @ trial + (0.0 if bias is None else bias)
@@ -103,19 +102,3 @@ def _set_for_the_call(param: Any, value: np.ndarray) -> Iterator[None]:
     finally:
         with torch.no_grad():
             param.copy_(torch.from_numpy(saved))
-
-
-def _called(module: Any, probe: np.ndarray) -> Optional[np.ndarray]:
-    """The module's output on ``probe`` as numpy, or None where it takes no such input."""
-    torch, mindspore = sys.modules.get("torch"), sys.modules.get("mindspore")
-    try:        # a layer taking only another shape of input is none of these
-        if torch is not None and isinstance(module, torch.nn.Module):
-            with torch.no_grad():
-                output = module.forward(torch.from_numpy(probe))
-            return output.numpy() if isinstance(output, torch.Tensor) else None
-        if mindspore is not None and isinstance(module, mindspore.nn.Cell):
-            output = module.construct(mindspore.Tensor(probe))
-            return output.asnumpy() if isinstance(output, mindspore.Tensor) else None
-    except Exception:
-        return None
-    return None
