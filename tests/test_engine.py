@@ -951,6 +951,29 @@ def test_stochastic_depth_runs_as_identity_and_its_rate_is_compared(ms_model, fi
         " ".join(result.meta.notes)
 
 
+@pytest.mark.parametrize("torch_model, cause", [
+    ("torch_side_before_norm", "module computes something different"),
+    ("torch_side_before_hf_norm", "eps differs")])
+def test_a_module_whose_input_matched_is_blamed_not_one_run_before_it(tmp_path, torch_model,
+                                                                      cause):
+    """A Llama port's RMSNorm at another eps was told "operation missing in the port", naming
+    the rotary embedding torch runs as a module just before it (and feeds only to attention).
+    With the norm's every input matched, what runs before it is no cause: the norm is (its eps
+    written into its forward on torch's side, 1e-6, the port's 0.05); where both keep it as
+    Hugging Face's RMSNorm does (``variance_epsilon``), the two settings are compared."""
+    import numpy as np
+
+    from tests.tiny import FEATURES
+    rng = np.random.default_rng(0)
+    code, report = _run_on_batch(tmp_path, torch_model, "ms_side_before_norm_eps",
+                                 rng.standard_normal((4, FEATURES), dtype=np.float32),
+                                 rng.integers(0, 5, 4))
+    assert code == 1
+    assert report["first_divergence"]["name"] == "norm"
+    assert report["diagnosis"]["cause"] == cause, report["diagnosis"]
+    assert "eps" in report["diagnosis"]["detail"]
+
+
 @pytest.mark.parametrize("ms_model, transposed", [
     ("ms_dense_for_conv1d_mlp", ["0.weight", "2.weight"]), ("ms_conv1d_mlp", [])])
 def test_a_weight_torch_holds_in_out_goes_transposed_to_a_dense_port(tmp_path, ms_model,

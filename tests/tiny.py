@@ -844,6 +844,68 @@ def ms_conv1d_mlp() -> msnn.Cell:
                                 _MsConv1D(5, FEATURES)])
 
 
+# An RMS norm of the user's own, its eps written into its forward, after a tanh torch runs
+# as a module just before it (feeding only the sum after it: a Llama's rotary embedding); the
+# port computes the tanh in its construct, and its norm's eps differs.
+class _TorchRmsNorm(tnn.Module):
+    """Hugging Face's LlamaRMSNorm keeps its eps as ``variance_epsilon`` (``kept``)."""
+
+    def __init__(self, kept: bool) -> None:
+        super().__init__()
+        self.weight = tnn.Parameter(torch.ones(FEATURES))
+        if kept:
+            self.variance_epsilon = 1e-6
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+class _TorchSideBeforeNorm(tnn.Module):
+    def __init__(self, eps_kept: bool = False) -> None:
+        super().__init__()
+        self.fc1, self.side = tnn.Linear(FEATURES, FEATURES), tnn.Tanh()
+        self.norm, self.fc2 = _TorchRmsNorm(eps_kept), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        side = self.side(h)
+        return self.fc2(self.norm(h) + side)
+
+
+class _MsRmsNorm(msnn.Cell):
+    def __init__(self, eps: float) -> None:
+        super().__init__()
+        self.weight = mindspore.Parameter(mindspore.Tensor(np.ones(FEATURES, np.float32)))
+        self.variance_epsilon = eps
+
+    def construct(self, x):
+        return self.weight * x * ops.rsqrt(x.pow(2).mean(-1, keep_dims=True) +
+                                           self.variance_epsilon)
+
+
+class _MsSideBeforeNorm(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, 5)
+        self.norm = _MsRmsNorm(0.05)
+
+    def construct(self, x):
+        h = self.fc1(x)
+        return self.fc2(self.norm(h) + ops.tanh(h))
+
+
+def torch_side_before_norm() -> tnn.Module:
+    return _TorchSideBeforeNorm()
+
+
+def torch_side_before_hf_norm() -> tnn.Module:
+    return _TorchSideBeforeNorm(eps_kept=True)
+
+
+def ms_side_before_norm_eps() -> msnn.Cell:
+    return _MsSideBeforeNorm()
+
+
 # A net with a square projection, and ports of it as a dense cell of their own: one computes
 # x @ W.T + b as nn.Dense does, the other x @ W + b (the weight used transposed).
 class _TorchProjected(tnn.Module):

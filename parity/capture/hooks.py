@@ -56,7 +56,7 @@ ATTRIBUTE_NAMES = ("stride", "padding", "pad_mode", "kernel_size", "dilation", "
                    "output_padding", "mode", "align_corners", "padding_idx", "padding_mode",
                    "num_heads", "batch_first", "track_running_stats", "num_groups",
                    "count_include_pad", "dim", "axis", "drop_prob", "normalized_shape",
-                   "begin_norm_axis", "value", "dropout")
+                   "begin_norm_axis", "value", "dropout", "variance_epsilon")
 # Settings a MindSpore cell keeps only in the primitive it calls: (primitive attribute, setting).
 PRIMITIVE_SETTINGS = {"ceil_mode": ("max_pool", "avg_pool"), "count_include_pad": ("avg_pool",),
                       "axis": ("softmax", "log_softmax"), "alpha": ("elu",)}

@@ -13,7 +13,7 @@ import numpy as np
 
 from parity.compare.structure import (batch_statistics_in_eval_on_torch_only,
                                       different_drop_rates, different_eps, different_gelu_forms,
-                                      different_operations, dropping_op, op_family)
+                                      different_operations, dropping_op, eps_setting, op_family)
 from parity.records import Diagnosis, RecordInfo, module_of
 
 # MindSpore's pools, whose stride defaults to 1 (torch's to the kernel size).
@@ -101,10 +101,10 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                          confidence="certain")
     eps = different_eps(t, m)
     if eps is not None:
-        norm, t_eps, m_eps = eps
-        keyword = "eps" if "eps" in ma else "epsilon"   # MindSpore's LayerNorm: epsilon
-        return Diagnosis(cause=f"{norm} eps differs",
-                         detail=f"torch {t.name} eps={t_eps:g}, MindSpore {m.name} "
+        cause, t_eps, m_eps = eps
+        keyword = eps_setting(m)                        # MindSpore's LayerNorm: epsilon
+        return Diagnosis(cause=cause,
+                         detail=f"torch {t.name} {eps_setting(t)}={t_eps:g}, MindSpore {m.name} "
                                 f"{keyword}={m_eps:g}; set {keyword}={t_eps:g}.",
                          confidence="certain")
     spans = _layer_norm_spans(t, m)

@@ -12,6 +12,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from parity.align import GENERIC_OP
 from parity.records import DROPPING_OPS, RECURRENT_OPS, RecordInfo, dropping_for_identity
 
 # Op types that only move or select data: modules differing in these are not flagged.
@@ -122,22 +123,35 @@ NORM_NAMES = {"batchnorm": "BatchNorm", "layernorm": "LayerNorm", "groupnorm": "
 
 
 def different_eps(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[str, float, float]]:
-    """(the norm's name, torch's eps, MindSpore's) of a norm pair whose eps differ, else None.
-    MindSpore's nn.LayerNorm defaults to 1e-7 (torch's 1e-5, timm's 1e-6): over a feature of
-    variance far above eps, one random-init step shows it nowhere (mindcv's MLP-Mixer passed
-    its every norm at 224² with 1e-7 for timm's 1e-6), trained weights may. 1e-3 relative
-    tolerates an eps held in float32."""
-    norm = NORM_NAMES.get(op_family(t.op)) if op_family(t.op) == op_family(m.op) else None
+    """(the cause, torch's eps, MindSpore's) of a norm pair whose eps differ, else None: a pair
+    of known norms ("LayerNorm eps differs"), or of modules of the user's own that both keep an
+    eps ("eps differs": Hugging Face's RMSNorm keeps ``variance_epsilon``, and a Llama port at
+    1e-5 for 1e-6 was told "operation missing in the port", naming the rotary embedding torch
+    runs before it). MindSpore's nn.LayerNorm defaults to 1e-7 (torch's 1e-5, timm's 1e-6): over
+    a feature of variance far above eps, one random-init step shows it nowhere (mindcv's
+    MLP-Mixer passed its every norm at 224² with 1e-7 for timm's 1e-6), trained weights may.
+    1e-3 relative tolerates an eps held in float32."""
+    family = op_family(t.op) if op_family(t.op) == op_family(m.op) else None
+    cause = f"{NORM_NAMES[family]} eps differs" if family in NORM_NAMES else \
+        "eps differs" if t.op == m.op == GENERIC_OP else None
     t_eps, m_eps = declared_eps(t), declared_eps(m)
-    if norm and t.kind == "forward" and None not in (t_eps, m_eps) and \
+    if cause and t.kind == "forward" and None not in (t_eps, m_eps) and \
             not np.isclose(t_eps, m_eps, rtol=1e-3):
-        return norm, t_eps, m_eps
+        return cause, t_eps, m_eps
     return None
 
 
+EPS_SETTINGS = ("eps", "epsilon", "variance_epsilon")   # MindSpore's LayerNorm, HF's RMSNorm
+
+
+def eps_setting(record: RecordInfo) -> Optional[str]:
+    """The name of the eps setting a module keeps, or None."""
+    return next((name for name in EPS_SETTINGS if name in record.attrs), None)
+
+
 def declared_eps(record: RecordInfo) -> Optional[float]:
-    """The eps a module's settings hold (MindSpore's nn.LayerNorm names it epsilon), or None."""
-    value = record.attrs.get("eps", record.attrs.get("epsilon"))
+    """The eps a module's settings hold, or None."""
+    value = record.attrs.get(eps_setting(record) or "eps")
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
     return float(value) if numeric else None
 
@@ -181,7 +195,7 @@ def violation(t: RecordInfo, m: RecordInfo) -> str:
         return f"GELU approximation differs: torch '{forms[0]}', MindSpore '{forms[1]}'"
     eps = different_eps(t, m)
     if eps is not None:
-        return f"{eps[0]} eps differs: torch {eps[1]:g}, MindSpore {eps[2]:g}"
+        return f"{eps[0]}: torch {eps[1]:g}, MindSpore {eps[2]:g}"
     if batch_statistics_in_eval_on_torch_only(t, m):
         return "eval-mode statistics differ: torch keeps no running statistics, MindSpore does"
     return ""
