@@ -979,8 +979,8 @@ def test_a_module_whose_input_matched_is_blamed_not_one_run_before_it(tmp_path, 
 def test_a_weight_torch_holds_in_out_goes_transposed_to_a_dense_port(tmp_path, ms_model,
                                                                      transposed):
     """Hugging Face's Conv1D (GPT-2's layers) holds its weight as (in, out) for x @ W: a port of
-    nn.Dense layers, (out, in), was refused ("torch shape (8, 5) but MindSpore 2.weight expects
-    (5, 8), its transpose") and its square layer given the weight untransposed. Each weight
+    nn.Dense layers, (out, in), was refused ("torch shape (16, 5) but MindSpore 2.weight expects
+    (5, 16), its transpose") and its square layer given the weight untransposed. Each weight
     now goes transposed to a Dense, as it is to a cell holding it as torch does, and the
     port's records are compared in torch's layout."""
     import numpy as np
