@@ -123,14 +123,14 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return Diagnosis(cause="operation missing in the port",
                          detail=f"torch runs {', '.join(missing_inside)} inside {first.name}; "
                                 "the MindSpore cell has no counterpart.", confidence="likely")
-    if not _inputs_matched(first, t, m):
+    fed = inputs.first_input_difference(t, m)
+    if not _inputs_matched(first, t, m, fed):
         if extra and missing and len(extra) == len(missing):
             return _replaced_cause(missing, extra, t, m, torch_run, ms_run)
         if extra:
             return _extra_cause(extra, t, m, comparisons, torch_run, ms_run)
         if missing:
             return _missing_cause(missing, first, t, m, torch_run, ms_run)
-    fed = inputs.first_input_difference(t, m)
     passed_on = NOISE_MARGIN * _largest_error_before(first, comparisons)
     if fed is not None and first.ref_rms and fed >= INPUT_SHARE * first.rms / first.ref_rms \
             and fed >= passed_on:
@@ -208,15 +208,16 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                      confidence="guess")
 
 
-def _inputs_matched(first: Comparison, t: RecordInfo, m: RecordInfo) -> bool:
-    """Whether every input of the first diverging module is known to have matched torch's:
-    then no module one side runs just before it and the other lacks made the difference, which
-    is the module's own (a Llama port's RMSNorm at another eps was told "operation missing in
-    the port", naming the rotary embedding torch runs before it and feeds to attention)."""
+def _inputs_matched(first: Comparison, t: RecordInfo, m: RecordInfo,
+                    fed: Optional[float]) -> bool:
+    """Whether every input of the first diverging module is known to have matched torch's (the
+    first ``fed`` apart: inputs.first_input_difference): then no module one side runs just
+    before it and the other lacks made the difference, which is the module's own (a Llama
+    port's RMSNorm at another eps was told "operation missing in the port", naming the rotary
+    embedding torch runs before it and feeds to attention)."""
     if not first.ref_rms:
         return False
     floor = INPUT_SHARE * first.rms / first.ref_rms
-    fed = inputs.first_input_difference(t, m)
     others = [len(record.attrs.get("other_inputs") or {}) for record in (t, m)]
     return fed is not None and fed < floor and \
         others[0] == others[1] == len(inputs.compared_inputs(t, m)) and \
