@@ -328,6 +328,15 @@ def test_a_segmenter_is_checked_from_per_pixel_labels(tmp_path, ms_loss, passed)
      "torch 1 computes GELU with approximate='none', MindSpore 1 with 'tanh'"),
     ("torch_gelu_mlp", "ms_hand_tanh_gelu_mlp", "GELU approximation differs",
      "torch 1 computes GELU with approximate='none', MindSpore 1 with 'tanh'"),
+    # CLIP's quick GELU (x·σ(1.702x)) against nn.GELU was "gelu computes something different"
+    # (a guess); MindSpore's nn.FastGelu computes it
+    ("torch_quick_gelu_mlp", "ms_fast_gelu_mlp", None, None),
+    ("torch_quick_gelu_mlp", "ms_gelu_mlp", "GELU approximation differs",
+     "torch 1 computes the quick GELU, x·σ(1.702x) (Hugging Face's quick_gelu, CLIP's), "
+     "MindSpore 1 GELU with approximate='none'; write nn.FastGelu(), which computes it."),
+    ("torch_gelu_mlp", "ms_fast_gelu_mlp", "GELU approximation differs",
+     "MindSpore 1 the quick GELU, x·σ(1.702x) (Hugging Face's quick_gelu, CLIP's); write "
+     "nn.GELU(approximate=False)."),
 ])
 def test_mindspores_defaults_that_differ_from_torchs_are_named(tmp_path, torch_model, ms_model,
                                                               cause, named):
@@ -368,6 +377,8 @@ def test_computation_before_a_block_is_placed_outside_it():
     ("torch_functional_gelu_mlp", "ms_functional_gelu_mlp", None),
     ("torch_functional_gelu_mlp", "ms_functional_gelu_tanh_mlp",
      "torch applies gelu (exact, erf), MindSpore gelu (tanh approximation)"),
+    ("torch_functional_quick_gelu_mlp", "ms_functional_gelu_mlp",
+     "torch applies gelu (quick, x·σ(1.702x)), MindSpore gelu (exact, erf)"),
     ("torch_functional_silu_mlp", "ms_functional_sigmoid_mlp",
      "torch applies silu, MindSpore sigmoid")])
 def test_an_activation_written_as_a_function_is_named_from_the_next_modules_input(
@@ -387,6 +398,7 @@ def test_an_activation_written_as_a_function_is_named_from_the_next_modules_inpu
         assert (result.first_divergence.name, result.diagnosis.cause) == \
             ("fc2", "activation between modules differs")
         assert f"between fc1 and fc2, {named}" in result.diagnosis.detail
+        assert ("nn.GELU defaults" in result.diagnosis.detail) == ("tanh approximation" in named)
 
 
 @pytest.mark.parametrize("ms_model, passed", [("ms_padded_tokens", True),

@@ -1952,12 +1952,34 @@ def ms_hand_tanh_gelu_mlp() -> msnn.Cell:
     return _ms_mlp(NewGELUActivation())
 
 
+class QuickGELUActivation(tnn.Module):
+    """Hugging Face's quick_gelu (CLIP's MLP): x·σ(1.702x), neither of torch's GELU forms."""
+
+    def forward(self, x):
+        return x * torch.sigmoid(1.702 * x)
+
+
+def torch_quick_gelu_mlp() -> tnn.Module:
+    return _torch_mlp(QuickGELUActivation())
+
+
+def ms_fast_gelu_mlp() -> msnn.Cell:
+    """MindSpore's nn.FastGelu: x·σ(1.702x), computed as x / (1 + e^(-1.702|x|)) ·
+    e^(0.851(x - |x|))."""
+    return _ms_mlp(msnn.FastGelu())
+
+
 def torch_functional_gelu_mlp() -> tnn.Module:
     return _TorchFunctionalMlp(tnn.functional.gelu)
 
 
 def torch_functional_silu_mlp() -> tnn.Module:
     return _TorchFunctionalMlp(tnn.functional.silu)
+
+
+def torch_functional_quick_gelu_mlp() -> tnn.Module:
+    """CLIP's quick GELU written in the forward (x·σ(1.702x))."""
+    return _TorchFunctionalMlp(lambda x: x * torch.sigmoid(1.702 * x))
 
 
 def ms_functional_gelu_mlp() -> msnn.Cell:

@@ -131,23 +131,27 @@ def module_attrs(module: Any) -> Dict[str, Any]:
     return attrs
 
 
-# Where a GELU module's output tells its form apart: the two forms differ there by up to
-# 4.1e-4 (at -3); GELU_FORMS holds each form's values there (x·Φ(x), its tanh approximation).
+# Where a GELU module's output tells its form apart: the exact and tanh forms differ there by
+# up to 4.1e-4 (at -3), the quick one from either by up to 1.4e-2; GELU_FORMS holds each form's
+# values there (x·Φ(x), its tanh approximation, and x·σ(1.702x): Hugging Face's quick_gelu,
+# CLIP's, which MindSpore's nn.FastGelu computes).
 GELU_PROBE = (-3.0, -1.0, 0.5, 2.0)
 GELU_FORMS = {
     "none": np.array([0.5 * x * (1 + math.erf(x / math.sqrt(2))) for x in GELU_PROBE]),
     "tanh": np.array([0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
                       for x in GELU_PROBE]),
+    "quick": np.array([x / (1 + math.exp(-1.702 * x)) for x in GELU_PROBE]),
 }
 
 
 def _gelu_form_computed(module: Any) -> Optional[str]:
-    """The form ('none' or 'tanh') a GELU module without an ``approximate`` setting computes,
-    told from its output over GELU_PROBE (its forward or construct called, not its hooks):
-    timm's GELU calls F.gelu and holds no setting, so its pair with MindSpore's tanh-form
-    nn.GELU went unflagged (mindcv's ConvNeXtV2 failed three stages on at 8×, told "input in
-    another order"); Hugging Face's BERT and a port writing the tanh form out passed on their
-    numbers. None for a module computing neither form, or one holding parameters."""
+    """The form ('none', 'tanh' or 'quick') a GELU module without an ``approximate`` setting
+    computes, told from its output over GELU_PROBE (its forward or construct called, not its
+    hooks): timm's GELU calls F.gelu and holds no setting, so its pair with MindSpore's
+    tanh-form nn.GELU went unflagged (mindcv's ConvNeXtV2 failed three stages on at 8×, told
+    "input in another order"); Hugging Face's BERT and a port writing the tanh form out passed
+    on their numbers; CLIP's quick GELU against nn.GELU was "gelu computes something different"
+    (a guess). None for a module computing none of the forms, or one holding parameters."""
     if not _computes_alone(module):
         return None
     probe = np.array(GELU_PROBE, np.float32)

@@ -46,12 +46,14 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
+GELU_EXACT, GELU_TANH = "gelu (exact, erf)", "gelu (tanh approximation)"
 ACTIVATIONS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "nothing": lambda x: x,
     "relu": lambda x: np.maximum(x, 0.0),
-    "gelu (exact, erf)": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
-    "gelu (tanh approximation)":
+    GELU_EXACT: lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    GELU_TANH:
         lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
+    "gelu (quick, x·σ(1.702x))": lambda x: x * _sigmoid(1.702 * x),
     "silu": lambda x: x * _sigmoid(x),
     "sigmoid": _sigmoid,
     "tanh": np.tanh,
@@ -194,7 +196,7 @@ def activation_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                                 f"{t.name}'s weights then meet other features.",
                          confidence="likely")
     gelu = " MindSpore's nn.GELU defaults to the tanh form (approximate=True), torch's to the " \
-        "exact one." if all(name.startswith("gelu") for name, _ in applied) else ""
+        "exact one." if {name for name, _ in applied} == {GELU_EXACT, GELU_TANH} else ""
     if torch_layout != ms_layout:
         gelu += f" MindSpore also hands it on {ms_layout}, torch {torch_layout}."
     return Diagnosis(cause="activation between modules differs",

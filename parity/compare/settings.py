@@ -61,11 +61,8 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                          confidence="certain")
     forms = different_gelu_forms(t, m)
     if forms is not None:
-        return Diagnosis(cause="GELU approximation differs",
-                         detail=f"torch {t.name} computes GELU with approximate='{forms[0]}', "
-                                f"MindSpore {m.name} with '{forms[1]}' (MindSpore's nn.GELU "
-                                "defaults to the tanh form); write nn.GELU(approximate="
-                                f"{forms[0] == 'tanh'}).", confidence="certain")
+        return Diagnosis(cause="GELU approximation differs", detail=_gelu_detail(t, m, forms),
+                         confidence="certain")
     what = WINDOWED.get(m.op)
     if what and str(ma.get("pad_mode", "")).lower() == "same":
         stride = ma.get("stride", 1)
@@ -504,3 +501,18 @@ def _sequence_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                                 "have the same shapes either way; set the MindSpore layer's "
                                 f"num_heads (nhead) to {ta['num_heads']}.", confidence="certain")
     return None
+
+
+QUICK_GELU = "the quick GELU, x·σ(1.702x) (Hugging Face's quick_gelu, CLIP's)"
+
+
+def _gelu_detail(t: RecordInfo, m: RecordInfo, forms: Tuple[str, str]) -> str:
+    if "quick" not in forms:
+        return (f"torch {t.name} computes GELU with approximate='{forms[0]}', MindSpore {m.name} "
+                f"with '{forms[1]}' (MindSpore's nn.GELU defaults to the tanh form); write "
+                f"nn.GELU(approximate={forms[0] == 'tanh'}).")
+    computes = [QUICK_GELU if form == "quick" else f"GELU with approximate='{form}'"
+                for form in forms]
+    fix = "nn.FastGelu(), which computes it" if forms[0] == "quick" else \
+        f"nn.GELU(approximate={forms[0] == 'tanh'})"
+    return f"torch {t.name} computes {computes[0]}, MindSpore {m.name} {computes[1]}; write {fix}."

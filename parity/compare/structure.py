@@ -64,7 +64,8 @@ def different_drop_rates(t: RecordInfo, m: RecordInfo) -> Optional[Tuple[float, 
 
 
 def _gelu_form(approximate) -> Optional[str]:
-    """'tanh' or 'none' from either framework's setting (MindSpore: True/False, or the string)."""
+    """'tanh' or 'none' from either framework's setting (MindSpore: True/False, or the string),
+    or the form a module holding none computes ('quick' too: capture.hooks.GELU_FORMS)."""
     if isinstance(approximate, bool):
         return "tanh" if approximate else "none"
     return str(approximate).lower() if approximate is not None else None
