@@ -424,6 +424,51 @@ def test_an_embeddings_padding_row_gets_no_gradient_on_either_side(ms_model, pas
         assert "row 0 does" in result.diagnosis.detail
 
 
+@pytest.mark.parametrize("ms_model, passed", [("ms_dict_pooled", True),
+                                             ("ms_dict_pooled_last_token", False)])
+def test_a_module_returning_a_dict_is_where_its_port_computes_after_its_modules(ms_model,
+                                                                                passed):
+    """torch's encoder returns a dict (as Hugging Face's models return), recording no output of
+    its own; the port's returns the pooled tensor. Hugging Face's CLIP text model against a port
+    pooling at another token was told "extra operation in the port: MindSpore runs
+    clip.text_model, clip"."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_dict_pooled(), getattr(tiny, ms_model)(),
+                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
+                                  rng.integers(0, 5, 4)))
+    assert result.passed == passed, result.diagnosis
+    assert "encoder" in result.unmatched["mindspore forward"]
+    if not passed:
+        assert (result.first_divergence.name, result.diagnosis.cause) == \
+            ("head", "computation between modules differs")
+        assert "torch's encoder returns no single tensor (a dict or model output" in \
+            result.diagnosis.detail
+        assert "in encoder's forward first" in result.diagnosis.detail
+
+
+def test_a_mask_made_in_the_forward_in_the_hidden_states_dtype_runs_in_float64():
+    """Hugging Face's CLIP text model builds its causal mask as torch.full((L, L),
+    torch.finfo(dtype).min) with the hidden states' dtype and no dtype of its own: in the
+    float64 rerun that was float64's least value put in a float32 tensor (torch's default), and
+    the capture failed, "value cannot be converted to type float without overflow". The rerun
+    makes float64 torch's default dtype while it steps, and gives it back."""
+    import numpy as np
+    import torch
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_causal_tokens(), tiny.ms_causal_tokens(),
+                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
+                                  rng.integers(0, 5, 4)))
+    assert result.passed, result.diagnosis
+    assert torch.get_default_dtype() == torch.float32
+
+
 def test_a_lucky_float64_draw_past_batch_norm_over_two_values_fails_no_correct_port(tmp_path):
     """ResNet18 at batch 2, 32², from torchvision's initial weights (seed 14): layer4
     normalises 2 values per channel. Which float32 error torch's float64 rerun measures there

@@ -1134,6 +1134,103 @@ def ms_tokens_scaled() -> msnn.Cell:
     return ms_tokens(_ScaledEmbedding())
 
 
+# Tokens attending to those before them, the causal mask built in the forward as Hugging
+# Face's CLIP and GPT-style models build it: torch.full((L, L), torch.finfo(dtype).min) in the
+# hidden states' dtype (float64's least value overflows a float32 tensor).
+class _TorchCausalTokens(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = tnn.Embedding(VOCABULARY, WIDTH)
+        self.head = tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, tokens):
+        embedded = self.embedding(tokens)
+        length = tokens.shape[1]
+        mask = torch.full((length, length), torch.finfo(embedded.dtype).min).triu(1)
+        scores = embedded @ embedded.transpose(1, 2) / WIDTH ** 0.5 + mask
+        return self.head((scores.softmax(-1) @ embedded).flatten(1))
+
+
+class _MsCausalTokens(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = msnn.Embedding(VOCABULARY, WIDTH)
+        self.head = msnn.Dense(WIDTH * TOKENS, 5)
+
+    def construct(self, tokens):
+        embedded = self.embedding(tokens)
+        length = tokens.shape[1]
+        mask = ops.triu(ops.full((length, length), float(np.finfo(np.float32).min)), 1)
+        scores = ops.matmul(embedded, embedded.transpose(0, 2, 1)) / WIDTH ** 0.5 + mask
+        mixed = ops.matmul(ops.softmax(scores, axis=-1), embedded)
+        return self.head(mixed.reshape(tokens.shape[0], -1))
+
+
+def torch_causal_tokens() -> tnn.Module:
+    return _TorchCausalTokens()
+
+
+def ms_causal_tokens() -> msnn.Cell:
+    return _MsCausalTokens()
+
+
+# An encoder returning a dict, as Hugging Face's models return their outputs (CLIP's text model:
+# last_hidden_state and pooler_output), its port returning the pooled tensor alone.
+class _TorchDictEncoder(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = tnn.Embedding(VOCABULARY, WIDTH)
+        self.norm = tnn.LayerNorm(WIDTH)
+
+    def forward(self, tokens):
+        hidden = self.norm(self.embedding(tokens))
+        return {"last_hidden_state": hidden, "pooler_output": hidden[:, 0]}
+
+
+class _TorchDictPooled(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = _TorchDictEncoder()
+        self.head = tnn.Linear(WIDTH, 5)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(tokens)["pooler_output"])
+
+
+class _MsPooledEncoder(msnn.Cell):
+    def __init__(self, position: int) -> None:
+        super().__init__()
+        self.embedding = msnn.Embedding(VOCABULARY, WIDTH)
+        self.norm = msnn.LayerNorm((WIDTH,), epsilon=1e-5)
+        self.position = position
+
+    def construct(self, tokens):
+        return self.norm(self.embedding(tokens))[:, self.position]
+
+
+class _MsDictPooled(msnn.Cell):
+    def __init__(self, position: int) -> None:
+        super().__init__()
+        self.encoder = _MsPooledEncoder(position)
+        self.head = msnn.Dense(WIDTH, 5)
+
+    def construct(self, tokens):
+        return self.head(self.encoder(tokens))
+
+
+def torch_dict_pooled() -> tnn.Module:
+    return _TorchDictPooled()
+
+
+def ms_dict_pooled() -> msnn.Cell:
+    return _MsDictPooled(0)
+
+
+def ms_dict_pooled_last_token() -> msnn.Cell:
+    """Pooled at each sequence's last token, torch's at its first."""
+    return _MsDictPooled(-1)
+
+
 # A token tagger, or a language model's head: N×L×5 scores, the classes last, for N×L labels.
 def torch_token_tagger() -> tnn.Module:
     return tnn.Sequential(tnn.Embedding(VOCABULARY, WIDTH), tnn.Linear(WIDTH, 5))

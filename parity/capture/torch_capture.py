@@ -441,6 +441,23 @@ def _float64_step_memory() -> Iterator[None]:
         libc.malloc_trim(0)
 
 
+@contextmanager
+def _float64_by_default() -> Iterator[None]:
+    """Tensors a forward makes of Python numbers (torch.full, torch.tensor, a float arange) are
+    float64 in the float64 step, as the model is: Hugging Face's CLIP text model fills its
+    causal mask with torch.finfo(dtype).min of its hidden states' dtype, which overflowed a
+    float32 tensor ("value cannot be converted to type float without overflow"), and a constant
+    made in float32 would round the reference."""
+    import torch
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(default)
+
+
 def _float64_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: StepConfig,
                   writer: RunWriter, own_process: bool, masks: ReluMasks) -> int:
     """The step again in float64, each float32 record annotated with its noise, by the model
@@ -460,7 +477,7 @@ def _float64_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config
     def step(spilling: ContextManager) -> None:
         model.zero_grad(set_to_none=True)
         _restore(model, initial)
-        with spilling, masks.replayed(model):
+        with spilling, masks.replayed(model), _float64_by_default():
             _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
 
     try:

@@ -125,6 +125,11 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "the MindSpore cell has no counterpart.", confidence="likely")
     fed = inputs.first_input_difference(t, m)
     if not _inputs_matched(first, t, m, fed):
+        silent = [name for name in extra
+                  if _ran_recording_no_output(ms_modules.get(name, name), torch_run)]
+        extra = [name for name in extra if name not in silent]
+        if silent and not extra and not missing:
+            return _computed_after_their_modules(silent, t, m, fed)
         if extra and missing and len(extra) == len(missing):
             return _replaced_cause(missing, extra, t, m, torch_run, ms_run)
         if extra:
@@ -299,6 +304,32 @@ def _softmax_torch_applies_too(extra: Sequence[str], t: RecordInfo, ms_run: RunR
         return False
     rows = math.prod(cells[-1].shape) / cells[-1].shape[axis]
     return abs(total - rows) <= ROWS_SUMMING_TO_ONE * rows
+
+
+def _ran_recording_no_output(name: str, run: RunReader) -> bool:
+    """Whether ``run``'s module ``name`` ran its modules (records under its name) and recorded
+    no output of its own: it returns no single tensor (a dict, a Hugging Face model output).
+    A port cell paired with it by name is then no operation torch lacks: Hugging Face's CLIP
+    text model pools at each sequence's last token in its forward, and a port pooling
+    elsewhere was told "extra operation in the port: MindSpore runs clip.text_model"."""
+    return run.record(name, "forward") is None and \
+        any(r.kind == "forward" and r.name.startswith(name + ".") for r in run.records)
+
+
+def _computed_after_their_modules(cells: Sequence[str], t: RecordInfo, m: RecordInfo,
+                                  fed: Optional[float]) -> Diagnosis:
+    """Port cells whose torch modules of the same name record no output: what the port's
+    forwards compute after their last modules is compared nowhere until ``m``'s input."""
+    by = "" if fed is None else f" ({fed:.2g} of its norm)"
+    return Diagnosis(cause="computation between modules differs",
+                     detail=f"{m.name}'s input already differs from torch's{by} while every "
+                            f"module output before it matched; torch's {', '.join(cells)} "
+                            f"return{'s' if len(cells) == 1 else ''} no single tensor (a dict "
+                            "or model output, as Hugging Face's models return), so MindSpore's "
+                            "are compared with nothing: "
+                            f"the operations after their last modules, in {cells[0]}'s forward "
+                            "first (pooling, indexing, slicing, scaling), are the likely cause.",
+                     confidence="likely")
 
 
 def _extra_cause(extra: Sequence[str], t: RecordInfo, m: RecordInfo,
