@@ -335,6 +335,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
             mapping[name] = counter
     torch_statistics_left = any(split_param(name)[1] == "running_mean"
                                 for name in alignment.unmatched_torch)
+    rms_norms = False
     for name in alignment.unmatched_mindspore:
         group = _norm_group_torch_lacks(name, alignment.unmatched_mindspore, state_dict)
         if group and set(group) <= (left_out or set()):
@@ -357,6 +358,9 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
                 f"{module}.moving_mean" not in alignment.unmatched_mindspore:
             advice = f": torch's {module} has no weight or bias (a norm built with " \
                 f"affine=False or elementwise_affine=False); {freeze}"
+        elif role == "beta" and _weight_alone(modules.get(module), state_dict):
+            advice = f": torch's {modules[module]} holds a weight and no bias"
+            rms_norms = True
         missing[name] = f"MindSpore parameter {name} {ms_shapes[name][0]} receives no torch " \
             f"tensor (missing key){advice}"
     transferred = set(alignment.mindspore_to_torch.values())
@@ -417,7 +421,8 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
         hint = class_count_hint(misfits) if len(misfits) == len(problems) and not \
             (missing or extra) else ""
         suggested, rows_hint = _with_rows_suggested(state_dict, alignment, ms_shapes)
-        hint = hint or rows_hint or _a_part_one_side_holds(missing, extra, mapping)
+        hint = hint or rows_hint or _a_part_one_side_holds(missing, extra, mapping) or \
+            (RMS_NORM_PORTED if rms_norms else "")
         count = len(missing) + len(extra) + len(problems)
         kinds = [f"{len(group)} {what}" for group, what in ((missing, "missing keys"),
                                                              (extra, "extra keys"),
@@ -944,6 +949,18 @@ def _norm_group_torch_lacks(name: str, unmatched: Sequence[str],
                 not any(f"{module}.{torch_role}" in state_dict for torch_role in torch_roles)
             return names if lacks else []
     return []
+
+
+RMS_NORM_PORTED = "A norm holding a weight alone is an RMS norm (Hugging Face's T5LayerNorm, " \
+    "LlamaRMSNorm: x·rsqrt(mean(x²) + eps)·weight, no mean subtracted, no bias added) or a " \
+    "LayerNorm built without bias; port an RMS norm as a cell computing it, not nn.LayerNorm " \
+    "(MindSpore 2.8.0's ops.rms_norm has no CPU kernel)"
+
+
+def _weight_alone(module: Optional[str], state_dict: Mapping[str, np.ndarray]) -> bool:
+    """Whether torch's ``module`` holds a weight and no bias."""
+    return module is not None and f"{module}.weight" in state_dict and \
+        f"{module}.bias" not in state_dict
 
 
 def _torch_holds_beside(name: str, state_dict: Mapping[str, np.ndarray]) -> bool:

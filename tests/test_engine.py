@@ -218,6 +218,27 @@ def test_embeddings_looked_up_in_another_order_pair_by_their_ids(tmp_path):
     assert {"token_type", "position"} <= forward
 
 
+def test_an_embedding_looking_up_other_ids_is_told_where_they_are_computed():
+    """The port's positions counted from the end: the position table looks up other ids.
+    Hugging Face's T5 against a port bucketing its relative positions one-sidedly was told
+    "embedding computes something different" (a guess); the ids' CRC-32s tell it for sure."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_typed_tokens(), tiny.ms_typed_tokens_positions_reversed(),
+                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
+                                  rng.integers(0, 5, 4)))
+    assert (result.first_divergence.name, result.first_divergence.kind) == \
+        ("position", "forward")
+    assert (result.diagnosis.cause, result.diagnosis.confidence) == \
+        ("embedding ids differ", "certain")
+    assert "torch's position takes other integer ids than MindSpore's position" in \
+        result.diagnosis.detail
+    assert "(in the model's own forward, or handed to it" in result.diagnosis.detail
+
+
 def test_tied_weights_are_one_parameter_on_both_sides(tmp_path):
     """torch's state dict lists a tied tensor under both names; the port ties the same two, so
     it has one parameter: the transfer refused the second name as an extra key."""

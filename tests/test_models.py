@@ -468,6 +468,22 @@ def test_transfer_takes_a_shape_of_the_same_layout_and_no_other():
         plan_transfer(state_dict, specs)
 
 
+def test_a_layernorm_for_a_norm_holding_a_weight_alone_is_told_of_rms_norms():
+    """Hugging Face's T5LayerNorm (an RMS norm: a weight, no bias) ported as nn.LayerNorm: its
+    beta was a missing key, nothing more said."""
+    specs = [("fc.weight", (8, 8), "float32"), ("norm.gamma", (8,), "float32"),
+             ("norm.beta", (8,), "float32")]
+    state_dict = {"fc.weight": np.zeros((8, 8), np.float32),
+                  "norm.weight": np.ones(8, np.float32)}
+    with pytest.raises(ParityInputError, match=r"norm\.beta \(8,\) receives no torch tensor "
+                       r"\(missing key\): torch's norm holds a weight and no bias\. A norm "
+                       r"holding a weight alone is an RMS norm") as refused:
+        plan_transfer(state_dict, specs)
+    assert "not nn.LayerNorm" in str(refused.value)
+    state_dict["norm.bias"] = np.zeros(8, np.float32)
+    assert plan_transfer(state_dict, specs)["norm.beta"] == "norm.bias"
+
+
 def test_transfer_takes_the_same_name_first_and_leaves_out_only_what_it_is_told():
     """A parameter named gamma on both sides (a LayerScale) was renamed weight on the MindSpore
     side, found nothing, and the transfer was refused. A BatchNorm(affine=False)'s frozen

@@ -1258,8 +1258,9 @@ class _TorchTypedTokens(tnn.Module):
 
 
 class _MsTypedTokens(msnn.Cell):
-    def __init__(self) -> None:
+    def __init__(self, positions_reversed: bool = False) -> None:
         super().__init__()
+        self.positions_reversed = positions_reversed
         self.word = msnn.Embedding(VOCABULARY, WIDTH)
         self.token_type = msnn.Embedding(2, WIDTH)
         self.position = msnn.Embedding(TOKENS, WIDTH)
@@ -1267,8 +1268,12 @@ class _MsTypedTokens(msnn.Cell):
 
     def construct(self, tokens):
         positions = ops.arange(tokens.shape[1]).broadcast_to(tokens.shape)
-        embedded = self.word(tokens) + self.position(positions) + \
-            self.token_type(ops.zeros_like(tokens))
+        if self.positions_reversed:     # looked up in torch's order
+            embedded = self.word(tokens) + self.token_type(ops.zeros_like(tokens)) + \
+                self.position(tokens.shape[1] - 1 - positions)
+        else:
+            embedded = self.word(tokens) + self.position(positions) + \
+                self.token_type(ops.zeros_like(tokens))
         return self.head(embedded.reshape(tokens.shape[0], -1))
 
 
@@ -1278,6 +1283,11 @@ def torch_typed_tokens() -> tnn.Module:
 
 def ms_typed_tokens_positions_first() -> msnn.Cell:
     return _MsTypedTokens()
+
+
+def ms_typed_tokens_positions_reversed() -> msnn.Cell:
+    """Positions counted from each sequence's end: other ids for torch's position table."""
+    return _MsTypedTokens(positions_reversed=True)
 
 
 # Each framework's own Transformer encoder layer over token ids: torch's attention returns

@@ -123,6 +123,9 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return Diagnosis(cause="operation missing in the port",
                          detail=f"torch runs {', '.join(missing_inside)} inside {first.name}; "
                                 "the MindSpore cell has no counterpart.", confidence="likely")
+    ids = _other_ids(t, m)
+    if ids is not None:
+        return ids
     fed = inputs.first_input_difference(t, m)
     if not _inputs_matched(first, t, m, fed):
         silent = [name for name in extra
@@ -304,6 +307,27 @@ def _softmax_torch_applies_too(extra: Sequence[str], t: RecordInfo, ms_run: RunR
         return False
     rows = math.prod(cells[-1].shape) / cells[-1].shape[axis]
     return abs(total - rows) <= ROWS_SUMMING_TO_ONE * rows
+
+
+def _other_ids(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+    """An embedding pair looking up other ids (their CRC-32s differ), told where the ids are
+    computed: Hugging Face's T5 computes its relative-position buckets in its attention's
+    forward, and a port bucketing them one-sidedly was told "embedding computes something
+    different" (a guess)."""
+    ids = [record.attrs.get("integer_input_crc32") for record in (t, m)]
+    if None in ids or ids[0] == ids[1]:
+        return None
+    parent = t.name.rpartition(".")[0]
+    where = f"{parent}'s forward" if parent else "the model's own forward"
+    what = "embedding" if t.op == m.op == "embedding" else f"{t.op or 'module'}"
+    return Diagnosis(cause=f"{what} ids differ",
+                     detail=f"torch's {t.name} takes other integer ids than MindSpore's "
+                            f"{m.name} (the CRC-32 of torch's is {ids[0]}, of MindSpore's "
+                            f"{ids[1]}), while every output before it matched: the ids "
+                            f"computed before it (in {where}, or handed to it from further "
+                            "out: positions, relative-position buckets, token types, an offset "
+                            "such as RoBERTa's padding_idx + 1) are the likely cause.",
+                     confidence="certain")
 
 
 def _ran_recording_no_output(name: str, run: RunReader) -> bool:
