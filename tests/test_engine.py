@@ -1588,6 +1588,34 @@ def test_your_own_batch_of_several_inputs_through_the_python_api():
     assert dropped.first_divergence.name == "flatten"
 
 
+@pytest.mark.parametrize("padded", [(1, 3), (0, 1, 2, 3)])
+def test_a_mask_left_out_where_some_samples_are_padded_is_named(padded):
+    """The port drops its mask: where some samples are padded and others not, only the padded
+    ones differ, which names the mask (Hugging Face's ALBERT against a port adding no mask to
+    its attention scores was told "computation between modules differs"); where every sample
+    is padded nothing tells the mask from another cause."""
+    import numpy as np
+
+    import parity
+    from tests.tiny import TOKENS, VOCABULARY, ms_masked_ignoring_mask, torch_masked
+    rng = np.random.default_rng(0)
+    mask = np.ones((4, TOKENS), np.float32)
+    mask[list(padded), TOKENS - 2:] = 0
+    result = parity.check(torch_masked(), ms_masked_ignoring_mask(),
+                          inputs=((rng.integers(0, VOCABULARY, (4, TOKENS)), mask),
+                                  rng.integers(0, 5, 4)))
+    assert result.first_divergence.name == "flatten"
+    if len(padded) == 4:
+        assert result.diagnosis.cause != "padding mask applied otherwise"
+        return
+    assert (result.diagnosis.cause, result.diagnosis.confidence) == \
+        ("padding mask applied otherwise", "likely")
+    assert "flatten differs from torch's flatten only in samples 1, 3 of 4, those the " \
+        "batch's input1 (x1 of an --input file) pads; the others match (to " in \
+        result.diagnosis.detail
+    assert "in the model's own forward or before it." in result.diagnosis.detail
+
+
 @pytest.mark.parametrize("frozen, first_kind", [("both", None), ("torch", "buffer"),
                                                ("mindspore", "weight")])
 def test_frozen_parameters_are_compared_as_state_and_must_be_frozen_on_both_sides(frozen,

@@ -60,6 +60,10 @@ ROWS_SUMMING_TO_ONE = 1e-5
 # pooled features, mindcv's the map it pools after).
 SHAPE_KEEPING = ("batchnorm", "layernorm", "groupnorm", "instancenorm", "softmax", "logsoftmax",
                  "dropout", "droppath", "identity", *ACTIVATION_OPS)
+# How far apart a module output's samples must lie to tell differing ones from matching ones:
+# those differing by more than this share of the worst one's relative difference, the others
+# by less than its square (float32 noise, 1e-7 to 1e-4 of a value; a left-out mask, 0.1-1).
+PADDED_APART = 1e-2
 # The records the shared step settings reach.
 AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
 
@@ -126,6 +130,9 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     ids = _other_ids(t, m)
     if ids is not None:
         return ids
+    padded = _padded_samples_alone(t, m, torch_run, ms_run)
+    if padded is not None:
+        return padded
     fed = inputs.first_input_difference(t, m)
     if not _inputs_matched(first, t, m, fed):
         silent = [name for name in extra
@@ -328,6 +335,50 @@ def _other_ids(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                             "out: positions, relative-position buckets, token types, an offset "
                             "such as RoBERTa's padding_idx + 1) are the likely cause.",
                      confidence="certain")
+
+
+def _padded_samples_alone(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                          ms_run: RunReader) -> Optional[Diagnosis]:
+    """A module output differing only in the samples a mask input of the batch pads (a further
+    input of zeros and ones, either marking padding: the samples holding both), the others
+    matching: a padding mask the port leaves out or applies otherwise. Hugging Face's ALBERT
+    against a port adding no mask to its attention scores was told only "computation between
+    modules differs" (masking among other causes)."""
+    a, b = torch_run.tensor(t), ms_run.tensor(m)
+    if a.shape != b.shape or a.ndim < 2 or a.shape[0] < 2:
+        return None
+    samples = a.shape[0]
+    a, b = a.reshape(samples, -1).astype(np.float64), b.reshape(samples, -1).astype(np.float64)
+    size = np.sqrt(np.mean(a * a, axis=1))
+    if not np.all(np.isfinite(b)) or not np.all(size > 0):
+        return None
+    off = np.sqrt(np.mean((b - a) ** 2, axis=1)) / size
+    differing = off > PADDED_APART * off.max()
+    if not differing.any() or differing.all() or \
+            off[~differing].max() > PADDED_APART * PADDED_APART * off.max():
+        return None
+    for mask in torch_run.records:
+        if mask.kind != "input" or mask.name in ("input", "target") or \
+                tuple(mask.shape[:1]) != (samples,):
+            continue
+        values = torch_run.tensor(mask).reshape(samples, -1)
+        if not np.isin(values, (0, 1)).all():
+            continue
+        pads = (values == 0).any(axis=1) & (values == 1).any(axis=1)
+        if np.array_equal(pads, differing):
+            parent = m.name.rpartition(".")[0]
+            where = f"{parent}'s forward" if parent else "the model's own forward"
+            which = ", ".join(str(i) for i in np.flatnonzero(differing))
+            return Diagnosis(
+                cause="padding mask applied otherwise",
+                detail=f"{m.name} differs from torch's {t.name} only in samples {which} of "
+                       f"{samples}, those the batch's {mask.name} (x"
+                       f"{mask.name.removeprefix('input')} of an --input file) pads; the "
+                       f"others match (to {off[~differing].max():.1g} of their size, against "
+                       f"{off.max():.2g}). The port leaves that mask out, or applies it "
+                       "otherwise (another fill value, another axis, kept and padded positions "
+                       f"swapped), in {where} or before it.", confidence="likely")
+    return None
 
 
 def _ran_recording_no_output(name: str, run: RunReader) -> bool:
