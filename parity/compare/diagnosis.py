@@ -326,7 +326,7 @@ def _other_ids(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
         return None
     parent = t.name.rpartition(".")[0]
     where = f"{parent}'s forward" if parent else "the model's own forward"
-    what = "embedding" if t.op == m.op == "embedding" else f"{t.op or 'module'}"
+    what = "embedding" if t.op == m.op == "embedding" else t.op or "module"
     return Diagnosis(cause=f"{what} ids differ",
                      detail=f"torch's {t.name} takes other integer ids than MindSpore's "
                             f"{m.name} (the CRC-32 of torch's is {ids[0]}, of MindSpore's "
@@ -401,9 +401,9 @@ def _computed_after_their_modules(cells: Sequence[str], t: RecordInfo, m: Record
                             f"module output before it matched; torch's {', '.join(cells)} "
                             f"return{'s' if len(cells) == 1 else ''} no single tensor (a dict "
                             "or model output, as Hugging Face's models return), so MindSpore's "
-                            "are compared with nothing: "
-                            f"the operations after their last modules, in {cells[0]}'s forward "
-                            "first (pooling, indexing, slicing, scaling), are the likely cause.",
+                            "are compared with nothing: the operations after their last "
+                            f"modules, in {cells[0]}'s forward first (pooling, indexing, "
+                            "slicing, scaling), are the likely cause.",
                      confidence="likely")
 
 
