@@ -153,8 +153,7 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         if activation is not None:
             return activation
         fed_from = inputs.outermost_fed(t, m, torch_run, ms_run, passed_on)
-        parent = fed_from.name.rpartition(".")[0]
-        where = f"{parent}'s forward" if parent else "the model's own forward"
+        where = _forward_holding(fed_from.name)
         before = "" if fed_from is t else \
             f" before it calls {fed_from.name}, whose input already differs,"
         sums = reorder.reordered_input(t, m, fed, passed_on)
@@ -316,6 +315,12 @@ def _softmax_torch_applies_too(extra: Sequence[str], t: RecordInfo, ms_run: RunR
     return abs(total - rows) <= ROWS_SUMMING_TO_ONE * rows
 
 
+def _forward_holding(name: str) -> str:
+    """The forward that calls module ``name``: its parent's, or the model's own."""
+    parent = name.rpartition(".")[0]
+    return f"{parent}'s forward" if parent else "the model's own forward"
+
+
 def _other_ids(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     """An embedding pair looking up other ids (their CRC-32s differ), told where the ids are
     computed: Hugging Face's T5 computes its relative-position buckets in its attention's
@@ -324,8 +329,7 @@ def _other_ids(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     ids = [record.attrs.get("integer_input_crc32") for record in (t, m)]
     if None in ids or ids[0] == ids[1]:
         return None
-    parent = t.name.rpartition(".")[0]
-    where = f"{parent}'s forward" if parent else "the model's own forward"
+    where = _forward_holding(t.name)
     what = "embedding" if t.op == m.op == "embedding" else t.op or "module"
     return Diagnosis(cause=f"{what} ids differ",
                      detail=f"torch's {t.name} takes other integer ids than MindSpore's "
@@ -366,8 +370,7 @@ def _padded_samples_alone(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
             continue
         pads = (values == 0).any(axis=1) & (values == 1).any(axis=1)
         if np.array_equal(pads, differing):
-            parent = m.name.rpartition(".")[0]
-            where = f"{parent}'s forward" if parent else "the model's own forward"
+            where = _forward_holding(m.name)
             which = ", ".join(str(i) for i in np.flatnonzero(differing))
             return Diagnosis(
                 cause="padding mask applied otherwise",
