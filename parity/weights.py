@@ -422,6 +422,7 @@ def plan_transfer(state_dict: Mapping[str, np.ndarray],
             (missing or extra) else ""
         suggested, rows_hint = _with_rows_suggested(state_dict, alignment, ms_shapes)
         hint = hint or rows_hint or _a_part_one_side_holds(missing, extra, mapping) or \
+            _copies_of_one_module(missing, extra, mapping, ms_shapes) or \
             (RMS_NORM_PORTED if rms_norms else "")
         count = len(missing) + len(extra) + len(problems)
         kinds = [f"{len(group)} {what}" for group, what in ((missing, "missing keys"),
@@ -456,6 +457,47 @@ def _a_part_one_side_holds(missing: Sequence[str], extra: Sequence[str],
     return f"All {len(names)} {keys} lie in {holder} {module}, of which nothing pairs: a part " \
         f"{other} is built without (an auxiliary classifier, another head?); build both " \
         "with the same parts"
+
+
+def _copies_of_one_module(missing: Sequence[str], extra: Sequence[str],
+                          mapping: Mapping[str, str],
+                          ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]]) -> str:
+    """Where every missing key is the parameter of a numbered copy of a port module that took
+    torch's tensors (``layers.1.fc.weight`` beside ``layers.0.fc.weight``, of one shape): the
+    hint naming them as copies of a module torch holds once; else "". Hugging Face's ALBERT
+    calls one layer group for each of its layers, and a port holding a group for each was told
+    only the 32 missing keys and "the same architecture?"."""
+    if extra or not missing:
+        return ""
+    copies: Dict[str, str] = {}         # the port's copy -> the module that took torch's tensors
+    for name in missing:
+        found = _numbered_copy_of(name, mapping, ms_shapes)
+        if found is None:
+            return ""
+        copies[found[0]] = found[1]
+    originals = sorted(set(copies.values()))
+    return f"The {len(missing)} missing keys lie in the port's {', '.join(sorted(copies))}: " \
+        f"copies of its {', '.join(originals)} (the same parameters, of the same shapes), " \
+        "which alone took torch's tensors. torch holds that module once: it calls it for each " \
+        "layer (ALBERT shares its layers so), or it is built with fewer layers; call one cell " \
+        "for each layer as torch does, or build both with as many"
+
+
+def _numbered_copy_of(name: str, mapping: Mapping[str, str],
+                      ms_shapes: Mapping[str, Tuple[Tuple[int, ...], str]]
+                      ) -> Optional[Tuple[str, str]]:
+    """(the numbered module ``name`` is in, the module of another number holding a parameter
+    of its name and shape that took a torch tensor), or None."""
+    parts = name.split(".")
+    for index, part in enumerate(parts[:-1]):
+        if not part.isdigit():
+            continue
+        for other in sorted({n.split(".")[index] for n in mapping
+                             if n.count(".") == name.count(".")}):
+            twin = ".".join(parts[:index] + [other] + parts[index + 1:])
+            if other != part and twin in mapping and ms_shapes[twin][0] == ms_shapes[name][0]:
+                return ".".join(parts[:index + 1]), ".".join(parts[:index] + [other])
+    return None
 
 
 def _parts_not_tiling(mapping: Mapping[str, str], state_dict: Mapping[str, np.ndarray],

@@ -484,6 +484,26 @@ def test_a_layernorm_for_a_norm_holding_a_weight_alone_is_told_of_rms_norms():
     assert plan_transfer(state_dict, specs)["norm.beta"] == "norm.bias"
 
 
+def test_a_port_holding_copies_of_a_module_torch_holds_once_is_told_so():
+    """Hugging Face's ALBERT calls one layer group for each layer; a port holding a group for
+    each was refused with its missing keys alone."""
+    layer = [("fc.weight", (8, 8)), ("fc.bias", (8,)), ("norm.gamma", (8,))]
+    specs = [(f"groups.{i}.{name}", shape, "float32") for i in range(3) for name, shape in layer]
+    state_dict = {"groups.0.fc.weight": np.zeros((8, 8), np.float32),
+                  "groups.0.fc.bias": np.zeros(8, np.float32),
+                  "groups.0.norm.weight": np.ones(8, np.float32)}
+    with pytest.raises(ParityInputError, match=r"The 6 missing keys lie in the port's groups\.1, "
+                       r"groups\.2: copies of its groups\.0 \(the same parameters, of the same "
+                       r"shapes\), which alone took torch's tensors\. torch holds that module "
+                       r"once: it calls it for each layer"):
+        plan_transfer(state_dict, specs)
+    # a copy of another shape is no copy
+    specs[-1] = ("groups.2.norm.gamma", (4,), "float32")
+    with pytest.raises(ParityInputError) as refused:
+        plan_transfer(state_dict, specs)
+    assert "copies of" not in str(refused.value)
+
+
 def test_transfer_takes_the_same_name_first_and_leaves_out_only_what_it_is_told():
     """A parameter named gamma on both sides (a LayerScale) was renamed weight on the MindSpore
     side, found nothing, and the transfer was refused. A BatchNorm(affine=False)'s frozen
