@@ -1052,6 +1052,24 @@ def test_a_module_whose_input_matched_is_blamed_not_one_run_before_it(tmp_path, 
     assert "eps" in report["diagnosis"]["detail"]
 
 
+def test_an_rms_norm_ported_subtracting_the_mean_is_told_so():
+    """Hugging Face's T5LayerNorm (an RMS norm) against a port's cell subtracting each row's
+    mean, as a LayerNorm does: its input matched, and it was "module computes something
+    different" (a guess); the rows of the two outputs, the weight taken off, tell it."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_side_before_hf_norm(), tiny.ms_side_before_centred_norm(),
+                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
+                                  rng.integers(0, 5, 4)))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("norm", "norm centres otherwise"), result.diagnosis
+    assert "torch's norm subtracts no mean (an RMS norm: x·rsqrt(mean(x²) + eps)·weight), " \
+        "MindSpore's norm subtracts each row's mean (a LayerNorm)" in result.diagnosis.detail
+
+
 @pytest.mark.parametrize("ms_model, transposed", [
     ("ms_dense_for_conv1d_mlp", ["0.weight", "2.weight"]), ("ms_conv1d_mlp", [])])
 def test_a_weight_torch_holds_in_out_goes_transposed_to_a_dense_port(tmp_path, ms_model,

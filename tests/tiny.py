@@ -873,21 +873,24 @@ class _TorchSideBeforeNorm(tnn.Module):
 
 
 class _MsRmsNorm(msnn.Cell):
-    def __init__(self, eps: float) -> None:
+    def __init__(self, eps: float, centred: bool = False) -> None:
         super().__init__()
         self.weight = mindspore.Parameter(mindspore.Tensor(np.ones(FEATURES, np.float32)))
         self.variance_epsilon = eps
+        self.centred = centred
 
     def construct(self, x):
+        if self.centred:        # a LayerNorm's centring, written into an RMS norm's port
+            x = x - x.mean(-1, keep_dims=True)
         return self.weight * x * ops.rsqrt(x.pow(2).mean(-1, keep_dims=True) +
                                            self.variance_epsilon)
 
 
 class _MsSideBeforeNorm(msnn.Cell):
-    def __init__(self) -> None:
+    def __init__(self, norm: Optional[msnn.Cell] = None) -> None:
         super().__init__()
         self.fc1, self.fc2 = msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, 5)
-        self.norm = _MsRmsNorm(0.05)
+        self.norm = norm or _MsRmsNorm(0.05)
 
     def construct(self, x):
         h = self.fc1(x)
@@ -904,6 +907,11 @@ def torch_side_before_hf_norm() -> tnn.Module:
 
 def ms_side_before_norm_eps() -> msnn.Cell:
     return _MsSideBeforeNorm()
+
+
+def ms_side_before_centred_norm() -> msnn.Cell:
+    """The RMS norm ported subtracting each row's mean, as a LayerNorm does."""
+    return _MsSideBeforeNorm(_MsRmsNorm(1e-6, centred=True))
 
 
 # A net with a square projection, and ports of it as a dense cell of their own: one computes

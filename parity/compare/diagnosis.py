@@ -64,6 +64,10 @@ SHAPE_KEEPING = ("batchnorm", "layernorm", "groupnorm", "instancenorm", "softmax
 # those differing by more than this share of the worst one's relative difference, the others
 # by less than its square (float32 noise, 1e-7 to 1e-4 of a value; a left-out mask, 0.1-1).
 PADDED_APART = 1e-2
+# A norm's output rows, its weight and bias taken off, average to this share of their RMS at
+# most where it subtracts their mean (float32 rounding: 1e-7), and more than UNCENTRED at the
+# median where it does not (features of random sign: about 1/sqrt(width)).
+CENTRED, UNCENTRED = 1e-4, 1e-2
 # The records the shared step settings reach.
 AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
 
@@ -198,6 +202,9 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         found = kernels.tanh_cause(first.name, a, b)
         if found is not None:
             return found
+    centred = _centred_on_one_side(t, m, torch_run, ms_run)
+    if centred is not None:
+        return centred
     if first.max_rel > 1e-2:
         size = "O(1) error" if first.max_rel > 0.1 else "error well above fp32 noise"
         others = [inputs.input_name(key) for key, _ in inputs.compared_inputs(t, m)]
@@ -220,6 +227,44 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                "computation to the next: a larger batch or image checks it "
                                "again." if few else ""),
                      confidence="guess")
+
+
+def _centred_on_one_side(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                         ms_run: RunReader) -> Optional[Diagnosis]:
+    """A norm of the user's own (on either side) whose rows, its weight and bias taken off,
+    have a mean of zero on one side and not on the other: a LayerNorm for an RMS norm, or the
+    reverse. Hugging Face's T5LayerNorm against a port's cell subtracting the mean was told
+    "module computes something different" (a guess)."""
+    initial = torch_run.path / INITIAL_WEIGHTS
+    if GENERIC_OP not in (t.op, m.op) or tuple(t.shape) != tuple(m.shape) or \
+            not t.shape or not initial.exists():
+        return None
+    weights = SafetensorsFile(initial)
+    weight, bias = weights.get(f"{t.name}.weight"), weights.get(f"{t.name}.bias")
+    width = t.shape[-1]
+    if weight is None or tuple(weight.shape) != (width,) or width < 4 or \
+            not np.all(np.abs(weight) > 0) or \
+            (bias is not None and tuple(bias.shape) != (width,)):
+        return None
+    centring = []
+    for run, record in ((torch_run, t), (ms_run, m)):
+        rows = run.tensor(record).reshape(-1, width).astype(np.float64)
+        rows = (rows - (0 if bias is None else bias)) / weight
+        share = np.abs(rows.mean(axis=1)) / np.maximum(np.sqrt((rows * rows).mean(axis=1)),
+                                                       np.finfo(np.float64).tiny)
+        centring.append(True if share.max() < CENTRED else
+                        False if np.median(share) > UNCENTRED else None)
+    if None in centring or centring[0] == centring[1]:
+        return None
+    kinds = ("subtracts each row's mean (a LayerNorm)",
+             "subtracts no mean (an RMS norm: x·rsqrt(mean(x²) + eps)·weight)")
+    torch_does, ms_does = (kinds[0], kinds[1]) if centring[0] else (kinds[1], kinds[0])
+    return Diagnosis(cause="norm centres otherwise",
+                     detail=f"torch's {t.name} {torch_does}, MindSpore's {m.name} {ms_does}: "
+                            "told from their outputs with the weight taken off, whose rows "
+                            f"average to zero on {'torch' if centring[0] else 'MindSpore'}'s "
+                            "side alone. Compute the norm torch's forward does.",
+                     confidence="likely")
 
 
 def _inputs_matched(first: Comparison, t: RecordInfo, m: RecordInfo,
