@@ -261,8 +261,8 @@ def _centred_on_one_side(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
     torch_does, ms_does = (kinds[0], kinds[1]) if centring[0] else (kinds[1], kinds[0])
     return Diagnosis(cause="norm centres otherwise",
                      detail=f"torch's {t.name} {torch_does}, MindSpore's {m.name} {ms_does}: "
-                            "told from their outputs with the weight taken off, whose rows "
-                            f"average to zero on {'torch' if centring[0] else 'MindSpore'}'s "
+                            "told from their outputs with the weight and bias taken off, whose "
+                            f"rows average to zero on {'torch' if centring[0] else 'MindSpore'}'s "
                             "side alone. Compute the norm torch's forward does.",
                      confidence="likely")
 
