@@ -235,11 +235,10 @@ def _centred_on_one_side(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
     have a mean of zero on one side and not on the other: a LayerNorm for an RMS norm, or the
     reverse. Hugging Face's T5LayerNorm against a port's cell subtracting the mean was told
     "module computes something different" (a guess)."""
-    initial = torch_run.path / INITIAL_WEIGHTS
-    if GENERIC_OP not in (t.op, m.op) or tuple(t.shape) != tuple(m.shape) or \
-            not t.shape or not initial.exists():
+    if GENERIC_OP not in (t.op, m.op) or tuple(t.shape) != tuple(m.shape) or not t.shape or \
+            torch_run.path is None or not (torch_run.path / INITIAL_WEIGHTS).exists():
         return None
-    weights = SafetensorsFile(initial)
+    weights = SafetensorsFile(torch_run.path / INITIAL_WEIGHTS)
     weight, bias = weights.get(f"{t.name}.weight"), weights.get(f"{t.name}.bias")
     width = t.shape[-1]
     if weight is None or tuple(weight.shape) != (width,) or width < 4 or \
