@@ -484,6 +484,13 @@ class SafetensorsFile(Mapping):
         return len(self._entries)
 
 
+def initial_weights(torch_run: Any) -> Optional[SafetensorsFile]:
+    """The torch capture's state before the step (INITIAL_WEIGHTS), where its run directory
+    holds one; None for a run read without a directory (``path`` None) or captured without it."""
+    path = None if torch_run.path is None else Path(torch_run.path) / INITIAL_WEIGHTS
+    return SafetensorsFile(path) if path is not None and path.is_file() else None
+
+
 def shard_array(file: Path, start: int, end: int, dtype: str, dropped: bool) -> np.ndarray:
     """Bytes [start, end) of a shard as a read-only array: mapped, or, for a shard its capture
     dropped from the page cache (SLOW_PAGE_CACHE_BYTES_PER_S), read and dropped again, so the

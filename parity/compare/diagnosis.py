@@ -23,7 +23,7 @@ from parity.compare.structure import (FROZEN_ON_ONE_SIDE, declared_eps, differen
                                       frozen_on_one_side, op_family)
 from parity.config import SHARED_STEP_SETTINGS, split_state
 from parity.records import Comparison, Diagnosis, Part, RecordInfo, split_part
-from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
+from parity.rundir import RunReader, initial_weights
 
 
 def _close(value: float, target: float, rel: float = 0.05) -> bool:
@@ -235,10 +235,10 @@ def _centred_on_one_side(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
     have a mean of zero on one side and not on the other: a LayerNorm for an RMS norm, or the
     reverse. Hugging Face's T5LayerNorm against a port's cell subtracting the mean was told
     "module computes something different" (a guess)."""
+    weights = initial_weights(torch_run)
     if GENERIC_OP not in (t.op, m.op) or tuple(t.shape) != tuple(m.shape) or not t.shape or \
-            torch_run.path is None or not (torch_run.path / INITIAL_WEIGHTS).exists():
+            weights is None:
         return None
-    weights = SafetensorsFile(torch_run.path / INITIAL_WEIGHTS)
     weight, bias = weights.get(f"{t.name}.weight"), weights.get(f"{t.name}.bias")
     width = t.shape[-1]
     if weight is None or tuple(weight.shape) != (width,) or width < 4 or \
@@ -1265,11 +1265,10 @@ def _before_the_step(first: Comparison, t: RecordInfo, m: RecordInfo,
     step, from the torch capture's starting point; None where either is not known."""
     if t_bn is None:
         return None
-    momentum = t_bn.attrs.get("momentum")
-    initial = torch_run.path / INITIAL_WEIGHTS
-    if not isinstance(momentum, (int, float)) or len(t_bn.shape) < 2 or not initial.exists():
+    momentum, initial = t_bn.attrs.get("momentum"), initial_weights(torch_run)
+    if not isinstance(momentum, (int, float)) or len(t_bn.shape) < 2 or initial is None:
         return None
-    v0 = SafetensorsFile(initial).get(first.name)
+    v0 = initial.get(first.name)
     if v0 is None or tuple(v0.shape) != tuple(t.shape) or tuple(m.shape) != tuple(t.shape):
         return None
     return float(momentum), np.asarray(v0, np.float64)

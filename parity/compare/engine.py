@@ -34,7 +34,7 @@ from parity.records import (CONTAINER_OPS, DROPPING_OPS, KIND_RANK, PARAM_KINDS,
                             Part, module_of, split_part)
 from parity.resources import peak_resident_mb
 from parity.result import CheckResult, RecordDetail
-from parity.rundir import INITIAL_WEIGHTS, RunReader, SafetensorsFile
+from parity.rundir import RunReader, SafetensorsFile, initial_weights
 
 MAX_DETAILED = 40          # failing records that get a histogram and worst elements
 # If fewer than this share of torch parameters are found in the MindSpore capture, the two
@@ -493,12 +493,6 @@ def _allow_for_flips(plan: List[_Planned], comparisons: List[Comparison],
     return judged
 
 
-def _initial_weights(torch_run: RunReader) -> Optional[SafetensorsFile]:
-    """The torch capture's state before the step, when it has one."""
-    path = torch_run.path / INITIAL_WEIGHTS
-    return SafetensorsFile(path) if path.is_file() else None
-
-
 def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
                            torch_run: RunReader, ms_run: RunReader,
                            initial: Optional[SafetensorsFile]
@@ -801,7 +795,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     # ReLU outputs are checked for units active on one side only (parity/kinks.py)
     kink_ops = {p.identity: p.pair.torch.op for p in plan
                 if p.pair.torch.kind == "forward" and p.pair.torch.op in kinks.ACTIVE}
-    initial = _initial_weights(torch_run)
+    initial = initial_weights(torch_run)
     # keyed by plan index: a pair by its own, an update's step check by ("step", its index)
     jobs: Dict[Hashable, AnyJob] = {
         index: Job(p.pair.torch, p.pair.mindspore, p.tolerance, p.noise,
