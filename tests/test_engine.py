@@ -490,6 +490,51 @@ def test_a_mask_made_in_the_forward_in_the_hidden_states_dtype_runs_in_float64()
     assert torch.get_default_dtype() == torch.float32
 
 
+def test_a_causal_mask_left_out_is_named_from_the_last_position_matching():
+    """Every token but the last attends to fewer tokens under a causal mask: a port leaving
+    the mask out differs at every position of the attention's output but the last. Hugging
+    Face's CLIP text model against such a port was told only "computation between modules
+    differs"."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_causal_tokens(), tiny.ms_causal_tokens_unmasked(),
+                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
+                                  rng.integers(0, 5, 4)))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("out_proj", "causal mask applied otherwise")
+    assert f"each of its {tiny.TOKENS} positions along axis 1 but the last" in \
+        result.diagnosis.detail
+    assert "in the model's own forward or before it" in result.diagnosis.detail
+
+
+@pytest.mark.parametrize("ms_model, passed", [("ms_encoded_first", True),
+                                             ("ms_encoded_first_extra_relu", False)])
+def test_a_port_cell_paired_with_the_leaf_torch_ends_at_still_lists_its_extra_cells(ms_model,
+                                                                                    passed):
+    """torch's encoder returns a dict, its last module a dropout: the port's encoder is paired
+    with that dropout, a module recording nothing inside it, as a port's Swish is with torch's
+    SiLU. Holding paired cells, it is no such way of computing one module: the ReLU inside it
+    that torch lacks is listed and named (Hugging Face's T5 hid every such record of its port,
+    and a ReLU there was told "computation between modules differs")."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_dict_encoded_first(), getattr(tiny, ms_model)(),
+                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
+                                  rng.integers(0, 5, 4)))
+    assert result.passed == passed, result.diagnosis
+    if not passed:
+        assert result.unmatched["mindspore forward"] == ("encoder.extra",)
+        assert (result.first_divergence.name, result.diagnosis.cause) == \
+            ("encoder.norm", "extra operation in the port")
+        assert "MindSpore runs encoder.extra" in result.diagnosis.detail
+
+
 def test_a_lucky_float64_draw_past_batch_norm_over_two_values_fails_no_correct_port(tmp_path):
     """ResNet18 at batch 2, 32², from torchvision's initial weights (seed 14): layer4
     normalises 2 values per channel. Which float32 error torch's float64 rerun measures there

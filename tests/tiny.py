@@ -1144,11 +1144,13 @@ def ms_tokens_scaled() -> msnn.Cell:
 
 # Tokens attending to those before them, the causal mask built in the forward as Hugging
 # Face's CLIP and GPT-style models build it: torch.full((L, L), torch.finfo(dtype).min) in the
-# hidden states' dtype (float64's least value overflows a float32 tensor).
+# hidden states' dtype (float64's least value overflows a float32 tensor). One port variant
+# leaves the mask out.
 class _TorchCausalTokens(tnn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.embedding = tnn.Embedding(VOCABULARY, WIDTH)
+        self.out_proj = tnn.Linear(WIDTH, WIDTH)
         self.head = tnn.Linear(WIDTH * TOKENS, 5)
 
     def forward(self, tokens):
@@ -1156,21 +1158,25 @@ class _TorchCausalTokens(tnn.Module):
         length = tokens.shape[1]
         mask = torch.full((length, length), torch.finfo(embedded.dtype).min).triu(1)
         scores = embedded @ embedded.transpose(1, 2) / WIDTH ** 0.5 + mask
-        return self.head((scores.softmax(-1) @ embedded).flatten(1))
+        return self.head(self.out_proj(scores.softmax(-1) @ embedded).flatten(1))
 
 
 class _MsCausalTokens(msnn.Cell):
-    def __init__(self) -> None:
+    def __init__(self, causal: bool) -> None:
         super().__init__()
+        self.causal = causal
         self.embedding = msnn.Embedding(VOCABULARY, WIDTH)
+        self.out_proj = msnn.Dense(WIDTH, WIDTH)
         self.head = msnn.Dense(WIDTH * TOKENS, 5)
 
     def construct(self, tokens):
         embedded = self.embedding(tokens)
         length = tokens.shape[1]
-        mask = ops.triu(ops.full((length, length), float(np.finfo(np.float32).min)), 1)
-        scores = ops.matmul(embedded, embedded.transpose(0, 2, 1)) / WIDTH ** 0.5 + mask
-        mixed = ops.matmul(ops.softmax(scores, axis=-1), embedded)
+        scores = ops.matmul(embedded, embedded.transpose(0, 2, 1)) / WIDTH ** 0.5
+        if self.causal:
+            scores = scores + ops.triu(ops.full((length, length),
+                                                float(np.finfo(np.float32).min)), 1)
+        mixed = self.out_proj(ops.matmul(ops.softmax(scores, axis=-1), embedded))
         return self.head(mixed.reshape(tokens.shape[0], -1))
 
 
@@ -1179,7 +1185,11 @@ def torch_causal_tokens() -> tnn.Module:
 
 
 def ms_causal_tokens() -> msnn.Cell:
-    return _MsCausalTokens()
+    return _MsCausalTokens(causal=True)
+
+
+def ms_causal_tokens_unmasked() -> msnn.Cell:
+    return _MsCausalTokens(causal=False)
 
 
 # An encoder returning a dict, as Hugging Face's models return their outputs (CLIP's text model:
@@ -1237,6 +1247,64 @@ def ms_dict_pooled() -> msnn.Cell:
 def ms_dict_pooled_last_token() -> msnn.Cell:
     """Pooled at each sequence's last token, torch's at its first."""
     return _MsDictPooled(-1)
+
+
+# An encoder returning a dict whose last module is a dropout after its norm (Hugging Face's T5
+# encoder), the port's returning that norm's output, one variant's applying a ReLU torch lacks
+# inside it: the port's encoder is paired with torch's dropout, a module recording nothing inside.
+class _TorchDictDroppingEncoder(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = tnn.Embedding(VOCABULARY, WIDTH)
+        self.norm = tnn.LayerNorm(WIDTH)
+        self.dropout = tnn.Dropout(0.0)
+
+    def forward(self, tokens):
+        return {"last_hidden_state": self.dropout(self.norm(self.embedding(tokens)))}
+
+
+class _TorchDictEncodedFirst(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = _TorchDictDroppingEncoder()
+        self.head = tnn.Linear(WIDTH, 5)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(tokens)["last_hidden_state"][:, 0])
+
+
+class _MsNormedEncoder(msnn.Cell):
+    def __init__(self, extra: bool) -> None:
+        super().__init__()
+        self.embedding = msnn.Embedding(VOCABULARY, WIDTH)
+        self.extra = msnn.ReLU() if extra else None
+        self.norm = msnn.LayerNorm((WIDTH,), epsilon=1e-5)
+
+    def construct(self, tokens):
+        embedded = self.embedding(tokens)
+        return self.norm(embedded if self.extra is None else self.extra(embedded))
+
+
+class _MsEncodedFirst(msnn.Cell):
+    def __init__(self, extra: bool) -> None:
+        super().__init__()
+        self.encoder = _MsNormedEncoder(extra)
+        self.head = msnn.Dense(WIDTH, 5)
+
+    def construct(self, tokens):
+        return self.head(self.encoder(tokens)[:, 0])
+
+
+def torch_dict_encoded_first() -> tnn.Module:
+    return _TorchDictEncodedFirst()
+
+
+def ms_encoded_first() -> msnn.Cell:
+    return _MsEncodedFirst(extra=False)
+
+
+def ms_encoded_first_extra_relu() -> msnn.Cell:
+    return _MsEncodedFirst(extra=True)
 
 
 # A token tagger, or a language model's head: N×L×5 scores, the classes last, for N×L labels.

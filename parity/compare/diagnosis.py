@@ -60,10 +60,12 @@ ROWS_SUMMING_TO_ONE = 1e-5
 # pooled features, mindcv's the map it pools after).
 SHAPE_KEEPING = ("batchnorm", "layernorm", "groupnorm", "instancenorm", "softmax", "logsoftmax",
                  "dropout", "droppath", "identity", *ACTIVATION_OPS)
-# How far apart a module output's samples must lie to tell differing ones from matching ones:
-# those differing by more than this share of the worst one's relative difference, the others
-# by less than its square (float32 noise, 1e-7 to 1e-4 of a value; a left-out mask, 0.1-1).
-PADDED_APART = 1e-2
+# How far apart a module output's samples (or token positions) must lie to tell differing ones
+# from matching ones: those differing by more than this share of the worst one's relative
+# difference, the others by less than its square (float32 noise, 1e-7 to 1e-4 of a value; a
+# left-out mask, 0.1-1: CLIP's text attention without its causal mask, 0.25 to 1.04 at its
+# first 15 positions, 7e-7 at its last).
+APART = 1e-2
 # A norm's output rows, its weight and bias taken off, average to this share of their RMS at
 # most where it subtracts their mean (float32 rounding: 1e-7), and more than UNCENTRED at the
 # median where it does not (features of random sign: about 1/sqrt(width)).
@@ -134,9 +136,10 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     ids = _other_ids(t, m)
     if ids is not None:
         return ids
-    padded = _padded_samples_alone(t, m, torch_run, ms_run)
-    if padded is not None:
-        return padded
+    masked = _padded_samples_alone(t, m, torch_run, ms_run) or \
+        _causal_mask_otherwise(t, m, torch_run, ms_run)
+    if masked is not None:
+        return masked
     fed = inputs.first_input_difference(t, m)
     if not _inputs_matched(first, t, m, fed):
         silent = [name for name in extra
@@ -157,7 +160,7 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         if activation is not None:
             return activation
         fed_from = inputs.outermost_fed(t, m, torch_run, ms_run, passed_on)
-        where = _forward_holding(fed_from.name)
+        where = inputs.forward_holding(fed_from.name)
         before = "" if fed_from is t else \
             f" before it calls {fed_from.name}, whose input already differs,"
         sums = reorder.reordered_input(t, m, fed, passed_on)
@@ -359,12 +362,6 @@ def _softmax_torch_applies_too(extra: Sequence[str], t: RecordInfo, ms_run: RunR
     return abs(total - rows) <= ROWS_SUMMING_TO_ONE * rows
 
 
-def _forward_holding(name: str) -> str:
-    """The forward that calls module ``name``: its parent's, or the model's own."""
-    parent = name.rpartition(".")[0]
-    return f"{parent}'s forward" if parent else "the model's own forward"
-
-
 def _other_ids(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     """An embedding pair looking up other ids (their CRC-32s differ), told where the ids are
     computed: Hugging Face's T5 computes its relative-position buckets in its attention's
@@ -373,7 +370,7 @@ def _other_ids(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     ids = [record.attrs.get("integer_input_crc32") for record in (t, m)]
     if None in ids or ids[0] == ids[1]:
         return None
-    where = _forward_holding(t.name)
+    where = inputs.forward_holding(t.name)
     what = "embedding" if t.op == m.op == "embedding" else t.op or "module"
     return Diagnosis(cause=f"{what} ids differ",
                      detail=f"torch's {t.name} takes other integer ids than MindSpore's "
@@ -396,14 +393,9 @@ def _padded_samples_alone(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
     if a.shape != b.shape or a.ndim < 2 or a.shape[0] < 2:
         return None
     samples = a.shape[0]
-    a, b = a.reshape(samples, -1).astype(np.float64), b.reshape(samples, -1).astype(np.float64)
-    size = np.sqrt(np.mean(a * a, axis=1))
-    if not np.all(np.isfinite(b)) or not np.all(size > 0):
-        return None
-    off = np.sqrt(np.mean((b - a) ** 2, axis=1)) / size
-    differing = off > PADDED_APART * off.max()
-    if not differing.any() or differing.all() or \
-            off[~differing].max() > PADDED_APART * PADDED_APART * off.max():
+    off = _relative_differences(a, b, 0)
+    differing = None if off is None else _told_apart(off)
+    if differing is None:
         return None
     for mask in torch_run.records:
         if mask.kind != "input" or mask.name in ("input", "target") or \
@@ -414,7 +406,7 @@ def _padded_samples_alone(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
             continue
         pads = (values == 0).any(axis=1) & (values == 1).any(axis=1)
         if np.array_equal(pads, differing):
-            where = _forward_holding(m.name)
+            where = inputs.forward_holding(m.name)
             which = ", ".join(str(i) for i in np.flatnonzero(differing))
             return Diagnosis(
                 cause="padding mask applied otherwise",
@@ -426,6 +418,54 @@ def _padded_samples_alone(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                        "otherwise (another fill value, another axis, kept and padded positions "
                        f"swapped), in {where} or before it.", confidence="likely")
     return None
+
+
+def _causal_mask_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                           ms_run: RunReader) -> Optional[Diagnosis]:
+    """A module output of token vectors, (N, L, D) or (L, N, D), differing at every position
+    but the last, which matches: the last token attends to every token with a causal mask or
+    without one, so a causal mask one side applies and the other leaves out changes every
+    position but that one. Hugging Face's CLIP text model against a port leaving its causal
+    mask out was told only "computation between modules differs"."""
+    a, b = torch_run.tensor(t), ms_run.tensor(m)
+    batch = torch_run.record("input", "input")
+    if a.shape != b.shape or a.ndim != 3 or batch is None:
+        return None
+    axis = 0 if a.shape[1] == batch.shape[0] != a.shape[0] else 1
+    positions = a.shape[axis]
+    off = None if positions < 3 else _relative_differences(a, b, axis)
+    differing = None if off is None else _told_apart(off)
+    if differing is None or differing[-1] or not differing[:-1].all():
+        return None
+    return Diagnosis(
+        cause="causal mask applied otherwise",
+        detail=f"{m.name} differs from torch's {t.name} at each of its {positions} "
+               f"positions along axis {axis} but the last, which matches (to {off[-1]:.1g} of its "
+               f"size, against {off.max():.2g}): the last token attends to every token with a "
+               "causal mask or without one. The port leaves the causal mask out, or applies "
+               f"one torch does not, in {inputs.forward_holding(m.name)} or before it.",
+        confidence="likely")
+
+
+def _relative_differences(a: np.ndarray, b: np.ndarray, axis: int) -> Optional[np.ndarray]:
+    """The RMS difference of each slice of ``a`` and ``b`` along ``axis``, relative to that
+    slice's RMS in ``a``; None where a slice is all zeros or ``b`` is not finite."""
+    a, b = (np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1).astype(np.float64)
+            for x in (a, b))
+    size = np.sqrt(np.mean(a * a, axis=1))
+    if not np.all(np.isfinite(b)) or not np.all(size > 0):
+        return None
+    return np.sqrt(np.mean((b - a) ** 2, axis=1)) / size
+
+
+def _told_apart(off: np.ndarray) -> Optional[np.ndarray]:
+    """Which of the slices whose relative differences are ``off`` differ, where some differ by
+    more than APART of the worst and the others by less than its square; else None."""
+    differing = off > APART * off.max()
+    if not differing.any() or differing.all() or \
+            off[~differing].max() > APART * APART * off.max():
+        return None
+    return differing
 
 
 def _ran_recording_no_output(name: str, run: RunReader) -> bool:

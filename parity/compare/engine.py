@@ -265,20 +265,24 @@ def _computing_a_leaf(ms_forward: Sequence[RecordInfo], forward: Mapping[str, st
     (mindcv's Swish, a cell multiplying by the output of a Sigmoid cell it holds, for torch's
     SiLU), compared as that cell's output. Listed, those Sigmoids were 49 unmatched records of
     EfficientNet-B0. A cell recorded after it (nn.Dense's activation, recorded apart from the
-    layer's output before it) is an operation of its own."""
+    layer's output before it) is an operation of its own. A cell holding paired cells is no
+    such way, though paired with a leaf: T5's port, its wrapper paired with the dropout
+    torch's ends at (torch's wrapper returning a model output), hid every cell inside it that
+    torch has no counterpart for."""
     holding = {".".join(parts[:end]) for parts in (r.name.split("#")[0].split(".")
                                                    for r in torch_forward)
                for end in range(1, len(parts))}          # torch modules recording inside
     orders = {r.name: r.order for r in ms_forward}
-    inner = set()
+    inner: Dict[str, List[str]] = {}
     for record in ms_forward:
         parts = record.name.split("#")[0].split(".")
         cell = next((".".join(parts[:end]) for end in range(len(parts) - 1, 0, -1)
                      if ".".join(parts[:end]) in forward), None)
         if cell is not None and record.order < orders.get(cell, -1) and \
                 forward[cell].split("#")[0] not in holding:
-            inner.add(record.name)
-    return inner
+            inner.setdefault(cell, []).append(record.name)
+    return {name for names in inner.values() if not any(n in forward for n in names)
+            for name in names}
 
 
 def _read_alike(torch_record: RecordInfo, ms_record: RecordInfo

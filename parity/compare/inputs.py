@@ -42,6 +42,12 @@ def _parent(name: str) -> str:
     return name.rpartition(".")[0]
 
 
+def forward_holding(name: str) -> str:
+    """The forward that calls module ``name``: its parent's, or the model's own."""
+    parent = _parent(name)
+    return f"{parent}'s forward" if parent else "the model's own forward"
+
+
 def outermost(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
               holds: Callable[[RecordInfo, RecordInfo], bool]) -> Tuple[RecordInfo, RecordInfo]:
     """The outermost of the pair ``t``, ``m`` and their enclosing modules' pairs for which
@@ -169,7 +175,7 @@ def other_input_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run
     given_first = input_differences(outer, outer_ms, floor)[0]
     which = input_name(first.torch_key) if first.torch_key == first.ms_key else \
         f"{input_name(first.torch_key)} (MindSpore's {input_name(first.ms_key)})"
-    maker = f"{_parent(outer.name)}'s forward" if "." in outer.name else "the model's own forward"
+    maker = forward_holding(outer.name)
     where = f" It is made in {maker}." if outer is t else \
         f" {outer.name} is already given its {input_name(given_first.torch_key)} so: the " \
         f"difference is made in {maker}."
