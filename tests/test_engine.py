@@ -490,6 +490,46 @@ def test_a_mask_made_in_the_forward_in_the_hidden_states_dtype_runs_in_float64()
     assert torch.get_default_dtype() == torch.float32
 
 
+@pytest.mark.parametrize("ms_model, passed", [("ms_shifted_mlp", True),
+                                             ("ms_shifted_mlp_unshifted", False)])
+def test_an_activation_cell_torch_applies_as_a_function_before_is_no_extra_operation(ms_model,
+                                                                                     passed):
+    """torch applies F.gelu after fc1 and fc2, the port GELU cells: fc2 matching after the
+    first tells torch applies that activation too. A parameter the port leaves out after the
+    second is then no "extra operation in the port: MindSpore runs act2" (Whisper's encoder
+    ported without its positions was told so) but computation in the forward."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_shifted_mlp(), getattr(tiny, ms_model)(),
+                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
+                                  rng.integers(0, 5, 4)))
+    assert result.passed == passed, result.diagnosis
+    assert result.unmatched["mindspore forward"] == ("act1", "act2")
+    if not passed:
+        assert (result.first_divergence.name, result.diagnosis.cause) == \
+            ("fc3", "computation between modules differs")
+
+
+def test_the_forward_computing_between_modules_of_a_list_is_the_lists_holders():
+    """A ModuleList has no forward: the computation between its layers is in the forward of
+    the module holding it (Whisper's encoder ported without its positions was told of
+    "whisper.model.encoder.layers's forward")."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_listed_layers(), tiny.ms_listed_layers_unshifted(),
+                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
+                                  rng.integers(0, 5, 4)))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("layers.1", "computation between modules differs")
+    assert "in the model's own forward" in result.diagnosis.detail, result.diagnosis
+
+
 def test_a_causal_mask_left_out_is_named_from_the_last_position_matching():
     """Every token but the last attends to fewer tokens under a causal mask: a port leaving
     the mask out differs at every position of the attention's output but the last. Hugging

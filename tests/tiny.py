@@ -2179,6 +2179,76 @@ def ms_functional_sigmoid_mlp() -> msnn.Cell:
     return _MsFunctionalMlp(ops.sigmoid)
 
 
+# Two GELUs torch applies as functions, a parameter added after the second (Whisper's encoder:
+# F.gelu after each conv, then its positions), ported as GELU cells; one variant leaves the
+# parameter out.
+class _TorchShiftedMlp(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = tnn.Linear(FEATURES, FEATURES), tnn.Linear(FEATURES, FEATURES)
+        self.shift = tnn.Parameter(torch.linspace(-1.0, 1.0, FEATURES))
+        self.fc3 = tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        hidden = tnn.functional.gelu(self.fc2(tnn.functional.gelu(self.fc1(x))))
+        return self.fc3(hidden + self.shift)
+
+
+class _MsShiftedMlp(msnn.Cell):
+    def __init__(self, shifted: bool) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, FEATURES)
+        self.act1, self.act2 = msnn.GELU(approximate=False), msnn.GELU(approximate=False)
+        self.shift = mindspore.Parameter(mindspore.ops.zeros(FEATURES, mindspore.float32))
+        self.fc3 = msnn.Dense(FEATURES, 5)
+        self.shifted = shifted
+
+    def construct(self, x):
+        hidden = self.act2(self.fc2(self.act1(self.fc1(x))))
+        return self.fc3(hidden + self.shift if self.shifted else hidden)
+
+
+def torch_shifted_mlp() -> tnn.Module:
+    return _TorchShiftedMlp()
+
+
+def ms_shifted_mlp() -> msnn.Cell:
+    return _MsShiftedMlp(shifted=True)
+
+
+def ms_shifted_mlp_unshifted() -> msnn.Cell:
+    return _MsShiftedMlp(shifted=False)
+
+
+# Layers held in a ModuleList (no forward of its own), the model's forward shifting the first
+# one's output; one port variant leaves the shift out.
+class _TorchListedLayers(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = tnn.ModuleList([tnn.Linear(FEATURES, FEATURES), tnn.Linear(FEATURES, 5)])
+
+    def forward(self, x):
+        return self.layers[1](self.layers[0](x) + 1.0)
+
+
+class _MsListedLayers(msnn.Cell):
+    def __init__(self, shifted: bool) -> None:
+        super().__init__()
+        self.layers = msnn.CellList([msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, 5)])
+        self.shift = 1.0 if shifted else 0.0
+
+    def construct(self, x):
+        return self.layers[1](self.layers[0](x) + self.shift)
+
+
+def torch_listed_layers() -> tnn.Module:
+    return _TorchListedLayers()
+
+
+def ms_listed_layers_unshifted() -> msnn.Cell:
+    return _MsListedLayers(shifted=False)
+
+
 def torch_selu_mlp() -> tnn.Module:
     return _torch_mlp(tnn.SELU())
 

@@ -111,7 +111,8 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "size).", confidence="guess")
     missing = _unmatched_just_before(t, torch_run, torch_left)
     extra = _unmatched_just_before(m, ms_run, ms_left)
-    if _softmax_torch_applies_too(extra, t, ms_run):
+    if _softmax_torch_applies_too(extra, t, ms_run) or \
+            _activations_torch_applies_too(extra, ms_run, ms_left):
         extra = []
     ms_modules = module_map_from_parameters(ms_run.manifest.get("param_map", {}))
     torch_modules = {theirs: ours for ours, theirs in ms_modules.items()}
@@ -133,7 +134,7 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return Diagnosis(cause="operation missing in the port",
                          detail=f"torch runs {', '.join(missing_inside)} inside {first.name}; "
                                 "the MindSpore cell has no counterpart.", confidence="likely")
-    ids = _other_ids(t, m)
+    ids = _other_ids(t, m, torch_run)
     if ids is not None:
         return ids
     masked = _padded_samples_alone(t, m, torch_run, ms_run) or \
@@ -160,7 +161,7 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         if activation is not None:
             return activation
         fed_from = inputs.outermost_fed(t, m, torch_run, ms_run, passed_on)
-        where = inputs.forward_holding(fed_from.name)
+        where = inputs.forward_holding(fed_from.name, torch_run)
         before = "" if fed_from is t else \
             f" before it calls {fed_from.name}, whose input already differs,"
         sums = reorder.reordered_input(t, m, fed, passed_on)
@@ -362,7 +363,27 @@ def _softmax_torch_applies_too(extra: Sequence[str], t: RecordInfo, ms_run: RunR
     return abs(total - rows) <= ROWS_SUMMING_TO_ONE * rows
 
 
-def _other_ids(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
+def _activations_torch_applies_too(extra: Sequence[str], ms_run: RunReader,
+                                   ms_left: Set[str]) -> bool:
+    """Whether the port's cells ``extra`` are activations torch applies too, as functions in its
+    forward: for each, the port ran an earlier cell of its op that torch has no counterpart for
+    either, and a module output after that one matched torch's, so torch applies it there.
+    Whisper's encoder applies F.gelu after each of its convs, a port GELU cells: a cause after
+    the second (the positions not added) was blamed on that cell, "extra operation"."""
+    cells = [ms_run.record(name, "forward") for name in extra]
+    if not cells or any(cell is None or cell.op not in ACTIVATION_OPS for cell in cells):
+        return False
+    forward = [r for r in ms_run.records if r.kind == "forward"]
+    matched = [r.order for r in forward if r.name not in ms_left]
+
+    def applied_before(cell: RecordInfo) -> bool:
+        return any(any(earlier.order < order < cell.order for order in matched)
+                   for earlier in forward if earlier.name in ms_left and earlier.op == cell.op
+                   and earlier.order < cell.order)
+    return all(applied_before(cell) for cell in cells)
+
+
+def _other_ids(t: RecordInfo, m: RecordInfo, torch_run: RunReader) -> Optional[Diagnosis]:
     """An embedding pair looking up other ids (their CRC-32s differ), told where the ids are
     computed: Hugging Face's T5 computes its relative-position buckets in its attention's
     forward, and a port bucketing them one-sidedly was told "embedding computes something
@@ -370,7 +391,7 @@ def _other_ids(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
     ids = [record.attrs.get("integer_input_crc32") for record in (t, m)]
     if None in ids or ids[0] == ids[1]:
         return None
-    where = inputs.forward_holding(t.name)
+    where = inputs.forward_holding(t.name, torch_run)
     what = "embedding" if t.op == m.op == "embedding" else t.op or "module"
     return Diagnosis(cause=f"{what} ids differ",
                      detail=f"torch's {t.name} takes other integer ids than MindSpore's "
@@ -406,7 +427,7 @@ def _padded_samples_alone(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
             continue
         pads = (values == 0).any(axis=1) & (values == 1).any(axis=1)
         if np.array_equal(pads, differing):
-            where = inputs.forward_holding(m.name)
+            where = inputs.forward_holding(m.name, ms_run)
             which = ", ".join(str(i) for i in np.flatnonzero(differing))
             return Diagnosis(
                 cause="padding mask applied otherwise",
@@ -443,7 +464,7 @@ def _causal_mask_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                f"positions along axis {axis} but the last, which matches (to {off[-1]:.1g} of its "
                f"size, against {off.max():.2g}): the last token attends to every token with a "
                "causal mask or without one. The port leaves the causal mask out, or applies "
-               f"one torch does not, in {inputs.forward_holding(m.name)} or before it.",
+               f"one torch does not, in {inputs.forward_holding(m.name, ms_run)} or before it.",
         confidence="likely")
 
 

@@ -42,9 +42,14 @@ def _parent(name: str) -> str:
     return name.rpartition(".")[0]
 
 
-def forward_holding(name: str) -> str:
-    """The forward that calls module ``name``: its parent's, or the model's own."""
+def forward_holding(name: str, run: RunReader) -> str:
+    """The forward that calls module ``name`` of ``run``: its parent's, or the model's own; its
+    grandparent's where the parent is a list of modules, which has no forward (a numbered
+    module whose parent records nothing: a ModuleList, a CellList). Whisper's encoder ported
+    without its positions was told of "whisper.model.encoder.layers's forward"."""
     parent = _parent(name)
+    if parent and name.rpartition(".")[2].isdigit() and run.record(parent, "forward") is None:
+        parent = _parent(parent)
     return f"{parent}'s forward" if parent else "the model's own forward"
 
 
@@ -175,7 +180,7 @@ def other_input_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run
     given_first = input_differences(outer, outer_ms, floor)[0]
     which = input_name(first.torch_key) if first.torch_key == first.ms_key else \
         f"{input_name(first.torch_key)} (MindSpore's {input_name(first.ms_key)})"
-    maker = forward_holding(outer.name)
+    maker = forward_holding(outer.name, torch_run)
     where = f" It is made in {maker}." if outer is t else \
         f" {outer.name} is already given its {input_name(given_first.torch_key)} so: the " \
         f"difference is made in {maker}."
