@@ -530,6 +530,25 @@ def test_the_forward_computing_between_modules_of_a_list_is_the_lists_holders():
     assert "in the model's own forward" in result.diagnosis.detail, result.diagnosis
 
 
+def test_a_module_handed_another_modules_output_is_told_which():
+    """head1 takes fc1's output in torch and fc2's in the port: its input's sketch is each
+    side's earlier output, and the two are no pair (Whisper's cross-attention handed the
+    decoder's states for the encoder's was told "dense output shape differs: compare their
+    settings (stride, padding, ...)")."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_heads_over_two_layers(), tiny.ms_heads_over_the_second_layer(),
+                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
+                                  rng.integers(0, 5, 4)))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("head1", "input taken from another module")
+    assert "torch's head1 is given the output of fc1 (4, 16), MindSpore's head1 that of fc2 " \
+        "(4, 16) (paired with torch's fc2)" in result.diagnosis.detail, result.diagnosis
+
+
 def test_a_causal_mask_left_out_is_named_from_the_last_position_matching():
     """Every token but the last attends to fewer tokens under a causal mask: a port leaving
     the mask out differs at every position of the attention's output but the last. Hugging

@@ -2249,6 +2249,39 @@ def ms_listed_layers_unshifted() -> msnn.Cell:
     return _MsListedLayers(shifted=False)
 
 
+# Two heads, one over the first layer's output and one over the second's; one port variant
+# hands both the second's (a cross-attention fed the decoder's states for the encoder's).
+class _TorchHeadsOverTwoLayers(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = tnn.Linear(FEATURES, FEATURES), tnn.Linear(FEATURES, FEATURES)
+        self.head1, self.head2 = tnn.Linear(FEATURES, 5), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        first = self.fc1(x)
+        second = self.fc2(first)
+        return self.head1(first) + self.head2(second)
+
+
+class _MsHeadsOverTheSecondLayer(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, FEATURES)
+        self.head1, self.head2 = msnn.Dense(FEATURES, 5), msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        second = self.fc2(self.fc1(x))
+        return self.head1(second) + self.head2(second)
+
+
+def torch_heads_over_two_layers() -> tnn.Module:
+    return _TorchHeadsOverTwoLayers()
+
+
+def ms_heads_over_the_second_layer() -> msnn.Cell:
+    return _MsHeadsOverTheSecondLayer()
+
+
 def torch_selu_mlp() -> tnn.Module:
     return _torch_mlp(tnn.SELU())
 

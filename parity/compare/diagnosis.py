@@ -24,6 +24,7 @@ from parity.compare.structure import (FROZEN_ON_ONE_SIDE, declared_eps, differen
 from parity.config import SHARED_STEP_SETTINGS, split_state
 from parity.records import Comparison, Diagnosis, Part, RecordInfo, split_part
 from parity.rundir import RunReader, initial_weights
+from parity.sketch import input_sketch, sketch_distance
 
 
 def _close(value: float, target: float, rel: float = 0.05) -> bool:
@@ -70,6 +71,9 @@ APART = 1e-2
 # most where it subtracts their mean (float32 rounding: 1e-7), and more than UNCENTRED at the
 # median where it does not (features of random sign: about 1/sqrt(width)).
 CENTRED, UNCENTRED = 1e-4, 1e-2
+# A module's first input is an earlier module's output where their sketches lie within this
+# share of its norm (the same tensor: 0), looked for among this many records before it.
+FED_BY, FED_BY_SEARCHED = 1e-6, 256
 # The records the shared step settings reach.
 AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
 
@@ -103,6 +107,9 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "earlier output matched. The port runs it at another point: "
                                 "before a pooling, reshape or slice torch runs first, or after "
                                 f"one torch runs later.{runs}", confidence="likely")
+    other_source = _fed_other_outputs(t, m, torch_run, ms_run, comparisons)
+    if other_source is not None:
+        return other_source
     if tuple(t.shape) != tuple(m.shape):
         return Diagnosis(cause=f"{m.op or 'module'} output shape differs",
                          detail=f"torch {t.name} returns {tuple(t.shape)}, MindSpore {m.name} "
@@ -381,6 +388,53 @@ def _activations_torch_applies_too(extra: Sequence[str], ms_run: RunReader,
                    for earlier in forward if earlier.name in ms_left and earlier.op == cell.op
                    and earlier.order < cell.order)
     return all(applied_before(cell) for cell in cells)
+
+
+def _fed_other_outputs(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+                       comparisons: Sequence[Comparison]) -> Optional[Diagnosis]:
+    """A pair of the same operation whose first inputs are the outputs of two modules that are
+    no pair (their sketches equal to 10⁻⁶): the port hands it another tensor. Whisper's decoder
+    ported to attend over its own states where torch attends over the encoder's was told
+    "dense output shape differs: compare their settings (stride, padding, ...)". Looked for
+    only where the outputs' shapes or the inputs differ (by more than APART of its norm)."""
+    fed = inputs.first_input_difference(t, m)
+    if t.op != m.op or (tuple(t.shape) == tuple(m.shape) and (fed is None or fed <= APART)):
+        return None
+    sources = [_fed_by(record, run) for record, run in ((t, torch_run), (m, ms_run))]
+    if None in sources:
+        return None
+    torch_source, ms_source = sources
+    paired = {c.mindspore_name: c.name for c in comparisons if c.kind == "forward"}
+    counterpart = paired.get(ms_source.name)
+    counterpart_record = None if counterpart is None else torch_run.record(counterpart, "forward")
+    # torch's source unpaired: a module the port lacks (operation missing); the counterpart
+    # feeding torch's too: the same tensor under another name (a container's, its last module's)
+    if counterpart_record is None or torch_source.name not in paired.values() or \
+            _feeds(counterpart_record, t, torch_run):
+        return None
+    return Diagnosis(
+        cause="input taken from another module",
+        detail=f"torch's {t.name} is given the output of {torch_source.name} "
+               f"{tuple(torch_source.shape)}, MindSpore's {m.name} that of {ms_source.name} "
+               f"{tuple(ms_source.shape)} (paired with torch's {counterpart}), while every "
+               "earlier output matched: the port hands it another tensor, in "
+               f"{inputs.forward_holding(m.name, ms_run)} or before it.", confidence="likely")
+
+
+def _fed_by(record: RecordInfo, run: RunReader) -> Optional[RecordInfo]:
+    """The latest forward record of ``run`` before ``record`` whose output is ``record``'s
+    first input, told by the input's sketch (to 10⁻⁶ of its norm), among the FED_BY_SEARCHED
+    before it; None if none is."""
+    earlier = [r for r in run.records if r.kind == "forward" and r.order < record.order
+               and r.part is None]
+    return next((candidate for candidate in sorted(earlier, key=lambda r: -r.order)
+                 [:FED_BY_SEARCHED] if _feeds(candidate, record, run)), None)
+
+
+def _feeds(source: RecordInfo, record: RecordInfo, run: RunReader) -> bool:
+    """Whether ``source``'s output is ``record``'s first input, by its sketch."""
+    distance = sketch_distance(record.attrs.get("input_sketch"), input_sketch(run.tensor(source)))
+    return distance is not None and distance <= FED_BY
 
 
 def _other_ids(t: RecordInfo, m: RecordInfo, torch_run: RunReader) -> Optional[Diagnosis]:
