@@ -1659,6 +1659,26 @@ def test_a_layer_the_port_holds_but_never_runs_is_named():
         result.diagnosis.detail
 
 
+def test_a_norm_the_port_holds_but_never_runs_at_a_blocks_end_is_named():
+    """The port's block returns before its last norm, torch's returns a dict: torch's norm is
+    paired with the port's block, the output it has there, and no module is left unmatched
+    before it. Whisper's decoder
+    ported without its final layer_norm was told "computation between modules differs"."""
+    import numpy as np
+
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    result = parity.check(tiny.torch_block_ending_at_a_norm(),
+                          tiny.ms_block_ending_before_its_norm(),
+                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
+                                  rng.integers(0, 5, 4)))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("block.norm", "operation missing in the port")
+    assert "MindSpore's block.norm holds the weights of torch's block.norm but never ran" in \
+        result.diagnosis.detail, result.diagnosis
+
+
 def test_an_activation_module_the_port_writes_as_a_function_is_named_on_both_sides():
     """torch's nn.GELU() ported as ops.gelu(x, approximate="tanh") in the construct: torch's
     GELU has no counterpart record, and the run was told "between 1 and 2, torch applies

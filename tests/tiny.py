@@ -2282,6 +2282,56 @@ def ms_heads_over_the_second_layer() -> msnn.Cell:
     return _MsHeadsOverTheSecondLayer()
 
 
+# A block ending at a norm and returning a dict (Whisper's decoder ends at its layer_norm and
+# returns a model output); the port's block holds the norm and returns before it.
+class _TorchEndingAtANorm(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = tnn.Linear(FEATURES, FEATURES)
+        self.norm = tnn.LayerNorm(FEATURES)
+
+    def forward(self, x):
+        return {"last_hidden_state": self.norm(self.fc(x))}
+
+
+class _TorchHeadedDictBlock(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _TorchEndingAtANorm()
+        self.head = tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        return self.head(self.block(x)["last_hidden_state"])
+
+
+class _MsEndingBeforeItsNorm(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = msnn.Dense(FEATURES, FEATURES)
+        self.norm = msnn.LayerNorm((FEATURES,), epsilon=1e-5)
+
+    def construct(self, x):
+        return self.fc(x)
+
+
+class _MsHeadedBlock(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _MsEndingBeforeItsNorm()
+        self.head = msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        return self.head(self.block(x))
+
+
+def torch_block_ending_at_a_norm() -> tnn.Module:
+    return _TorchHeadedDictBlock()
+
+
+def ms_block_ending_before_its_norm() -> msnn.Cell:
+    return _MsHeadedBlock()
+
+
 def torch_selu_mlp() -> tnn.Module:
     return _torch_mlp(tnn.SELU())
 

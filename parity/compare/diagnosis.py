@@ -93,6 +93,15 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         (dropping.cause(t, m, torch_run.step_is_random) if dropping else None)
     if proven is not None:
         return proven
+    idle = [cell for cell in _holding_but_never_run([t.name.split("#")[0]], ms_run)
+            if cell != m.name.split("#")[0]]
+    if idle:
+        return Diagnosis(cause="operation missing in the port",
+                         detail=f"MindSpore's {', '.join(idle)} holds the weights of torch's "
+                                f"{t.name} but never ran: the construct does not call it (a "
+                                "cell set on a SequentialCell with setattr stays out of the "
+                                f"cells it runs). {t.name} was compared with {m.name}, the "
+                                "output the port has at that point.", confidence="likely")
     torch_left, ms_left = (set(unmatched.get(f"{side} forward", ()))
                            for side in ("torch", "mindspore"))
     kept = _shape_kept(t, m)
