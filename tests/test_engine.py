@@ -29,6 +29,26 @@ def _bug_found(run: Path, name: str, *capture_args) -> dict:
     return read_json(run.parent / f"{name}.json")
 
 
+def _checked_on_features(torch_model, ms_model):
+    """parity.check of a pair over 4 random vectors of tiny.FEATURES, labels of 5 classes."""
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    return parity.check(torch_model, ms_model,
+                        inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
+                                rng.integers(0, 5, 4)))
+
+
+def _checked_on_tokens(torch_model, ms_model):
+    """parity.check of a pair over 4 sequences of tiny.TOKENS random ids, labels of 5 classes."""
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    return parity.check(torch_model, ms_model,
+                        inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
+                                rng.integers(0, 5, 4)))
+
+
 def test_relu_units_flipped_by_float32_noise_do_not_fail_the_correct_port(tmp_path):
     """With seed 2 five ReLU units in layer3-4 change sign between torch and MindSpore 2.8.0
     here; judged by float32 noise alone, 761 gradient-side records behind them failed (noise
@@ -222,14 +242,10 @@ def test_an_embedding_looking_up_other_ids_is_told_where_they_are_computed():
     """The port's positions counted from the end: the position table looks up other ids.
     Hugging Face's T5 against a port bucketing its relative positions one-sidedly was told
     "embedding computes something different" (a guess); the ids' CRC-32s tell it for sure."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_typed_tokens(), tiny.ms_typed_tokens_positions_reversed(),
-                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_tokens(tiny.torch_typed_tokens(),
+                                tiny.ms_typed_tokens_positions_reversed())
     assert (result.first_divergence.name, result.first_divergence.kind) == \
         ("position", "forward")
     assert (result.diagnosis.cause, result.diagnosis.confidence) == \
@@ -379,15 +395,10 @@ def test_mindspores_defaults_that_differ_from_torchs_are_named(tmp_path, torch_m
 def test_computation_before_a_block_is_placed_outside_it():
     """A pre-norm block's LayerNorm takes the block's own input: embeddings doubled in the
     model's forward were blamed on the encoder layer's forward."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_encoder_layer_norm_first(),
-                          tiny.ms_encoder_layer_norm_first_scaled(),
-                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_tokens(tiny.torch_encoder_layer_norm_first(),
+                                tiny.ms_encoder_layer_norm_first_scaled())
     assert result.first_divergence.name.startswith("encoder.norm")
     assert result.diagnosis.cause == "computation between modules differs"
     assert "in the model's own forward before it calls encoder, whose input already differs," \
@@ -406,14 +417,9 @@ def test_an_activation_written_as_a_function_is_named_from_the_next_modules_inpu
         torch_model, ms_model, named):
     """An activation with no module of its own was told only "computation between modules
     differs" at fc2; the candidates applied to fc1's output find each side's."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
-                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_features(getattr(tiny, torch_model)(), getattr(tiny, ms_model)())
     assert result.passed == (named is None), result.diagnosis
     if named is not None:
         assert (result.first_divergence.name, result.diagnosis.cause) == \
@@ -453,14 +459,9 @@ def test_a_module_returning_a_dict_is_where_its_port_computes_after_its_modules(
     its own; the port's returns the pooled tensor. Hugging Face's CLIP text model against a port
     pooling at another token was told "extra operation in the port: MindSpore runs
     clip.text_model, clip"."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_dict_pooled(), getattr(tiny, ms_model)(),
-                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_tokens(tiny.torch_dict_pooled(), getattr(tiny, ms_model)())
     assert result.passed == passed, result.diagnosis
     assert "encoder" in result.unmatched["mindspore forward"]
     if not passed:
@@ -477,15 +478,10 @@ def test_a_mask_made_in_the_forward_in_the_hidden_states_dtype_runs_in_float64()
     float64 rerun that was float64's least value put in a float32 tensor (torch's default), and
     the capture failed, "value cannot be converted to type float without overflow". The rerun
     makes float64 torch's default dtype while it steps, and gives it back."""
-    import numpy as np
     import torch
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_causal_tokens(), tiny.ms_causal_tokens(),
-                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_tokens(tiny.torch_causal_tokens(), tiny.ms_causal_tokens())
     assert result.passed, result.diagnosis
     assert torch.get_default_dtype() == torch.float32
 
@@ -498,14 +494,9 @@ def test_an_activation_cell_torch_applies_as_a_function_before_is_no_extra_opera
     first tells torch applies that activation too. A parameter the port leaves out after the
     second is then no "extra operation in the port: MindSpore runs act2" (Whisper's encoder
     ported without its positions was told so) but computation in the forward."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_shifted_mlp(), getattr(tiny, ms_model)(),
-                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_features(tiny.torch_shifted_mlp(), getattr(tiny, ms_model)())
     assert result.passed == passed, result.diagnosis
     assert result.unmatched["mindspore forward"] == ("act1", "act2")
     if not passed:
@@ -517,14 +508,9 @@ def test_the_forward_computing_between_modules_of_a_list_is_the_lists_holders():
     """A ModuleList has no forward: the computation between its layers is in the forward of
     the module holding it (Whisper's encoder ported without its positions was told of
     "whisper.model.encoder.layers's forward")."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_listed_layers(), tiny.ms_listed_layers_unshifted(),
-                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_features(tiny.torch_listed_layers(), tiny.ms_listed_layers_unshifted())
     assert (result.first_divergence.name, result.diagnosis.cause) == \
         ("layers.1", "computation between modules differs")
     assert "in the model's own forward" in result.diagnosis.detail, result.diagnosis
@@ -535,14 +521,10 @@ def test_a_module_handed_another_modules_output_is_told_which():
     side's earlier output, and the two are no pair (Whisper's cross-attention handed the
     decoder's states for the encoder's was told "dense output shape differs: compare their
     settings (stride, padding, ...)")."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_heads_over_two_layers(), tiny.ms_heads_over_the_second_layer(),
-                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_features(tiny.torch_heads_over_two_layers(),
+                                  tiny.ms_heads_over_the_second_layer())
     assert (result.first_divergence.name, result.diagnosis.cause) == \
         ("head1", "input taken from another module")
     assert "torch's head1 is given the output of fc1 (4, 16), MindSpore's head1 that of fc2 " \
@@ -554,14 +536,9 @@ def test_a_causal_mask_left_out_is_named_from_the_last_position_matching():
     the mask out differs at every position of the attention's output but the last. Hugging
     Face's CLIP text model against such a port was told only "computation between modules
     differs"."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_causal_tokens(), tiny.ms_causal_tokens_unmasked(),
-                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_tokens(tiny.torch_causal_tokens(), tiny.ms_causal_tokens_unmasked())
     assert (result.first_divergence.name, result.diagnosis.cause) == \
         ("out_proj", "causal mask applied otherwise")
     assert f"each of its {tiny.TOKENS} positions along axis 1 but the last" in \
@@ -578,14 +555,9 @@ def test_a_port_cell_paired_with_the_leaf_torch_ends_at_still_lists_its_extra_ce
     SiLU. Holding paired cells, it is no such way of computing one module: the ReLU inside it
     that torch lacks is listed and named (Hugging Face's T5 hid every such record of its port,
     and a ReLU there was told "computation between modules differs")."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_dict_encoded_first(), getattr(tiny, ms_model)(),
-                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_tokens(tiny.torch_dict_encoded_first(), getattr(tiny, ms_model)())
     assert result.passed == passed, result.diagnosis
     if not passed:
         assert result.unmatched["mindspore forward"] == ("encoder.extra",)
@@ -735,14 +707,9 @@ def test_a_layer_norm_wrapped_between_transposes_is_paired_by_its_wrapper():
 def test_a_transformer_encoder_layer_is_matched_output_for_output():
     """Each framework's own encoder layer: every forward record has its counterpart (the
     attention's output was unmatched while torch's (output, None) was named as two outputs)."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_encoder_layer(), tiny.ms_encoder_layer(),
-                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_tokens(tiny.torch_encoder_layer(), tiny.ms_encoder_layer())
     assert result.passed, result.diagnosis
     assert not result.unmatched
     assert "encoder.self_attn" in {c.name for c in result.comparisons if c.kind == "forward"}
@@ -752,14 +719,9 @@ def test_a_dropout_rate_drawn_outside_dropout_modules_is_named():
     """The attention's own dropout made the MindSpore step random before its first dropout
     module: the run was told only "the step is not deterministic", first at self_attn, while
     the dropout modules' recorded rates (torch 0, MindSpore 0.2) showed the cause."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_encoder_layer(), tiny.ms_encoder_layer_dropout(),
-                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_tokens(tiny.torch_encoder_layer(), tiny.ms_encoder_layer_dropout())
     assert result.first_divergence.name == "encoder.self_attn"
     assert (result.diagnosis.cause, result.diagnosis.confidence) == \
         ("Dropout rate differs", "likely")
@@ -803,14 +765,9 @@ def test_modules_run_in_another_order_are_named(torch_model, ms_model, moved, el
     """A pre-norm port of a post-norm layer: records pair in order, so each side's norm1 was
     left unmatched, and MindSpore's was called "extra operation in the port" with no torch
     counterpart."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
-                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_tokens(getattr(tiny, torch_model)(), getattr(tiny, ms_model)())
     assert result.first_divergence.name == "encoder.self_attn"
     assert result.diagnosis.cause == "operations run in another order"
     assert f"{moved} encoder.norm1 just before encoder.self_attn; {elsewhere} elsewhere, " \
@@ -840,14 +797,9 @@ def test_a_sequence_layer_set_up_otherwise_is_named(torch_model, ms_model, first
     recurrent port (an LSTM; a GRU of two bidirectional layers; an LSTM of two layers dropping
     between them, which torch's step drew at random: "not deterministic") passes with every
     record matched, and a dropout rate between layers that differs is named."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(getattr(tiny, torch_model)(), getattr(tiny, ms_model)(),
-                          inputs=(rng.integers(0, tiny.VOCABULARY, (4, tiny.TOKENS)),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_tokens(getattr(tiny, torch_model)(), getattr(tiny, ms_model)())
     _assert_named_at_forward(result, first, cause, named)
     if torch_model in ("torch_lstm", "torch_gru", "torch_lstm_stacked"):
         # MindSpore's recurrent layers run a cell a layer and direction, torch's none: those
@@ -1160,14 +1112,10 @@ def test_an_rms_norm_ported_subtracting_the_mean_is_told_so():
     """Hugging Face's T5LayerNorm (an RMS norm) against a port's cell subtracting each row's
     mean, as a LayerNorm does: its input matched, and it was "module computes something
     different" (a guess); the rows of the two outputs, the weight taken off, tell it."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_side_before_hf_norm(), tiny.ms_side_before_centred_norm(),
-                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_features(tiny.torch_side_before_hf_norm(),
+                                  tiny.ms_side_before_centred_norm())
     assert (result.first_divergence.name, result.diagnosis.cause) == \
         ("norm", "norm centres otherwise"), result.diagnosis
     assert "torch's norm subtracts no mean (an RMS norm: x·rsqrt(mean(x²) + eps)·weight), " \
@@ -1664,15 +1612,10 @@ def test_a_norm_the_port_holds_but_never_runs_at_a_blocks_end_is_named():
     paired with the port's block, the output it has there, and no module is left unmatched
     before it. Whisper's decoder
     ported without its final layer_norm was told "computation between modules differs"."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_block_ending_at_a_norm(),
-                          tiny.ms_block_ending_before_its_norm(),
-                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_features(tiny.torch_block_ending_at_a_norm(),
+                                  tiny.ms_block_ending_before_its_norm())
     assert (result.first_divergence.name, result.diagnosis.cause) == \
         ("block.norm", "operation missing in the port")
     assert "MindSpore's block.norm holds the weights of torch's block.norm but never ran" in \
@@ -1683,14 +1626,9 @@ def test_an_activation_module_the_port_writes_as_a_function_is_named_on_both_sid
     """torch's nn.GELU() ported as ops.gelu(x, approximate="tanh") in the construct: torch's
     GELU has no counterpart record, and the run was told "between 1 and 2, torch applies
     nothing, MindSpore gelu (tanh approximation)"."""
-    import numpy as np
 
-    import parity
     from tests import tiny
-    rng = np.random.default_rng(0)
-    result = parity.check(tiny.torch_gelu_mlp(), tiny.ms_functional_gelu_tanh_mlp(),
-                          inputs=(rng.standard_normal((4, tiny.FEATURES), dtype=np.float32),
-                                  rng.integers(0, 5, 4)))
+    result = _checked_on_features(tiny.torch_gelu_mlp(), tiny.ms_functional_gelu_tanh_mlp())
     assert (result.first_divergence.name, result.diagnosis.cause) == \
         ("2", "activation between modules differs")
     assert "torch runs 1 (gelu, approximate='none') after the last output that matched and " \

@@ -384,8 +384,9 @@ def _activations_torch_applies_too(extra: Sequence[str], ms_run: RunReader,
     """Whether the port's cells ``extra`` are activations torch applies too, as functions in its
     forward: for each, the port ran an earlier cell of its op that torch has no counterpart for
     either, and a module output after that one matched torch's, so torch applies it there.
-    Whisper's encoder applies F.gelu after each of its convs, a port GELU cells: a cause after
-    the second (the positions not added) was blamed on that cell, "extra operation"."""
+    Whisper's encoder applies F.gelu after each of its convs, where a port runs GELU cells: a
+    cause after the second (the positions not added) was blamed on that cell, "extra
+    operation"."""
     cells = [ms_run.record(name, "forward") for name in extra]
     if not cells or any(cell is None or cell.op not in ACTIVATION_OPS for cell in cells):
         return False
