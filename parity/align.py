@@ -118,6 +118,15 @@ def _inverse(order: Sequence[int]) -> Tuple[int, ...]:
     return tuple(sorted(range(len(order)), key=order.__getitem__))
 
 
+def once_for_the_batch(shape: Sequence[int], other: Sequence[int]) -> bool:
+    """Whether one shape is the other's computed once for the batch: (1, ...) for (N, ...). Of a
+    module of the user's own, named alike on both sides, such outputs are one (Hugging Face's
+    T5 passes its position bias on broadcast to the batch, a port as (1, H, L, L): the two were
+    left unpaired)."""
+    return len(shape) == len(other) > 1 and tuple(shape[1:]) == tuple(other[1:]) and \
+        1 in (shape[0], other[0]) and shape[0] != other[0]
+
+
 def same_order(shape: Sequence[int], other: Sequence[int]) -> bool:
     """Whether two shapes hold as many values in one order: one is the other with runs of
     adjacent dimensions merged, or with size-1 dimensions (layout). torchvision's Swin keeps
@@ -606,7 +615,8 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
         moved = m.shape in t.moved and t.op == m.op and t.op not in (IDENTITY_OP, *DROPPING_OPS)
         if t.layout != m.layout and not same_order(t.shape, m.shape) and not moved:
             same_module = pinned_here if pinned_here is not None else \
-                t.op == m.op != GENERIC_OP and t.normalised == m.normalised and t.call == m.call
+                t.op == m.op and t.normalised == m.normalised and t.call == m.call and \
+                (t.op != GENERIC_OP or once_for_the_batch(t.shape, m.shape))
             return SHAPE_DIFFERS if same_module else 0.0
         if pinned_here is not None:
             return PINNED if pinned_here else 0.0

@@ -531,6 +531,18 @@ def test_a_module_handed_another_modules_output_is_told_which():
         "(4, 16) (paired with torch's fc2)" in result.diagnosis.detail, result.diagnosis
 
 
+def test_a_bias_passed_on_once_for_the_batch_is_compared_with_torchs_broadcast_one():
+    """A block returns a bias it passes on, torch's broadcast to the batch, (N, F), the port's
+    once, (1, F): the two outputs, named alike, are one (Hugging Face's T5 against its port left
+    every block's position bias unmatched on both sides)."""
+    from tests import tiny
+    result = _checked_on_features(tiny.torch_bias_passed(), tiny.ms_bias_passed_once())
+    assert result.passed, result.diagnosis
+    assert result.unmatched == {}
+    compared = result.records.set_index(["name", "kind"])
+    assert compared.loc[("block.out1", "forward"), "mindspore_name"] == "block.out1"
+
+
 def test_a_causal_mask_left_out_is_named_from_the_last_position_matching():
     """Every token but the last attends to fewer tokens under a causal mask: a port leaving
     the mask out differs at every position of the attention's output but the last. Hugging

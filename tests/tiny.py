@@ -2332,6 +2332,60 @@ def ms_block_ending_before_its_norm() -> msnn.Cell:
     return _MsHeadedBlock()
 
 
+# A block returning its output and a bias it passes on, broadcast to the batch in torch and
+# (1, ...) in the port (Hugging Face's T5 passes its position bias on so).
+class _TorchPassingBias(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = tnn.Linear(FEATURES, FEATURES)
+        self.bias_table = tnn.Embedding(2, FEATURES)
+
+    def forward(self, x):
+        bias = self.bias_table(torch.zeros(1, dtype=torch.long)).expand(x.shape[0], -1)
+        return self.fc(x) + bias, bias
+
+
+class _TorchBiasPassed(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _TorchPassingBias()
+        self.head = tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        hidden, bias = self.block(x)
+        return self.head(hidden + bias)
+
+
+class _MsPassingBias(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = msnn.Dense(FEATURES, FEATURES)
+        self.bias_table = msnn.Embedding(2, FEATURES)
+
+    def construct(self, x):
+        bias = self.bias_table(ops.zeros(1, mindspore.int32))
+        return self.fc(x) + bias, bias
+
+
+class _MsBiasPassed(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _MsPassingBias()
+        self.head = msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        hidden, bias = self.block(x)
+        return self.head(hidden + bias)
+
+
+def torch_bias_passed() -> tnn.Module:
+    return _TorchBiasPassed()
+
+
+def ms_bias_passed_once() -> msnn.Cell:
+    return _MsBiasPassed()
+
+
 def torch_selu_mlp() -> tnn.Module:
     return _torch_mlp(tnn.SELU())
 
