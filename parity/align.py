@@ -123,8 +123,8 @@ def once_for_the_batch(shape: Sequence[int], other: Sequence[int]) -> bool:
     module of the user's own, named alike on both sides, such outputs are one (Hugging Face's
     T5 passes its position bias on broadcast to the batch, a port as (1, H, L, L): the two were
     left unpaired)."""
-    return len(shape) == len(other) > 1 and tuple(shape[1:]) == tuple(other[1:]) and \
-        1 in (shape[0], other[0]) and shape[0] != other[0]
+    return len(shape) == len(other) > 0 and tuple(shape[1:]) == tuple(other[1:]) and \
+        1 in (shape[0], other[0])
 
 
 def same_order(shape: Sequence[int], other: Sequence[int]) -> bool:

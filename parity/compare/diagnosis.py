@@ -74,6 +74,8 @@ CENTRED, UNCENTRED = 1e-4, 1e-2
 # A module's first input is an earlier module's output where their sketches lie within this
 # share of its norm (the same tensor: 0), looked for among this many records before it.
 FED_BY, FED_BY_SEARCHED = 1e-6, 256
+# Why a cell given torch's weights may never run, though the construct seems to call it.
+SET_BY_SETATTR = "a cell set on a SequentialCell with setattr stays out of the cells it runs"
 # The records the shared step settings reach.
 AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
 
@@ -98,9 +100,8 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     if idle:
         return Diagnosis(cause="operation missing in the port",
                          detail=f"MindSpore's {', '.join(idle)} holds the weights of torch's "
-                                f"{t.name} but never ran: the construct does not call it (a "
-                                "cell set on a SequentialCell with setattr stays out of the "
-                                f"cells it runs). {t.name} was compared with {m.name}, the "
+                                f"{t.name} but never ran: the construct does not call it "
+                                f"({SET_BY_SETATTR}). {t.name} was compared with {m.name}, the "
                                 "output the port has at that point.", confidence="likely")
     torch_left, ms_left = (set(unmatched.get(f"{side} forward", ()))
                            for side in ("torch", "mindspore"))
@@ -631,8 +632,7 @@ def _missing_cause(missing: Sequence[str], first: Comparison, t: RecordInfo, m: 
     if idle:
         them = "it" if len(idle) == 1 else "them"
         port = f"MindSpore's {', '.join(idle)} {'holds' if len(idle) == 1 else 'hold'} its " \
-            f"weights but never ran: the construct does not call {them} (a cell set on a " \
-            "SequentialCell with setattr stays out of the cells it runs)"
+            f"weights but never ran: the construct does not call {them} ({SET_BY_SETATTR})"
     else:
         port = "the port leaves it out, or computes it otherwise in its construct"
     nearly = first.rms / first.ref_rms if first.ref_rms else math.inf

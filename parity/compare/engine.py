@@ -18,7 +18,7 @@ from typing import (Any, Dict, Hashable, Iterable, List, Mapping, NamedTuple, Op
 import numpy as np
 
 from parity import kinks
-from parity.align import align_forward, channels_to_torch_layout, same_order
+from parity.align import align_forward, channels_to_torch_layout, once_for_the_batch, same_order
 from parity.compare import loss, optimizer, structure, sums
 from parity.compare.diagnosis import diagnose, step_settings_differ
 from parity.compare.dropping import DropMismatch, drop_mismatches
@@ -310,8 +310,7 @@ def _read_alike(torch_record: RecordInfo, ms_record: RecordInfo
     in_torch_layout = channels_to_torch_layout(t_shape, m_shape) if output else None
     if in_torch_layout is not None:
         return torch_record, ms_record.transposed(in_torch_layout)
-    if not output or len(t_shape) != len(m_shape) or t_shape[1:] != m_shape[1:] or \
-            1 not in (t_shape[0], m_shape[0]):
+    if not output or not once_for_the_batch(t_shape, m_shape):
         return torch_record, ms_record
     torch_once = t_shape[0] == 1
     if torch_record.kind == "forward":
