@@ -486,6 +486,19 @@ def _holders(modules: Mapping[str, str]) -> Dict[str, str]:
             if len(paired) > 1}
 
 
+def cells_never_run(modules: Mapping[str, str], mindspore_records: Sequence[RecordInfo]
+                    ) -> Dict[str, List[str]]:
+    """Torch module -> the MindSpore cells holding its weights, where none of them recorded an
+    output: defined, loaded, never run (a construct that skips a layer or returns before it; a
+    cell replaced by setattr in a SequentialCell, whose cell_list still runs the old one)."""
+    ran = {module_of(r.name.partition("#")[0]) for r in mindspore_records}
+    holders: Dict[str, List[str]] = {}
+    for ours, theirs in modules.items():
+        if ours:        # the model's own parameters (a class token): the root records no output
+            holders.setdefault(theirs, []).append(ours)
+    return {theirs: cells for theirs, cells in holders.items() if not ran.intersection(cells)}
+
+
 def _pinned_to_wrappers(pinned: Mapping[str, str], torch_records: Sequence[RecordInfo],
                         mindspore_records: Sequence[RecordInfo]) -> Dict[str, str]:
     """The parameters' pins, each moved from a MindSpore module to the one enclosing it that is
@@ -594,12 +607,19 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
               if torch_name not in applying or ms in ms_ending}
     pinned.update(overrides or {})
     targets = [pinned.get(m.name, pinned.get(m.base)) for m in ms_sites]   # None: not pinned
+    # a torch module whose weights only cells that never ran hold has no counterpart: Whisper's
+    # decoder ported without its final layer_norm had torch's norm paired with the port's model
+    # cell, the output it has there, and was told "computation between modules differs"
+    never_run = cells_never_run(modules, all_ms_records)
+    idle_targets = {i for i, t in enumerate(torch_sites) if module_of(t.base) in never_run}
     holders = _holders(modules)
     wrapping = _wrapping_containers(torch_records)
 
     def score(i: int, j: int) -> float:
         t, m, target = torch_sites[i], ms_sites[j], targets[j]
         pinned_here = None if target is None else target in (t.name, t.base) and t.call == m.call
+        if i in idle_targets and not pinned_here:
+            return 0.0
         # a container returning a container's output is the same point as that one: where the
         # port draws one container there, the other is left, never paired with the port's
         # operation after it (_wrapping_containers)

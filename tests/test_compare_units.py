@@ -823,6 +823,10 @@ def test_a_loss_that_is_the_cross_entropy_of_each_side_s_own_logits_is_named_so(
     if cause != "loss function differs":
         assert "each side's loss is the cross entropy of its own logits (fc, 0.001 apart" in \
             found.detail
+        # logits compared nowhere (their record left unpaired) are not said to be judged
+        assert diagnose(first, loss, loss, [first], run, ms_run, {}).cause != cause
+    else:
+        assert "every module output matches, fc's, the last before the loss, too" in found.detail
 
 
 def test_a_small_drift_past_batch_norm_over_few_values_says_so():

@@ -1480,6 +1480,20 @@ def test_a_summed_loss_is_found_in_the_loss(compare_mindspore):
     assert report["diagnosis"]["cause"] == "loss reduction sum vs mean"
 
 
+def test_a_model_output_computed_from_unpaired_modules_is_named_at_the_loss():
+    """torch's head reads the first layer's output before the second layer runs, the port's
+    reads the model's input after it: the two heads stay unpaired (other inputs, other places),
+    every module compared matches, and the loss fails. It was told "the logits match but the
+    loss differs"."""
+    from tests import tiny
+    result = _checked_on_features(tiny.torch_head_before_the_second_layer(),
+                                  tiny.ms_head_over_the_input())
+    assert result.first_divergence.kind == "loss"
+    assert result.diagnosis.cause == "the model's output is compared nowhere"
+    assert "torch's head, MindSpore's head, which reach it, were compared nowhere" in \
+        result.diagnosis.detail
+
+
 def test_the_model_zoos_label_smoothing_is_named_though_the_loss_matches(tmp_path):
     """ε/(K−1) instead of ε/K leaves the loss within its float32 noise here (3.2 of the 8
     allowed, against torch's float64 draw); the gradient w.r.t. the logits shows it (34×)."""
@@ -1620,18 +1634,20 @@ def test_a_layer_the_port_holds_but_never_runs_is_named():
 
 
 def test_a_norm_the_port_holds_but_never_runs_at_a_blocks_end_is_named():
-    """The port's block returns before its last norm, torch's returns a dict: torch's norm is
-    paired with the port's block, the output it has there, and no module is left unmatched
-    before it. Whisper's decoder
-    ported without its final layer_norm was told "computation between modules differs"."""
-
+    """The port's block returns before its last norm, torch's returns a dict: torch's norm was
+    paired with the port's block, the output it has there, and no module was left unmatched
+    before it. Whisper's decoder ported without its final layer_norm was told "computation
+    between modules differs". A module whose weights only cells that never ran hold pairs with
+    nothing."""
     from tests import tiny
     result = _checked_on_features(tiny.torch_block_ending_at_a_norm(),
                                   tiny.ms_block_ending_before_its_norm())
+    assert "block.norm" in result.unmatched["torch forward"]
     assert (result.first_divergence.name, result.diagnosis.cause) == \
-        ("block.norm", "operation missing in the port")
-    assert "MindSpore's block.norm holds the weights of torch's block.norm but never ran" in \
-        result.diagnosis.detail, result.diagnosis
+        ("head", "operation missing in the port")
+    assert "torch runs block.norm (layernorm) after the last output that matched and before " \
+        "head, and MindSpore has no counterpart: MindSpore's block.norm holds its weights but " \
+        "never ran" in result.diagnosis.detail, result.diagnosis
 
 
 def test_an_activation_module_the_port_writes_as_a_function_is_named_on_both_sides():

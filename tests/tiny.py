@@ -2332,6 +2332,43 @@ def ms_block_ending_before_its_norm() -> msnn.Cell:
     return _MsHeadedBlock()
 
 
+# A head over the first layer's output, run before the second layer, whose output torch adds;
+# the port's head reads the model's input, after the second layer: the two heads read other
+# inputs at other places, and stay unpaired.
+class _TorchHeadBeforeTheSecondLayer(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = tnn.Linear(FEATURES, FEATURES)
+        self.head = tnn.Linear(FEATURES, 5)
+        self.fc2 = tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        hidden = self.fc1(x)
+        logits = self.head(hidden)
+        return logits + self.fc2(hidden)
+
+
+class _MsHeadOverTheInput(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = msnn.Dense(FEATURES, FEATURES)
+        self.head = msnn.Dense(FEATURES, 5)
+        self.fc2 = msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        hidden = self.fc1(x)
+        second = self.fc2(hidden)
+        return self.head(x) + second
+
+
+def torch_head_before_the_second_layer() -> tnn.Module:
+    return _TorchHeadBeforeTheSecondLayer()
+
+
+def ms_head_over_the_input() -> msnn.Cell:
+    return _MsHeadOverTheInput()
+
+
 # A block returning its output and a bias it passes on, broadcast to the batch in torch and
 # (1, ...) in the port (Hugging Face's T5 passes its position bias on so).
 class _TorchPassingBias(tnn.Module):

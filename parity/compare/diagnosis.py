@@ -13,7 +13,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from parity.align import ACTIVATION_OPS, GENERIC_OP, module_map_from_parameters
+from parity.align import ACTIVATION_OPS, GENERIC_OP, cells_never_run, module_map_from_parameters
 from parity.compare import functional, inputs, kernels, loss, optimizer, reorder, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.dropping import DropMismatch
@@ -22,7 +22,8 @@ from parity.compare.settings import (counting_padding, settings_cause, softmax_a
 from parity.compare.structure import (FROZEN_ON_ONE_SIDE, declared_eps, different_drop_rates,
                                       frozen_on_one_side, op_family)
 from parity.config import SHARED_STEP_SETTINGS, split_state
-from parity.records import Comparison, Diagnosis, Part, RecordInfo, split_part
+from parity.errors import first_few
+from parity.records import Comparison, Diagnosis, Part, RecordInfo, module_of, split_part
 from parity.rundir import RunReader, initial_weights
 from parity.sketch import input_sketch, sketch_distance
 
@@ -74,8 +75,6 @@ CENTRED, UNCENTRED = 1e-4, 1e-2
 # A module's first input is an earlier module's output where their sketches lie within this
 # share of its norm (the same tensor: 0), looked for among this many records before it.
 FED_BY, FED_BY_SEARCHED = 1e-6, 256
-# Why a cell given torch's weights may never run, though the construct seems to call it.
-SET_BY_SETATTR = "a cell set on a SequentialCell with setattr stays out of the cells it runs"
 # The records the shared step settings reach.
 AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
 
@@ -95,14 +94,6 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         (dropping.cause(t, m, torch_run.step_is_random) if dropping else None)
     if proven is not None:
         return proven
-    idle = [cell for cell in _holding_but_never_run([t.name.split("#")[0]], ms_run)
-            if cell != m.name.split("#")[0]]
-    if idle:
-        return Diagnosis(cause="operation missing in the port",
-                         detail=f"MindSpore's {', '.join(idle)} holds the weights of torch's "
-                                f"{t.name} but never ran: the construct does not call it "
-                                f"({SET_BY_SETATTR}). {t.name} was compared with {m.name}, the "
-                                "output the port has at that point.", confidence="likely")
     torch_left, ms_left = (set(unmatched.get(f"{side} forward", ()))
                            for side in ("torch", "mindspore"))
     kept = _shape_kept(t, m)
@@ -117,7 +108,8 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "earlier output matched. The port runs it at another point: "
                                 "before a pooling, reshape or slice torch runs first, or after "
                                 f"one torch runs later.{runs}", confidence="likely")
-    other_source = _fed_other_outputs(t, m, torch_run, ms_run, comparisons)
+    fed = inputs.first_input_difference(t, m)
+    other_source = _fed_other_outputs(t, m, fed, torch_run, ms_run, comparisons)
     if other_source is not None:
         return other_source
     if tuple(t.shape) != tuple(m.shape):
@@ -158,7 +150,6 @@ def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         _causal_mask_otherwise(t, m, torch_run, ms_run)
     if masked is not None:
         return masked
-    fed = inputs.first_input_difference(t, m)
     if not _inputs_matched(first, t, m, fed):
         silent = [name for name in extra
                   if _ran_recording_no_output(ms_modules.get(name, name), torch_run)]
@@ -401,14 +392,15 @@ def _activations_torch_applies_too(extra: Sequence[str], ms_run: RunReader,
     return all(applied_before(cell) for cell in cells)
 
 
-def _fed_other_outputs(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
-                       comparisons: Sequence[Comparison]) -> Optional[Diagnosis]:
+def _fed_other_outputs(t: RecordInfo, m: RecordInfo, fed: Optional[float], torch_run: RunReader,
+                       ms_run: RunReader, comparisons: Sequence[Comparison]
+                       ) -> Optional[Diagnosis]:
     """A pair of the same operation whose first inputs are the outputs of two modules that are
     no pair (their sketches equal to 10⁻⁶): the port hands it another tensor. Whisper's decoder
     ported to attend over its own states where torch attends over the encoder's was told
     "dense output shape differs: compare their settings (stride, padding, ...)". Looked for
-    only where the outputs' shapes or the inputs differ (by more than APART of its norm)."""
-    fed = inputs.first_input_difference(t, m)
+    only where the outputs' shapes or the inputs differ (``fed``, by more than APART of its
+    norm)."""
     if t.op != m.op or (tuple(t.shape) == tuple(m.shape) and (fed is None or fed <= APART)):
         return None
     sources = [_fed_by(record, run) for record, run in ((t, torch_run), (m, ms_run))]
@@ -632,7 +624,8 @@ def _missing_cause(missing: Sequence[str], first: Comparison, t: RecordInfo, m: 
     if idle:
         them = "it" if len(idle) == 1 else "them"
         port = f"MindSpore's {', '.join(idle)} {'holds' if len(idle) == 1 else 'hold'} its " \
-            f"weights but never ran: the construct does not call {them} ({SET_BY_SETATTR})"
+            f"weights but never ran: the construct does not call {them} (a cell set on a " \
+            "SequentialCell with setattr stays out of the cells it runs)"
     else:
         port = "the port leaves it out, or computes it otherwise in its construct"
     nearly = first.rms / first.ref_rms if first.ref_rms else math.inf
@@ -672,17 +665,12 @@ def _described(record: RecordInfo) -> str:
 
 
 def _holding_but_never_run(torch_modules: Sequence[str], ms_run: RunReader) -> List[str]:
-    """The MindSpore cells given the weights of ``torch_modules`` that recorded no output:
-    defined, loaded, never run (a construct that skips a layer; a cell replaced by setattr in a
-    SequentialCell, whose cell_list still runs the old one)."""
-    ran = {r.name.split("#")[0] for r in ms_run.records if r.kind == "forward"}
-    modules = set(torch_modules)
-    cells: List[str] = []
-    for ms_param, torch_param in ms_run.manifest.get("param_map", {}).items():
-        cell = ms_param.rpartition(".")[0]
-        if torch_param.rpartition(".")[0] in modules and cell not in ran and cell not in cells:
-            cells.append(cell)
-    return cells
+    """The MindSpore cells given the weights of ``torch_modules`` (record names) that never
+    ran (align.cells_never_run)."""
+    never_run = cells_never_run(module_map_from_parameters(ms_run.manifest.get("param_map", {})),
+                                [r for r in ms_run.records if r.kind == "forward"])
+    return list(dict.fromkeys(cell for name in torch_modules
+                              for cell in never_run.get(module_of(name.partition("#")[0]), ())))
 
 
 def _reordered(*sides: Tuple[str, RecordInfo, List[str], RunReader, Set[str], Dict[str, str]]
@@ -1026,14 +1014,46 @@ def _loss_follows_the_logits(comparisons: Sequence[Comparison], torch_run: RunRe
         return None
     logits = next((c for c in comparisons if c.kind == "forward" and c.name == found.logits),
                   None)
-    apart = f", {logits.max_rel:.2g} apart at most" if logits else ""
+    if logits is None:
+        return None
     return Diagnosis(
         cause="the logits' difference moves the loss",
-        detail=f"each side's loss is the cross entropy of its own logits ({found.logits}{apart},"
+        detail=f"each side's loss is the cross entropy of its own logits ({found.logits}, "
+               f"{logits.max_rel:.2g} apart at most,"
                " judged at their record): the loss function is the same, and the losses differ "
                "because the logits do. Without the float64 reference the loss is held to a fixed "
                "tolerance; with it, the loss is allowed the difference its logits make.",
         confidence="certain")
+
+
+def _loss_from_unpaired(ratio: float, unmatched: Dict[str, Tuple[str, ...]],
+                        torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis]:
+    """Modules left unpaired whose outputs reach the loss (their output gradients are recorded)
+    and feed no later module: the model's output is computed from them in the forward, and
+    compared nowhere. A head reading another input in the port, run at another place, stayed
+    unpaired on both sides, and the failed loss was told "the logits match"."""
+    reaching = [f"{side}'s {name}" for side, run in (("torch", torch_run), ("MindSpore", ms_run))
+                for name in unmatched.get(f"{side.lower()} forward", ())
+                if run.record(name, "grad") is not None and
+                not _feeds_a_later_module(run.record(name, "forward"), run)]
+    if not reaching:
+        return None
+    return Diagnosis(
+        cause="the model's output is compared nowhere",
+        detail=f"every module output compared matches, but the loss differs (MindSpore/torch = "
+               f"{ratio:.6g}), and {first_few(reaching)}, which reach it, were compared nowhere: "
+               "left unpaired (they read other inputs, or run at another place), their outputs "
+               "feed no module, so the forward computes the model's output from them. What "
+               "differs there is the likely cause; pair them by hand with --map FILE "
+               "(\"mindspore.name\" = \"torch.name\") to compare them.", confidence="likely")
+
+
+def _feeds_a_later_module(source: RecordInfo, run: RunReader) -> bool:
+    """Whether a module run after ``source`` takes its output as its first input (by sketch)."""
+    sketch = input_sketch(run.tensor(source))
+    return any(distance is not None and distance <= FED_BY
+               for r in run.records if r.kind == "forward" and r.order > source.order
+               for distance in [sketch_distance(r.attrs.get("input_sketch"), sketch)])
 
 
 def _few_values_per_channel(first: Comparison, t: Optional[RecordInfo],
@@ -1116,13 +1136,19 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
         ratio = ms_loss / torch_loss if torch_loss else float("nan")
         found = _ratio_cause(ratio, ms_config, "loss values", _label_count(torch_run)) or \
             _loss_targets(torch_run, ms_run) or \
-            _loss_follows_the_logits(comparisons, torch_run, ms_run)
+            _loss_follows_the_logits(comparisons, torch_run, ms_run) or \
+            _loss_from_unpaired(ratio, unmatched, torch_run, ms_run)
         if found:
             return found
+        last = loss.output_gradient(torch_run)
+        after = f"{last.name}'s, the last before the loss, too" if last is not None else \
+            "the last too"
         return Diagnosis(cause="loss function differs",
-                         detail=f"the logits match but the loss differs (MindSpore/torch = "
-                                f"{ratio:.6g}): reduction, label smoothing (ε/K vs ε/(K−1)), "
-                                "class weights or ignore_index.", confidence="likely")
+                         detail=f"every module output matches, {after}, but the loss differs "
+                                f"(MindSpore/torch = {ratio:.6g}): the loss function (reduction,"
+                                " label smoothing (ε/K vs ε/(K−1)), class weights or "
+                                "ignore_index), or what the forward computes after its last "
+                                "module.", confidence="likely")
     if first.kind == "grad" and sums.REASON in first.reason:
         module = first.name.rpartition(".")[0]
         terms = "its output gradient times x̂" if first.name.endswith("weight") else \
