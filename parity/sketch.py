@@ -1,6 +1,6 @@
 """Sketches of a module's inputs: a few numbers per call, taken by the captures' hooks
 (capture/hooks.py) as each input enters, that let the diagnosis tell whether two inputs were
-the same without storing them (compare/diagnosis.py, compare/functional.py, compare/inputs.py).
+the same without storing them (compare/forward_cause.py, compare/functional.py, compare/inputs.py).
 
 When a module's output is the first to diverge, the sketches tell whether its input already
 differed (the code between modules: a parent's forward, attention's matmul and softmax), or

@@ -2332,6 +2332,100 @@ def ms_block_ending_before_its_norm() -> msnn.Cell:
     return _MsHeadedBlock()
 
 
+# A layer scaled by a constant torch holds as a non-persistent buffer (GPT-2's causal mask is
+# one) and the port as a plain tensor.
+class _TorchScaledByAConstant(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = tnn.Linear(FEATURES, 5)
+        self.register_buffer("halves", torch.full((5,), 0.5), persistent=False)
+
+    def forward(self, x):
+        return self.fc(x) * self.halves
+
+
+class _MsScaledByAConstant(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = msnn.Dense(FEATURES, 5)
+        self.halves = mindspore.Tensor(np.full((5,), 0.5, np.float32))
+
+    def construct(self, x):
+        return self.fc(x) * self.halves
+
+
+def torch_scaled_by_a_constant() -> tnn.Module:
+    return _TorchScaledByAConstant()
+
+
+def ms_scaled_by_a_constant() -> msnn.Cell:
+    return _MsScaledByAConstant()
+
+
+# A block adding its norm's input to its MLP's output (a residual connection), and ports that
+# leave it out, add the block's input instead, or scale the MLP's output.
+class _TorchResidualBlock(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = tnn.Linear(FEATURES, FEATURES)
+        self.norm = tnn.LayerNorm(FEATURES)
+        self.mlp = tnn.Linear(FEATURES, FEATURES)
+
+    def forward(self, x):
+        hidden = x + self.inner(x)
+        return hidden + self.mlp(self.norm(hidden))
+
+
+class _TorchResidualNet(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = tnn.Linear(FEATURES, FEATURES)
+        self.block = _TorchResidualBlock()
+        self.head = tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        return self.head(self.block(self.fc(x)))
+
+
+class _MsResidualBlock(msnn.Cell):
+    def __init__(self, residual: str) -> None:
+        super().__init__()
+        self.residual = residual
+        self.inner = msnn.Dense(FEATURES, FEATURES)
+        self.norm = msnn.LayerNorm((FEATURES,), epsilon=1e-5)
+        self.mlp = msnn.Dense(FEATURES, FEATURES)
+
+    def construct(self, x):
+        hidden = x + self.inner(x)
+        out = self.mlp(self.norm(hidden))
+        if self.residual == "left out":
+            return out
+        if self.residual == "scaled":
+            return out * 1.5
+        return (x if self.residual == "block input" else hidden) + out
+
+
+class _MsResidualNet(msnn.Cell):
+    def __init__(self, residual: str) -> None:
+        super().__init__()
+        self.fc = msnn.Dense(FEATURES, FEATURES)
+        self.block = _MsResidualBlock(residual)
+        self.head = msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        return self.head(self.block(self.fc(x)))
+
+
+def torch_residual_block() -> tnn.Module:
+    return _TorchResidualNet()
+
+
+def ms_residual_block(residual: str = "kept") -> msnn.Cell:
+    """residual: "kept", "left out", "block input" (added instead of the norm's) or "scaled"
+    (none added, the MLP's output times 1.5)."""
+    return _MsResidualNet(residual)
+
+
 # A head over the first layer's output, run before the second layer, whose output torch adds;
 # the port's head reads the model's input, after the second layer: the two heads read other
 # inputs at other places, and stay unpaired.

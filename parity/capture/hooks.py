@@ -198,6 +198,8 @@ def _batch_statistics(module: Any) -> Optional[bool]:
 
 # attrs of a "grad" record that is the gradient w.r.t. a module's output, not a parameter's
 ACTIVATION = {"activation": True}
+# a buffer record's attributes where torch's module registered it with persistent=False
+NOT_IN_STATE_DICT = {"persistent": False}
 
 
 def output_names(name: str, outputs: Any) -> List[Tuple[str, Any]]:

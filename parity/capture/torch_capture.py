@@ -10,7 +10,8 @@ from collections import Counter, OrderedDict
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import (Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Set,
+                    Tuple)
 
 import numpy as np
 
@@ -19,8 +20,8 @@ from parity.capture.batch import Batch, batch_for
 from parity.capture.common import (PhaseClock, failure_explained, fingerprint, manifest_meta,
                                    numpy_on_one_thread, refuse_map_names_not_in,
                                    refuse_several_outputs, several_outputs, weight_update)
-from parity.capture.hooks import (ACTIVATION, ForwardPassOnly, dropping_modules,
-                                  recording_hooks)
+from parity.capture.hooks import (ACTIVATION, NOT_IN_STATE_DICT, ForwardPassOnly,
+                                  dropping_modules, recording_hooks)
 from parity.capture.layouts import weights_held_in_out
 from parity.capture.masks import RELU, ReluMasks
 from parity.capture.selfcheck import Fingerprints, observer_check, tee
@@ -224,10 +225,19 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
     for name, param in model.named_parameters():
         if not param.requires_grad or name in kept:
             record(name, "buffer", param.detach().numpy())
+    constants = _non_persistent_buffers(model)
     for name, buffer in model.named_buffers():
         if not is_ignored(name):
-            record(name, "buffer", buffer.detach().numpy())
+            record(name, "buffer", buffer.detach().numpy(),
+                   **({"attrs": NOT_IN_STATE_DICT} if name in constants else {}))
     return no_gradient
+
+
+def _non_persistent_buffers(model) -> Set[str]:
+    """The buffers a module registered with persistent=False: constants it builds (GPT-2's
+    causal mask, CLIP's position ids), outside its state dict and any checkpoint."""
+    return {f"{prefix}.{name}".lstrip(".") for prefix, module in model.named_modules()
+            for name in getattr(module, "_non_persistent_buffers_set", ())}
 
 
 def float64_noise(t32: np.ndarray, t64: np.ndarray) -> Tuple[float, float]:

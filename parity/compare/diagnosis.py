@@ -4,28 +4,29 @@ Evidence first, numbers second: module settings recorded at capture (padding mod
 momentum, training flag; compare/settings.py) prove a cause outright ("certain"); otherwise the
 numerical signature of each classic ResNet migration bug (DESIGN.md) is matched ("likely");
 failing both, the message says where to look ("guess").
+
+A divergence at a module output is told in compare/forward_cause.py; this module dispatches,
+and tells those of the batch, the loss and the step after the forward (gradients, updates,
+optimizer state, buffers).
 """
 
 from __future__ import annotations
 
-import math
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parity.align import ACTIVATION_OPS, GENERIC_OP, cells_never_run, module_map_from_parameters
-from parity.compare import functional, inputs, kernels, loss, optimizer, reorder, sums
+from parity.compare import conditioning, inputs, kernels, loss, optimizer, sums
 from parity.compare.batches import batch_difference, further_input_difference
+from parity.compare.conditioning import FEW_VALUES_PER_CHANNEL
 from parity.compare.dropping import DropMismatch
-from parity.compare.settings import (counting_padding, settings_cause, softmax_axis,
-                                     uncounted_padding)
-from parity.compare.structure import (FROZEN_ON_ONE_SIDE, declared_eps, different_drop_rates,
-                                      frozen_on_one_side, op_family)
+from parity.compare.forward_cause import forward_cause
+from parity.compare.settings import settings_cause
+from parity.compare.structure import FROZEN_ON_ONE_SIDE, different_drop_rates, frozen_on_one_side
 from parity.config import SHARED_STEP_SETTINGS, split_state
 from parity.errors import first_few
-from parity.records import Comparison, Diagnosis, Part, RecordInfo, module_of, split_part
+from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import RunReader, initial_weights
-from parity.sketch import input_sketch, sketch_distance
 
 
 def _close(value: float, target: float, rel: float = 0.05) -> bool:
@@ -36,687 +37,8 @@ def _median_ratio(a: np.ndarray, b: np.ndarray) -> float:
     a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
     mask = np.abs(a) > 1e-3 * (np.abs(a).max() + 1e-30)
     return float(np.median(b[mask] / a[mask])) if mask.any() else float("nan")
-
-
-# A module's input differing by this share of its output's relative error or more is taken
-# as the cause: a ±1 projection shows a difference at about its RMS (an order below by chance
-# with probability 8 % per projection, two are taken), float32 noise at ~1e-6 of the norm.
-INPUT_SHARE = 0.1
-# ... and well beyond the differences the earlier outputs pass on: within float32 noise they
-# reach 2.7e-4 of their RMS (ResNet50 at batch 2, 64²: the forward ms_error of make run's JSON).
-NOISE_MARGIN = 10
-
-HALF_DTYPES = ("float16", "bfloat16")
-# A relative RMS difference below which an output is the same computation done less precisely,
-# not one missing an operation: float16 rounds to 4.9e-4 of a value at most (mindcv's HRNet
-# casts an upsampled branch to float16 before adding it: 8.4e-5 at the sum, timm 1.0.31's at
-# 64²); MindSpore's CPU tanh is off by 8.4e-5 where |x| > 2. An operation left out changes its
-# output by far more, unless it is nearly the identity.
-NEARLY_THE_SAME = 1e-3
-# How far from its count of rows the Σ|x| of a softmax's output may be, relative: each row sums to
-# one but for float32 rounding. Measured 8e-8 at most over the twelve attention softmaxes of
-# timm's XCiT (2×4×48 rows of 48), their attn_drop's recorded input magnitude.
-ROWS_SUMMING_TO_ONE = 1e-5
-# Operations returning the shape they take (op_family's names): one whose output shape differs
-# runs on another input, at another point of the computation (timm's PoolFormer normalises its
-# pooled features, mindcv's the map it pools after).
-SHAPE_KEEPING = ("batchnorm", "layernorm", "groupnorm", "instancenorm", "softmax", "logsoftmax",
-                 "dropout", "droppath", "identity", *ACTIVATION_OPS)
-# How far apart a module output's samples (or token positions) must lie to tell differing ones
-# from matching ones: those differing by more than this share of the worst one's relative
-# difference, the others by less than its square (float32 noise, 1e-7 to 1e-4 of a value; a
-# left-out mask, 0.1-1: CLIP's text attention without its causal mask, 0.25 to 1.04 at its
-# first 15 positions, 7e-7 at its last).
-APART = 1e-2
-# A norm's output rows, its weight and bias taken off, average to this share of their RMS at
-# most where it subtracts their mean (float32 rounding: 1e-7), and more than UNCENTRED at the
-# median where it does not (features of random sign: about 1/sqrt(width)).
-CENTRED, UNCENTRED = 1e-4, 1e-2
-# A module's first input is an earlier module's output where their sketches lie within this
-# share of its norm (the same tensor: 0), looked for among this many records before it.
-FED_BY, FED_BY_SEARCHED = 1e-6, 256
 # The records the shared step settings reach.
 AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
-
-
-def _forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
-                   comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
-                   unmatched: Dict[str, Tuple[str, ...]],
-                   dropping: Optional[DropMismatch]) -> Diagnosis:
-    if m.dtype in HALF_DTYPES and t.dtype not in HALF_DTYPES:
-        return Diagnosis(cause="MindSpore computes in half precision",
-                         detail=f"MindSpore's {m.name} returns {m.dtype}, torch's {t.name} "
-                                f"{t.dtype}: mixed precision (amp.auto_mixed_precision, to_float,"
-                                f" a float16 cast) costs {first.max_rel:.2g} here, against "
-                                "float32's ~1e-7. To check the port itself, run it in float32.",
-                         confidence="certain")
-    proven = settings_cause(t, m) or \
-        (dropping.cause(t, m, torch_run.step_is_random) if dropping else None)
-    if proven is not None:
-        return proven
-    torch_left, ms_left = (set(unmatched.get(f"{side} forward", ()))
-                           for side in ("torch", "mindspore"))
-    kept = _shape_kept(t, m)
-    if tuple(t.shape) != tuple(m.shape) and kept is not None:
-        (side, keeping), (other, returning) = kept
-        before = _unmatched_just_before(t, torch_run, torch_left)
-        runs = f" torch runs {', '.join(before)} just before it." if before else ""
-        return Diagnosis(cause=f"{keeping.op} runs on another shape",
-                         detail=f"{keeping.op} returns the shape it takes: {side}'s "
-                                f"{keeping.name} takes {tuple(keeping.shape)}, {other}'s "
-                                f"{returning.name} returns {tuple(returning.shape)}, while every "
-                                "earlier output matched. The port runs it at another point: "
-                                "before a pooling, reshape or slice torch runs first, or after "
-                                f"one torch runs later.{runs}", confidence="likely")
-    fed = inputs.first_input_difference(t, m)
-    other_source = _fed_other_outputs(t, m, fed, torch_run, ms_run, comparisons)
-    if other_source is not None:
-        return other_source
-    if tuple(t.shape) != tuple(m.shape):
-        return Diagnosis(cause=f"{m.op or 'module'} output shape differs",
-                         detail=f"torch {t.name} returns {tuple(t.shape)}, MindSpore {m.name} "
-                                f"{tuple(m.shape)}, while every earlier output matched: compare "
-                                "their settings (stride, padding, kernel size, ceil_mode, output "
-                                "size).", confidence="guess")
-    missing = _unmatched_just_before(t, torch_run, torch_left)
-    extra = _unmatched_just_before(m, ms_run, ms_left)
-    if _softmax_torch_applies_too(extra, t, ms_run) or \
-            _activations_torch_applies_too(extra, ms_run, ms_left):
-        extra = []
-    ms_modules = module_map_from_parameters(ms_run.manifest.get("param_map", {}))
-    torch_modules = {theirs: ours for ours, theirs in ms_modules.items()}
-    reordered = _reordered(("torch", t, missing, torch_run, torch_left, torch_modules),
-                           ("MindSpore", m, extra, ms_run, ms_left, ms_modules))
-    if reordered is not None:
-        return reordered
-    missing_inside = [n for n in unmatched.get("torch forward", ())
-                      if n.startswith(first.name + ".")]
-    a, b = torch_run.tensor(t), ms_run.tensor(m)
-    if a.shape == b.shape and a.min() >= 0 and b.min() < 0:
-        extra = f" torch calls {', '.join(missing_inside)} there; MindSpore does not." \
-            if missing_inside else ""
-        return Diagnosis(cause="missing activation",
-                         detail=f"torch's {first.name} output is non-negative everywhere, "
-                                f"MindSpore's has negative values: a ReLU is missing in "
-                                f"{m.name}.{extra}", confidence="likely")
-    if missing_inside:
-        return Diagnosis(cause="operation missing in the port",
-                         detail=f"torch runs {', '.join(missing_inside)} inside {first.name}; "
-                                "the MindSpore cell has no counterpart.", confidence="likely")
-    ids = _other_ids(t, m, torch_run)
-    if ids is not None:
-        return ids
-    masked = _padded_samples_alone(t, m, torch_run, ms_run) or \
-        _causal_mask_otherwise(t, m, torch_run, ms_run)
-    if masked is not None:
-        return masked
-    if not _inputs_matched(first, t, m, fed):
-        silent = [name for name in extra
-                  if _ran_recording_no_output(ms_modules.get(name, name), torch_run)]
-        extra = [name for name in extra if name not in silent]
-        if silent and not extra and not missing:
-            return _computed_after_their_modules(silent, t, m, fed)
-        if extra and missing and len(extra) == len(missing):
-            return _replaced_cause(missing, extra, t, m, torch_run, ms_run)
-        if extra:
-            return _extra_cause(extra, t, m, comparisons, torch_run, ms_run)
-        if missing:
-            return _missing_cause(missing, first, t, m, torch_run, ms_run)
-    passed_on = NOISE_MARGIN * _largest_error_before(first, comparisons)
-    if fed is not None and first.ref_rms and fed >= INPUT_SHARE * first.rms / first.ref_rms \
-            and fed >= passed_on:
-        activation = functional.activation_cause(t, m, torch_run, ms_run)
-        if activation is not None:
-            return activation
-        fed_from = inputs.outermost_fed(t, m, torch_run, ms_run, passed_on)
-        where = inputs.forward_holding(fed_from.name, torch_run)
-        before = "" if fed_from is t else \
-            f" before it calls {fed_from.name}, whose input already differs,"
-        sums = reorder.reordered_input(t, m, fed, passed_on)
-        if sums is not None:
-            return Diagnosis(cause="input in another order",
-                             detail=f"{m.name}'s input holds torch's values in another order: "
-                                    "its norm and its sum of magnitudes agree "
-                                    f"{f'to {sums:.1g}' if sums else 'exactly'}, its values "
-                                    f"differ by {fed:.2g} of its norm, while every "
-                                    "module output before it matched. Parts concatenated in "
-                                    "the other order (torch.cat([a, b]) ported as "
-                                    "ops.cat((b, a))), a channel shuffle over another group "
-                                    "count, or a reshape or transpose over other axes, in "
-                                    f"{where}{before} are the likely cause.",
-                             confidence="likely")
-        drawing = _drawing_between_modules(t, m, torch_run, ms_run, f"{where}{before}".rstrip(","))
-        if drawing is not None:
-            return drawing
-        return Diagnosis(cause="computation between modules differs",
-                         detail=f"{m.name}'s input already differs from torch's ({fed:.2g} of "
-                                "its norm) while every module output before it matched: the "
-                                "operations that feed it outside any module (matmul, softmax, "
-                                "masking, scaling, reshapes, residual adds), in "
-                                f"{where}{before} are the likely cause."
-                                f"{_rows_read_in_another_order(t, comparisons)}",
-                         confidence="likely")
-    if first.ref_rms:
-        given = inputs.other_input_cause(
-            t, m, torch_run, ms_run, max(passed_on, INPUT_SHARE * first.rms / first.ref_rms))
-        if given is not None:
-            return given
-    permuted = reorder.permutation(a, b)
-    if permuted is not None:
-        axis, order = permuted
-        return Diagnosis(cause="output in another order",
-                         detail=f"{m.name} returns torch's values in another order while its "
-                                f"input matched: {reorder.describe(axis, a.ndim, order)}, "
-                                f"inside {m.name}.", confidence="likely")
-    if t.op != m.op:
-        return _different_operation(t, m)
-    if t.op == m.op == "tanh":
-        found = kernels.tanh_cause(first.name, a, b)
-        if found is not None:
-            return found
-    centred = _centred_on_one_side(t, m, torch_run, ms_run)
-    if centred is not None:
-        return centred
-    if first.max_rel > 1e-2:
-        size = "O(1) error" if first.max_rel > 0.1 else "error well above fp32 noise"
-        others = [inputs.input_name(key) for key, _ in inputs.compared_inputs(t, m)]
-        other_inputs = f" Its inputs matched torch's (the first, {', '.join(others)})." \
-            if others else ""
-        return Diagnosis(cause=f"{m.op or 'module'} computes something different",
-                         detail=f"{size} at {first.name} while every earlier record matched: "
-                                f"compare the construct of MindSpore {m.name} with torch's "
-                                f"forward (padding, eps, an extra or missing op).{other_inputs}",
-                         confidence="guess")
-    undeclared = _eps_one_side_declares(t, m)
-    if undeclared is not None:
-        return undeclared
-    few = _few_values_per_channel(first, t, torch_run)
-    return Diagnosis(cause="small numerical drift",
-                     detail=f"{first.name} is slightly beyond tolerance (max_rel "
-                            f"{first.max_rel:.2g}): precision settings (fp16/HF32), a different "
-                            "reduction order, or a tolerance too tight for this depth."
-                            + (f"{few} Past so few values float32 rounding varies more from one "
-                               "computation to the next: a larger batch or image checks it "
-                               "again." if few else ""),
-                     confidence="guess")
-
-
-def _centred_on_one_side(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
-                         ms_run: RunReader) -> Optional[Diagnosis]:
-    """A norm of the user's own (on either side) whose rows, its weight and bias taken off,
-    have a mean of zero on one side and not on the other: a LayerNorm for an RMS norm, or the
-    reverse. Hugging Face's T5LayerNorm against a port's cell subtracting the mean was told
-    "module computes something different" (a guess)."""
-    weights = initial_weights(torch_run)
-    if GENERIC_OP not in (t.op, m.op) or tuple(t.shape) != tuple(m.shape) or not t.shape or \
-            weights is None:
-        return None
-    weight, bias = weights.get(f"{t.name}.weight"), weights.get(f"{t.name}.bias")
-    width = t.shape[-1]
-    if weight is None or tuple(weight.shape) != (width,) or width < 4 or \
-            not np.all(np.abs(weight) > 0) or \
-            (bias is not None and tuple(bias.shape) != (width,)):
-        return None
-    centring = []
-    for run, record in ((torch_run, t), (ms_run, m)):
-        rows = run.tensor(record).reshape(-1, width).astype(np.float64)
-        rows = (rows - (0 if bias is None else bias)) / weight
-        share = np.abs(rows.mean(axis=1)) / np.maximum(np.sqrt((rows * rows).mean(axis=1)),
-                                                       np.finfo(np.float64).tiny)
-        centring.append(True if share.max() < CENTRED else
-                        False if np.median(share) > UNCENTRED else None)
-    if None in centring or centring[0] == centring[1]:
-        return None
-    kinds = ("subtracts each row's mean (a LayerNorm)",
-             "subtracts no mean (an RMS norm: x·rsqrt(mean(x²) + eps)·weight)")
-    torch_does, ms_does = (kinds[0], kinds[1]) if centring[0] else (kinds[1], kinds[0])
-    return Diagnosis(cause="norm centres otherwise",
-                     detail=f"torch's {t.name} {torch_does}, MindSpore's {m.name} {ms_does}: "
-                            "told from their outputs with the weight and bias taken off, whose "
-                            f"rows average to zero on {'torch' if centring[0] else 'MindSpore'}'s "
-                            "side alone. Compute the norm torch's forward does.",
-                     confidence="likely")
-
-
-def _inputs_matched(first: Comparison, t: RecordInfo, m: RecordInfo,
-                    fed: Optional[float]) -> bool:
-    """Whether every input of the first diverging module is known to have matched torch's (the
-    first ``fed`` apart: inputs.first_input_difference): then no module one side runs just
-    before it and the other lacks made the difference, which is the module's own (a Llama
-    port's RMSNorm at another eps was told "operation missing in the port", naming the rotary
-    embedding torch runs before it and feeds to attention)."""
-    if not first.ref_rms:
-        return False
-    floor = INPUT_SHARE * first.rms / first.ref_rms
-    others = [len(record.attrs.get("other_inputs") or {}) for record in (t, m)]
-    return fed is not None and fed < floor and \
-        others[0] == others[1] == len(inputs.compared_inputs(t, m)) and \
-        not inputs.input_differences(t, m, floor)
-
-
-def _shape_kept(t: RecordInfo, m: RecordInfo
-                ) -> Optional[Tuple[Tuple[str, RecordInfo], Tuple[str, RecordInfo]]]:
-    """((side, record) of the operation returning the shape it takes, (side, record) of its
-    pair), where its pair is that operation too or a module of the user's own (timm's
-    PoolFormer head normalises with its GroupNorm1, a GroupNorm subclass); None otherwise."""
-    sides = (("MindSpore", m), ("torch", t))
-    for (side, record), other in (sides, sides[::-1]):
-        if op_family(record.op) in SHAPE_KEEPING and \
-                other[1].op in (record.op, GENERIC_OP):
-            return (side, record), other
-    return None
-
-
-def _eps_one_side_declares(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
-    """A module with an eps setting paired with one without, their inputs matching and their
-    outputs drifting apart: the other side's eps is a constant in its code. timm's BiT
-    standardises its convs' weights with eps=1e-8, mindcv's port with a 1e-10 written into its
-    construct (6× torch's float32 error at the stem: "small numerical drift")."""
-    torch_eps, ms_eps = declared_eps(t), declared_eps(m)
-    if (torch_eps is None) == (ms_eps is None):
-        return None
-    if torch_eps is not None:
-        return Diagnosis(cause="eps only torch's module declares",
-                         detail=f"torch's {t.name} keeps eps={torch_eps:g}; MindSpore's "
-                                f"{m.name} has no eps or epsilon setting, its input matched and "
-                                "its output drifted: an eps written into its construct as a "
-                                f"constant is the likely cause. Give it {torch_eps:g}.",
-                         confidence="likely")
-    return Diagnosis(cause="eps only the port's module declares",
-                     detail=f"MindSpore's {m.name} keeps eps={ms_eps:g}; torch's {t.name} has "
-                            "no eps setting, its input matched and its output drifted: the eps "
-                            "torch's forward writes as a constant is the likely one to give "
-                            f"{m.name}.", confidence="likely")
-
-
-def _largest_error_before(first: Comparison, comparisons: Sequence[Comparison]) -> float:
-    """The largest relative RMS difference of the forward records before ``first``: how far
-    inputs may differ with every earlier output matching (float32 noise, grown with depth)."""
-    return max((c.rms / c.ref_rms for c in comparisons if c.kind == "forward"
-                and c.order < first.order and c.ref_rms), default=0.0)
-
-
-def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -> List[str]:
-    """The unmatched forward records of ``run`` that ran after its last matched one before
-    ``m`` and changed its values: computation with no counterpart on the other side, between a
-    match and a miss. An unmatched reshape or identity (same values) is not blamed."""
-    extra: List[RecordInfo] = []
-    matched = None
-    for record in sorted((r for r in run.records if r.kind == "forward" and r.order < m.order),
-                         key=lambda r: r.order, reverse=True):
-        if record.name not in unmatched:
-            matched = record
-            break
-        extra.insert(0, record)
-    if matched is not None and extra:
-        before = run.tensor(matched).reshape(-1)
-        if all(np.array_equal(run.tensor(r).reshape(-1), before) for r in extra):
-            return []
-    return [r.name for r in extra]
-
-
-def _softmax_torch_applies_too(extra: Sequence[str], t: RecordInfo, ms_run: RunReader) -> bool:
-    """Whether the port's cells ``extra`` are softmaxes torch applies too, as a function in its
-    forward (``attn.softmax(dim=-1)``: no module, no record), told from the input of torch's
-    ``t``: rows of non-negative values summing to one each, so that its Σ|x| is its count of
-    rows. mindcv's XCiT runs a Softmax cell where timm's calls the function, and a cause before
-    the softmax (q and k not normalised) was blamed on it, "extra operation in the port"."""
-    cells = [ms_run.record(name, "forward") for name in extra]
-    if not cells or any(cell is None or cell.op != "softmax" for cell in cells):
-        return False
-    axis, total = softmax_axis(cells[-1]), t.attrs.get("input_magnitude")
-    if axis is None or not isinstance(total, (int, float)) or not cells[-1].shape:
-        return False
-    rows = math.prod(cells[-1].shape) / cells[-1].shape[axis]
-    return abs(total - rows) <= ROWS_SUMMING_TO_ONE * rows
-
-
-def _activations_torch_applies_too(extra: Sequence[str], ms_run: RunReader,
-                                   ms_left: Set[str]) -> bool:
-    """Whether the port's cells ``extra`` are activations torch applies too, as functions in its
-    forward: for each, the port ran an earlier cell of its op that torch has no counterpart for
-    either, and a module output after that one matched torch's, so torch applies it there.
-    Whisper's encoder applies F.gelu after each of its convs, where a port runs GELU cells: a
-    cause after the second (the positions not added) was blamed on that cell, "extra
-    operation"."""
-    cells = [ms_run.record(name, "forward") for name in extra]
-    if not cells or any(cell is None or cell.op not in ACTIVATION_OPS for cell in cells):
-        return False
-    forward = [r for r in ms_run.records if r.kind == "forward"]
-    matched = [r.order for r in forward if r.name not in ms_left]
-
-    def applied_before(cell: RecordInfo) -> bool:
-        return any(any(earlier.order < order < cell.order for order in matched)
-                   for earlier in forward if earlier.name in ms_left and earlier.op == cell.op
-                   and earlier.order < cell.order)
-    return all(applied_before(cell) for cell in cells)
-
-
-def _fed_other_outputs(t: RecordInfo, m: RecordInfo, fed: Optional[float], torch_run: RunReader,
-                       ms_run: RunReader, comparisons: Sequence[Comparison]
-                       ) -> Optional[Diagnosis]:
-    """A pair of the same operation whose first inputs are the outputs of two modules that are
-    no pair (their sketches equal to 10⁻⁶): the port hands it another tensor. Whisper's decoder
-    ported to attend over its own states where torch attends over the encoder's was told
-    "dense output shape differs: compare their settings (stride, padding, ...)". Looked for
-    only where the outputs' shapes or the inputs differ (``fed``, by more than APART of its
-    norm)."""
-    if t.op != m.op or (tuple(t.shape) == tuple(m.shape) and (fed is None or fed <= APART)):
-        return None
-    sources = [_fed_by(record, run) for record, run in ((t, torch_run), (m, ms_run))]
-    if None in sources:
-        return None
-    torch_source, ms_source = sources
-    paired = {c.mindspore_name: c.name for c in comparisons if c.kind == "forward"}
-    counterpart = paired.get(ms_source.name)
-    counterpart_record = None if counterpart is None else torch_run.record(counterpart, "forward")
-    # torch's source unpaired: a module the port lacks (operation missing); the counterpart
-    # feeding torch's too: the same tensor under another name (a container's, its last module's)
-    if counterpart_record is None or torch_source.name not in paired.values() or \
-            _feeds(counterpart_record, t, torch_run):
-        return None
-    return Diagnosis(
-        cause="input taken from another module",
-        detail=f"torch's {t.name} is given the output of {torch_source.name} "
-               f"{tuple(torch_source.shape)}, MindSpore's {m.name} that of {ms_source.name} "
-               f"{tuple(ms_source.shape)} (paired with torch's {counterpart}), while every "
-               "earlier output matched: the port hands it another tensor, in "
-               f"{inputs.forward_holding(m.name, ms_run)} or before it.", confidence="likely")
-
-
-def _fed_by(record: RecordInfo, run: RunReader) -> Optional[RecordInfo]:
-    """The latest forward record of ``run`` before ``record`` whose output is ``record``'s
-    first input, told by the input's sketch (to 10⁻⁶ of its norm), among the FED_BY_SEARCHED
-    before it; None if none is."""
-    earlier = [r for r in run.records if r.kind == "forward" and r.order < record.order
-               and r.part is None]
-    return next((candidate for candidate in sorted(earlier, key=lambda r: -r.order)
-                 [:FED_BY_SEARCHED] if _feeds(candidate, record, run)), None)
-
-
-def _feeds(source: RecordInfo, record: RecordInfo, run: RunReader) -> bool:
-    """Whether ``source``'s output is ``record``'s first input, by its sketch."""
-    distance = sketch_distance(record.attrs.get("input_sketch"), input_sketch(run.tensor(source)))
-    return distance is not None and distance <= FED_BY
-
-
-def _other_ids(t: RecordInfo, m: RecordInfo, torch_run: RunReader) -> Optional[Diagnosis]:
-    """An embedding pair looking up other ids (their CRC-32s differ), told where the ids are
-    computed: Hugging Face's T5 computes its relative-position buckets in its attention's
-    forward, and a port bucketing them one-sidedly was told "embedding computes something
-    different" (a guess)."""
-    ids = [record.attrs.get("integer_input_crc32") for record in (t, m)]
-    if None in ids or ids[0] == ids[1]:
-        return None
-    where = inputs.forward_holding(t.name, torch_run)
-    what = "embedding" if t.op == m.op == "embedding" else t.op or "module"
-    return Diagnosis(cause=f"{what} ids differ",
-                     detail=f"torch's {t.name} takes other integer ids than MindSpore's "
-                            f"{m.name} (the CRC-32 of torch's is {ids[0]}, of MindSpore's "
-                            f"{ids[1]}), while every output before it matched: the ids "
-                            f"computed before it (in {where}, or handed to it from further "
-                            "out: positions, relative-position buckets, token types, an offset "
-                            "such as RoBERTa's padding_idx + 1) are the likely cause.",
-                     confidence="certain")
-
-
-def _padded_samples_alone(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
-                          ms_run: RunReader) -> Optional[Diagnosis]:
-    """A module output differing only in the samples a mask input of the batch pads (a further
-    input of zeros and ones, either marking padding: the samples holding both), the others
-    matching: a padding mask the port leaves out or applies otherwise. Hugging Face's ALBERT
-    against a port adding no mask to its attention scores was told only "computation between
-    modules differs" (masking among other causes)."""
-    a, b = torch_run.tensor(t), ms_run.tensor(m)
-    if a.shape != b.shape or a.ndim < 2 or a.shape[0] < 2:
-        return None
-    samples = a.shape[0]
-    off = _relative_differences(a, b, 0)
-    differing = None if off is None else _told_apart(off)
-    if differing is None:
-        return None
-    for mask in torch_run.records:
-        if mask.kind != "input" or mask.name in ("input", "target") or \
-                tuple(mask.shape[:1]) != (samples,):
-            continue
-        values = torch_run.tensor(mask).reshape(samples, -1)
-        if not np.isin(values, (0, 1)).all():
-            continue
-        pads = (values == 0).any(axis=1) & (values == 1).any(axis=1)
-        if np.array_equal(pads, differing):
-            where = inputs.forward_holding(m.name, ms_run)
-            which = ", ".join(str(i) for i in np.flatnonzero(differing))
-            return Diagnosis(
-                cause="padding mask applied otherwise",
-                detail=f"{m.name} differs from torch's {t.name} only in samples {which} of "
-                       f"{samples}, those the batch's {mask.name} (x"
-                       f"{mask.name.removeprefix('input')} of an --input file) pads; the "
-                       f"others match (to {off[~differing].max():.1g} of their size, against "
-                       f"{off.max():.2g}). The port leaves that mask out, or applies it "
-                       "otherwise (another fill value, another axis, kept and padded positions "
-                       f"swapped), in {where} or before it.", confidence="likely")
-    return None
-
-
-def _causal_mask_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
-                           ms_run: RunReader) -> Optional[Diagnosis]:
-    """A module output of token vectors, (N, L, D) or (L, N, D), differing at every position
-    but the last, which matches: the last token attends to every token with a causal mask or
-    without one, so a causal mask one side applies and the other leaves out changes every
-    position but that one. Hugging Face's CLIP text model against a port leaving its causal
-    mask out was told only "computation between modules differs"."""
-    a, b = torch_run.tensor(t), ms_run.tensor(m)
-    batch = torch_run.record("input", "input")
-    if a.shape != b.shape or a.ndim != 3 or batch is None:
-        return None
-    axis = 0 if a.shape[1] == batch.shape[0] != a.shape[0] else 1
-    positions = a.shape[axis]
-    off = None if positions < 3 else _relative_differences(a, b, axis)
-    differing = None if off is None else _told_apart(off)
-    if differing is None or differing[-1] or not differing[:-1].all():
-        return None
-    return Diagnosis(
-        cause="causal mask applied otherwise",
-        detail=f"{m.name} differs from torch's {t.name} at each of its {positions} "
-               f"positions along axis {axis} but the last, which matches (to {off[-1]:.1g} of its "
-               f"size, against {off.max():.2g}): the last token attends to every token with a "
-               "causal mask or without one. The port leaves the causal mask out, or applies "
-               f"one torch does not, in {inputs.forward_holding(m.name, ms_run)} or before it.",
-        confidence="likely")
-
-
-def _relative_differences(a: np.ndarray, b: np.ndarray, axis: int) -> Optional[np.ndarray]:
-    """The RMS difference of each slice of ``a`` and ``b`` along ``axis``, relative to that
-    slice's RMS in ``a``; None where a slice is all zeros or ``b`` is not finite."""
-    a, b = (np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1).astype(np.float64)
-            for x in (a, b))
-    size = np.sqrt(np.mean(a * a, axis=1))
-    if not np.all(np.isfinite(b)) or not np.all(size > 0):
-        return None
-    return np.sqrt(np.mean((b - a) ** 2, axis=1)) / size
-
-
-def _told_apart(off: np.ndarray) -> Optional[np.ndarray]:
-    """Which of the slices whose relative differences are ``off`` differ, where some differ by
-    more than APART of the worst and the others by less than its square; else None."""
-    differing = off > APART * off.max()
-    if not differing.any() or differing.all() or \
-            off[~differing].max() > APART * APART * off.max():
-        return None
-    return differing
-
-
-def _ran_recording_no_output(name: str, run: RunReader) -> bool:
-    """Whether ``run``'s module ``name`` ran its modules (records under its name) and recorded
-    no output of its own: it returns no single tensor (a dict, a Hugging Face model output).
-    A port cell paired with it by name is then no operation torch lacks: Hugging Face's CLIP
-    text model pools at each sequence's last token in its forward, and a port pooling
-    elsewhere was told "extra operation in the port: MindSpore runs clip.text_model"."""
-    return run.record(name, "forward") is None and \
-        any(r.kind == "forward" and r.name.startswith(name + ".") for r in run.records)
-
-
-def _computed_after_their_modules(cells: Sequence[str], t: RecordInfo, m: RecordInfo,
-                                  fed: Optional[float]) -> Diagnosis:
-    """Port cells whose torch modules of the same name record no output: what the port's
-    forwards compute after their last modules is compared nowhere until ``m``'s input."""
-    by = "" if fed is None else f" ({fed:.2g} of its norm)"
-    return Diagnosis(cause="computation between modules differs",
-                     detail=f"{m.name}'s input already differs from torch's{by} while every "
-                            f"module output before it matched; torch's {', '.join(cells)} "
-                            f"return{'s' if len(cells) == 1 else ''} no single tensor (a dict "
-                            "or model output, as Hugging Face's models return), so MindSpore's "
-                            "are compared with nothing: the operations after their last "
-                            f"modules, in {cells[0]}'s forward first (pooling, indexing, "
-                            "slicing, scaling), are the likely cause.",
-                     confidence="likely")
-
-
-def _extra_cause(extra: Sequence[str], t: RecordInfo, m: RecordInfo,
-                 comparisons: Sequence[Comparison], torch_run: RunReader,
-                 ms_run: RunReader) -> Diagnosis:
-    """Cells the port runs after the last output that matched and before ``m``, which torch
-    lacks. An average pool among them not counting its padding, where torch pools in its
-    forward counting it (torchvision's Inception3: F.avg_pool2d(x, 3, stride=1, padding=1)), is
-    proven so from the next module's input sketch; suspected where that cannot be done."""
-    torch_names = {c.mindspore_name: c.name for c in comparisons if c.kind == "forward"}
-    hints = []
-    for name in extra:
-        pool = ms_run.record(name, "forward")
-        uncounted = uncounted_padding(pool)
-        if uncounted is None:
-            continue
-        kernel, setting = uncounted
-        source = functional.pooled_padding_counted(pool, kernel, t, ms_run, torch_run,
-                                                   torch_names)
-        if source is not None:
-            return Diagnosis(cause="avgpool2d count_include_pad differs",
-                             detail=f"between {source} and {t.name} torch averages over "
-                                    f"{kernel}×{kernel} windows counting the padding (told from "
-                                    f"{t.name}'s input: F.avg_pool2d(x, {kernel}, stride=1, "
-                                    f"padding={kernel // 2}) in its forward), MindSpore "
-                                    f"{pool.name} does not ({setting}): write "
-                                    f"{counting_padding(kernel)}.", confidence="certain")
-        hints.append(f" {pool.name} averages without counting its padding ({setting}); torch's "
-                     "average pools count it by default, in a module or in a forward: to pool "
-                     f"as they do, write {counting_padding(kernel)}.")
-    return Diagnosis(cause="extra operation in the port",
-                     detail=f"MindSpore runs {', '.join(extra)} after the last output that "
-                            f"matched and before {m.name}, and torch has no counterpart: what "
-                            f"that cell adds (a scale, an extra op) is the likely cause."
-                            f"{''.join(hints)}", confidence="likely")
-
-
-def _missing_cause(missing: Sequence[str], first: Comparison, t: RecordInfo, m: RecordInfo,
-                   torch_run: RunReader, ms_run: RunReader) -> Diagnosis:
-    """Modules torch runs after the last output that matched and before ``t``, which the port
-    lacks: a cell given their weights that never ran, what the port applies there instead, or
-    the same computed in its construct less precisely (its outputs nearly torch's)."""
-    described = ", ".join(_described(torch_run.record(name, "forward")) for name in missing)
-    ran = f"torch runs {described} after the last output that matched and before {t.name}"
-    idle = _holding_but_never_run(missing, ms_run)
-    applied = None if idle else functional.applied_activation(ms_run, m)
-    if applied not in (None, "nothing"):
-        return Diagnosis(cause="activation between modules differs",
-                         detail=f"{ran}; MindSpore has no cell for it and applies {applied} in "
-                                f"its construct there (told from {m.name}'s input).",
-                         confidence="likely")
-    if idle:
-        them = "it" if len(idle) == 1 else "them"
-        port = f"MindSpore's {', '.join(idle)} {'holds' if len(idle) == 1 else 'hold'} its " \
-            f"weights but never ran: the construct does not call {them} (a cell set on a " \
-            "SequentialCell with setattr stays out of the cells it runs)"
-    else:
-        port = "the port leaves it out, or computes it otherwise in its construct"
-    nearly = first.rms / first.ref_rms if first.ref_rms else math.inf
-    if not idle and nearly < NEARLY_THE_SAME:
-        return Diagnosis(cause="computed otherwise in the port",
-                         detail=f"{ran}, and MindSpore has no counterpart, yet {t.name} differs "
-                                f"from torch's by {nearly:.2g} of its norm only: the port "
-                                "computes it in its construct, at lower precision (a float16 "
-                                "cast rounds to 4.9e-4 of a value) or with a less accurate "
-                                "kernel there. A left-out operation would differ by far more.",
-                         confidence="guess")
-    return Diagnosis(cause="operation missing in the port",
-                     detail=f"{ran}, and MindSpore has no counterpart: {port}.",
-                     confidence="likely")
-
-
-def _replaced_cause(missing: Sequence[str], extra: Sequence[str], t: RecordInfo,
-                    m: RecordInfo, torch_run: RunReader, ms_run: RunReader) -> Diagnosis:
-    """As many modules on each side, unpaired, after the last output that matched and before
-    the first divergence: the port computes others in their place (mindcv's MixNet squeezes
-    and excites through a ReLU where timm's does through the block's SiLU: it was told "extra
-    operation in the port", torch's SiLU unnamed)."""
-    theirs = ", ".join(_described(torch_run.record(name, "forward")) for name in missing)
-    ours = ", ".join(_described(ms_run.record(name, "forward")) for name in extra)
-    place = "its place" if len(extra) == 1 else "their place"
-    return Diagnosis(cause="different operation",
-                     detail=f"after the last output that matched and before {t.name}, torch "
-                            f"runs {theirs}, MindSpore {ours} in {place}: the port computes "
-                            "another operation there.", confidence="likely")
-
-
-def _described(record: RecordInfo) -> str:
-    """A module by its name, op and GELU form: 2 (gelu, approximate='none')."""
-    form = f", approximate='{record.attrs['approximate']}'" if "approximate" in record.attrs \
-        else ""
-    return f"{record.name} ({record.op}{form})" if record.op else record.name
-
-
-def _holding_but_never_run(torch_modules: Sequence[str], ms_run: RunReader) -> List[str]:
-    """The MindSpore cells given the weights of ``torch_modules`` (record names) that never
-    ran (align.cells_never_run)."""
-    never_run = cells_never_run(module_map_from_parameters(ms_run.manifest.get("param_map", {})),
-                                [r for r in ms_run.records if r.kind == "forward"])
-    return list(dict.fromkeys(cell for name in torch_modules
-                              for cell in never_run.get(module_of(name.partition("#")[0]), ())))
-
-
-def _reordered(*sides: Tuple[str, RecordInfo, List[str], RunReader, Set[str], Dict[str, str]]
-               ) -> Optional[Diagnosis]:
-    """Modules one side runs just before the first divergence and the other side runs
-    elsewhere: unmatched on both sides, since records pair in order (a MindSpore
-    TransformerEncoderLayer(norm_first=True) for torch's post-norm one: its norm1 was called
-    an extra operation with no torch counterpart). Each side: its name, its record of the
-    first divergence, the unmatched modules it runs just before it, its run, all it left
-    unmatched, and its modules' counterparts by their weights (a norm of another name:
-    timm's PoolFormer pools, then normalises, mindcv's normalises, then pools; the pools
-    paired, and "missing activation" was said)."""
-    for (side, record, names, _, _, modules), (other, _, _, other_run, other_left, _) in \
-            (sides, sides[::-1]):
-        counterparts = [_counterpart(name, modules) for name in names]
-        there = _runs_after(counterparts, other_run, other_left)
-        if names and there:
-            them, verb = ("it", "runs") if len(names) == 1 else ("them", "run")
-            if counterparts != names:
-                them = f"{', '.join(counterparts)}, holding the same weights,"
-            return Diagnosis(cause="operations run in another order",
-                             detail=f"{side} runs {', '.join(names)} just before {record.name}; "
-                                    f"{other} {verb} {them} elsewhere, after {there}: the same "
-                                    "modules in another order (a normalisation before its "
-                                    "block on one side and after it on the other, as "
-                                    "norm_first sets).", confidence="likely")
-    return None
-
-
-def _counterpart(name: str, modules: Mapping[str, str]) -> str:
-    """The other side's module of a record's name (its call index kept), where their weights
-    pair it with one; else the name itself."""
-    base, hash_, call = name.partition("#")
-    return modules.get(base, base) + hash_ + call
-
-
-def _runs_after(names: Sequence[str], run: RunReader, unmatched: Set[str]) -> str:
-    """Where ``run`` calls forward modules of these names that it left unmatched too: after
-    its last matched forward record before the first of them ("" when it lacks one)."""
-    records = [run.record(name, "forward") for name in names]
-    if not records or any(r is None or r.name not in unmatched for r in records):
-        return ""
-    first = min(r.order for r in records)
-    before = [r for r in run.records
-              if r.kind == "forward" and r.order < first and r.name not in unmatched]
-    return max(before, key=lambda r: r.order).name if before else "the model's input"
 
 
 def _factor(ratio: float) -> str:
@@ -783,19 +105,6 @@ def _loss_targets(torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis
             detail += (f"; MindSpore's are 1 − ε and ε/(K−1) with ε = {1 - ms_on:.4g}, the "
                        "model zoo's CrossEntropySmooth convention")
     return Diagnosis(cause="label smoothing differs", detail=detail + ".", confidence="likely")
-
-
-# torch's own float32 error (relative RMS, from its float64 rerun) beyond which a record is
-# ill-conditioned: about three digits left. Measured on the correct ResNet50 port: at batch 2,
-# 32² (layer4 normalises 2 values per channel) it failed 2 of 3 seeds at records with 0.2 to
-# 4 % float32 error; at batch 2, 64² the worst record of a run has 0.5 to 8 % (12 seeds, in
-# layer4), at batch 2, 64² in ResNet18 0.004 to 0.6 % (6 seeds).
-ILL_CONDITIONED = 1e-3
-# BatchNorm over this few values per channel (batch × height × width) amplifies float32
-# rounding: ResNet50's layer4 at batch 2, 32² normalises 2 (see ILL_CONDITIONED), and ResNet18
-# at batch 2, 32² without the float64 reference fails at layer4.1.bn2 with max_rel 0.0185
-# (`parity run --model resnet18 --image-size 32 --no-fp64-reference`), passing with it.
-FEW_VALUES_PER_CHANNEL = 16
 # Diagnoses that only say where to look: an ill-conditioned record explains the divergence
 # better than they do.
 FALLBACK_CAUSES = ("loss function differs", "running statistics update differs",
@@ -811,32 +120,12 @@ def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
     found = _diagnose(first, t, m, comparisons, torch_run, ms_run, unmatched, dropping)
     if found.confidence == "guess" or found.cause in FALLBACK_CAUSES:
         return _random_step(torch_run, ms_run, comparisons) or \
-            _ill_conditioned(first, t, torch_run) or \
+            conditioning.ill_conditioned(first, t, torch_run) or \
             _state_updated_in_the_forward(first, t, comparisons) or found
     return found
 
 
 RUNNING_STATISTICS = (".running_mean", ".running_var")
-
-
-def _rows_read_in_another_order(t: RecordInfo, comparisons: Sequence[Comparison]) -> str:
-    """A sentence naming the outputs beside ``t`` that one side computes as parts of the
-    other's layer, where there are any: they matched as mapped, but a port reading them in
-    another order (its ``q`` where torch reads ``k``; the rows a suggested map gave in the port's
-    declaration order, a guess) differs right after them. The DPN-like port of tests/tiny.py
-    declaring its side conv first was told only where to look."""
-    def parent(name: str) -> str:
-        return split_part(name)[0].partition("#")[0].rpartition(".")[0]
-
-    parts = [f"{c.name} ({c.mindspore_name})" for c in comparisons
-             if c.kind == "forward" and c.passed and parent(c.name) == parent(t.name)
-             and any(split_part(name)[1] is not None for name in (c.name, c.mindspore_name or ""))]
-    if not parts:
-        return ""
-    return (f" Beside it, {', '.join(parts[:4])}{' ...' if len(parts) > 4 else ''} are parts "
-            "of one output that one side computes apart, each matching as mapped: a port "
-            "reading them in another order fails here (a suggested --map gives them in the "
-            "port's declaration order, a guess: swap their rows if so).")
 
 
 def _state_updated_in_the_forward(first: Comparison, t: RecordInfo,
@@ -862,76 +151,6 @@ def _state_updated_in_the_forward(first: Comparison, t: RecordInfo,
                             f"{first.ms_error:.2g} of its norm). The update in the port's "
                             "construct (a power iteration's order, a running average's rate, "
                             "what is assigned when) is the likely cause.", confidence="likely")
-
-
-def _different_operation(t: RecordInfo, m: RecordInfo) -> Diagnosis:
-    """Two modules of different op types whose output is the first to differ. One of a class
-    parity has no op type for ("module": the port's own dense cell, say) is most often that
-    class computing otherwise from the same weights."""
-    torch_side, ms_side = ("torch", t, "module", "forward"), ("MindSpore", m, "cell", "construct")
-    unknown = [side for side in (torch_side, ms_side) if side[1].op in ("", "module")]
-    if len(unknown) == 1:
-        own, _, what, method = unknown[0]
-        typed_side, typed = (torch_side if unknown[0] is ms_side else ms_side)[:2]
-        return Diagnosis(cause=f"{typed.op} computes something different",
-                         detail=f"{typed_side} {typed.name} is {typed.op}, {own} "
-                                f"{unknown[0][1].name} a {what} of its own class, whose {method} "
-                                "computes otherwise from the same weights (a weight used "
-                                "transposed, a bias left out, another formula); everything "
-                                "before it matched.", confidence="guess")
-    return Diagnosis(cause="different operation",
-                     detail=f"torch {t.name} is {t.op or '?'}, MindSpore {m.name} is "
-                            f"{m.op or '?'}; everything before it matched.", confidence="guess")
-
-
-def _key_bias_left(t: RecordInfo, m: RecordInfo, ms_run: RunReader) -> Optional[Diagnosis]:
-    """The output of a port's key layer without bias, compared with its columns of torch's
-    fused layer whose bias rows for it went to no parameter (weights._key_unbiased): torch adds
-    that bias there, the port cannot."""
-    module, part = split_part(t.name)
-    if part is None:
-        return None
-    rows = Part(part.start, part.stop).of(f"{module}.bias")
-    if rows not in (ms_run.manifest.get("torch_rows_left") or ()):
-        return None
-    return Diagnosis(cause="bias missing in the port's key layer",
-                     detail=f"MindSpore's {m.name} has no bias, while torch's {module} adds "
-                            f"{rows} to these columns: every token's output differs by it. A "
-                            "bias on the keys shifts every logit of a row alike, which softmax "
-                            "ignores, so what follows may match; build the port's layer with "
-                            "has_bias=True to compare it with torch's.", confidence="likely")
-
-
-def _drawing_between_modules(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
-                             ms_run: RunReader, where: str) -> Optional[Diagnosis]:
-    """Where one side's step alone draws random numbers and the first output to differ takes
-    an input that differs while every module output before it matched (and no dropping module
-    stands there: compare/dropping.py tells those): that side likely drops between the modules.
-    timm's classifier heads call ``F.dropout(x, p=self.drop_rate, training=self.training)``:
-    its legacy SE-ResNeXt-26 against mindcv's, built without dropout, was told only "the step
-    is not deterministic", nowhere named."""
-    drawing = [run for run in (torch_run, ms_run) if run.step_is_random]
-    if len(drawing) != 1:
-        return None
-    if drawing[0] is torch_run:
-        return Diagnosis(
-            cause="Dropout in torch's forward, not a module",
-            detail=f"{t.name}'s input (MindSpore's {m.name}) already differs from the port's "
-                   "while every module output before it matched, and two torch steps from the "
-                   f"same state differ: torch likely draws random numbers just before {t.name}, "
-                   f"in {where} (an F.dropout, as timm's classifier heads call with their "
-                   "drop_rate), which parity cannot run as identity; the port runs no dropout "
-                   "there. If torch trains with it, the port lacks it: add an nn.Dropout cell "
-                   "of torch's rate there; for the check, build torch's with rate 0 (timm: "
-                   "drop_rate=0).", confidence="likely")
-    return Diagnosis(
-        cause="Dropout in the port's construct, not a cell",
-        detail=f"MindSpore's {m.name} (torch's {t.name}) takes an input that already differs "
-               "from torch's while every module output before it matched, and two MindSpore "
-               "steps from the same state differ: the port likely draws random numbers in its "
-               f"construct just before {m.name} (ops.dropout), which parity cannot run as "
-               "identity; torch runs no dropout there. Remove it, or hold it as an nn.Dropout "
-               "cell (run as identity in the check).", confidence="likely")
 
 
 def _random_step(torch_run: RunReader, ms_run: RunReader,
@@ -978,33 +197,6 @@ def _differing_drop_rate(comparisons: Sequence[Comparison], torch_run: RunReader
     return None
 
 
-def _ill_conditioned(first: Comparison, t: RecordInfo,
-                     torch_run: RunReader) -> Optional[Diagnosis]:
-    """A record where float32 itself is far from exact: measured by torch's float64 step, or,
-    without it (--no-fp64-reference), suspected where BatchNorm normalises few values per
-    channel before it."""
-    where = _few_values_per_channel(first, t, torch_run)
-    if first.fp32_noise >= ILL_CONDITIONED:
-        return Diagnosis(
-            cause="float32 ill-conditioned here",
-            detail=f"torch's own float32 {first.name} · {first.kind} is "
-                   f"{100 * first.fp32_noise:.2g} % from its float64 result, MindSpore's "
-                   f"differs from torch's by {100 * first.ms_error:.2g} %: two correct float32 "
-                   f"computations can differ that much here.{where} A larger batch or image "
-                   "checks this part of the network reliably.", confidence="likely")
-    if math.isnan(first.fp32_noise) and where and \
-            torch_run.manifest.get("fp64_reference") is False:
-        return Diagnosis(
-            cause="float32 may be ill-conditioned here (no float64 reference)",
-            detail=f"{first.name} · {first.kind} differs by {first.max_rel:.2g} at most and "
-                   f"every earlier record matched.{where} Past so few values two correct "
-                   "float32 computations can differ by percents, which fixed tolerances cannot "
-                   "tell from a bug: run again without --no-fp64-reference (torch's float64 step "
-                   "measures its own float32 error there), or with a larger batch or image.",
-            confidence="guess")
-    return None
-
-
 def _loss_follows_the_logits(comparisons: Sequence[Comparison], torch_run: RunReader,
                              ms_run: RunReader) -> Optional[Diagnosis]:
     """Each side's loss the cross entropy of its own logits (compare/loss.py), yet the loss
@@ -1035,7 +227,7 @@ def _loss_from_unpaired(ratio: float, unmatched: Dict[str, Tuple[str, ...]],
     reaching = [f"{side}'s {name}" for side, run in (("torch", torch_run), ("MindSpore", ms_run))
                 for name in unmatched.get(f"{side.lower()} forward", ())
                 if run.record(name, "grad") is not None and
-                not _feeds_a_later_module(run.record(name, "forward"), run)]
+                not inputs.feeds_a_later_module(run.record(name, "forward"), run)]
     if not reaching:
         return None
     return Diagnosis(
@@ -1046,47 +238,6 @@ def _loss_from_unpaired(ratio: float, unmatched: Dict[str, Tuple[str, ...]],
                "feed no module, so the forward computes the model's output from them. What "
                "differs there is the likely cause; pair them by hand with --map FILE "
                "(\"mindspore.name\" = \"torch.name\") to compare them.", confidence="likely")
-
-
-def _feeds_a_later_module(source: RecordInfo, run: RunReader) -> bool:
-    """Whether a module run after ``source`` takes its output as its first input (by sketch)."""
-    sketch = input_sketch(run.tensor(source))
-    return any(distance is not None and distance <= FED_BY
-               for r in run.records if r.kind == "forward" and r.order > source.order
-               for distance in [sketch_distance(r.attrs.get("input_sketch"), sketch)])
-
-
-def _few_values_per_channel(first: Comparison, t: Optional[RecordInfo],
-                            torch_run: RunReader) -> str:
-    """' bn normalises 2 values per channel (...).' for the training BatchNorm with the fewest
-    before ``first`` (any, past the forward) if FEW_VALUES_PER_CHANNEL or fewer; else ''."""
-    fewest = _fewest_values_per_channel(torch_run, t if first.kind == "forward" else None)
-    if fewest is None or fewest[0] > FEW_VALUES_PER_CHANNEL:
-        return ""
-    return _normalises(fewest[1], fewest[0])
-
-
-def _normalises(batch_norm: str, values: int) -> str:
-    return f" {batch_norm} normalises {values} values per channel (batch × height × width)."
-
-
-def _fewest_values_per_channel(torch_run: RunReader,
-                               up_to: Optional[RecordInfo]) -> Optional[Tuple[int, str]]:
-    """(values, name) of the training BatchNorm that normalises the fewest values per channel;
-    only those that ran before ``up_to`` if given."""
-    counts = [(values, r.name) for r in torch_run.records
-              if (values := _values_per_channel(r)) is not None
-              and (up_to is None or r.order <= up_to.order)]
-    return min(counts, default=None)
-
-
-def _values_per_channel(record: RecordInfo) -> Optional[int]:
-    """How many values a training BatchNorm's forward record normalises per channel (batch ×
-    height × width); None for any other record."""
-    if record.kind == "forward" and record.op.startswith("batchnorm") and \
-            len(record.shape) > 1 and record.attrs.get("training"):
-        return int(np.prod(record.shape)) // record.shape[1]
-    return None
 
 
 def step_settings_differ(torch_run: RunReader, ms_run: RunReader) -> List[str]:
@@ -1128,7 +279,7 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"{how(torch_run.tensor(t), ms_run.tensor(m))}",
                          confidence="certain")
     if first.kind == "forward":
-        return _key_bias_left(t, m, ms_run) or _forward_cause(
+        return forward_cause(
             first, t, m, comparisons, torch_run, ms_run, unmatched, dropping)
     if first.kind == "loss":
         torch_loss, ms_loss = (float(np.asarray(run.tensor(r)).reshape(-1)[0])
@@ -1246,7 +397,7 @@ def _next_modules_backward(t: RecordInfo, torch_run: RunReader,
                          detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
                                 f"w.r.t. {after.name}'s (a Mish) matches: {kernels.MISH_GRADIENT}",
                          confidence="likely")
-    few = _values_per_channel(after)
+    few = conditioning.values_per_channel(after)
     cancels = few is not None and few <= FEW_VALUES_PER_CHANNEL
     return Diagnosis(cause=f"{after.name}'s backward differs",
                      detail=f"the gradient w.r.t. {t.name}'s output differs while the one "
@@ -1254,10 +405,10 @@ def _next_modules_backward(t: RecordInfo, torch_run: RunReader,
                             f"{after.name}'s backward (a custom bprop, a stop_gradient, an "
                             "operation whose gradient differs) turns one into the other, if it "
                             f"is what consumes {t.name}'s output."
-                            + (f"{_normalises(after.name, few)} The terms of its backward "
-                               "nearly cancel there (with 2 values, exactly but for eps), and "
-                               "two correct float32 computations of what is left can be far "
-                               "apart. A larger batch or image checks it again." if cancels
+                            + (f"{conditioning.normalises(after.name, few)} The terms of its "
+                               "backward nearly cancel there (with 2 values, exactly but for "
+                               "eps), and two correct float32 computations of what is left can "
+                               "be far apart. A larger batch or image checks it again." if cancels
                                else ""),
                      confidence="guess" if cancels else "likely")
 

@@ -870,6 +870,13 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
                      "the output of a pair that passed, "
                      "their computation checked in it (one side computes it in a module's "
                      f"forward), not listed as unmatched: {first_few(checked)}")
+    unmatched, constants = _constants_set_aside(unmatched, torch_run)
+    if constants:
+        notes.append(f"torch's non-persistent buffer{'s' if len(constants) > 1 else ''} "
+                     f"{first_few(constants)} (constants its modules build, outside the state "
+                     "dict and any checkpoint: a causal mask, position ids) went to no tensor "
+                     "of the port, which builds its own or computes them: compared through the "
+                     "outputs they shape, not listed as unmatched")
     return CheckResult(comparisons=tuple(comparisons), first_divergence=divergence,
                        diagnosis=diagnosis, unmatched=unmatched, details=details,
                        meta=_meta(torch_run, ms_run, policy, command, notes),
@@ -879,6 +886,23 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
                               # captures ran in their own)
                               "compare_peak_rss_mb": peak_resident_mb() + helper_rss,
                               "compare_bytes": compared_bytes})
+
+
+def _constants_set_aside(unmatched: Dict[str, Tuple[str, ...]], torch_run: RunReader
+                         ) -> Tuple[Dict[str, Tuple[str, ...]], List[str]]:
+    """``unmatched`` without torch's non-persistent buffers, and those buffers: GPT-2's
+    attention builds its causal mask as one, a port as a plain tensor (listed, every Hugging
+    Face model had unmatched torch buffers)."""
+    left = unmatched.get("torch buffer", ())
+    constants = [name for name in left
+                 if torch_run.record(name, "buffer").attrs.get("persistent") is False]
+    if not constants:
+        return unmatched, []
+    kept = {key: names for key, names in unmatched.items() if key != "torch buffer"}
+    rest = tuple(name for name in left if name not in constants)
+    if rest:
+        kept["torch buffer"] = rest
+    return kept, constants
 
 
 def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, Any],

@@ -187,3 +187,45 @@ def other_input_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run
     return Diagnosis(cause=first.cause,
                      detail=f"{m.name}'s first input matched torch's, but its {which} "
                             f"{first.detail}.{where}", confidence="likely")
+
+
+# A module's first input is an earlier module's output where their sketches lie within this
+# share of its norm (the same tensor: 0), looked for among this many records before it.
+FED_BY, FED_BY_SEARCHED = 1e-6, 256
+
+
+def fed_by(record: RecordInfo, run: RunReader) -> Optional[RecordInfo]:
+    """The latest forward record of ``run`` before ``record`` whose output is ``record``'s
+    first input, told by the input's sketch (to 10⁻⁶ of its norm), among the FED_BY_SEARCHED
+    before it; None if none is."""
+    earlier = [r for r in run.records if r.kind == "forward" and r.order < record.order
+               and r.part is None]
+    return next((candidate for candidate in sorted(earlier, key=lambda r: -r.order)
+                 [:FED_BY_SEARCHED] if feeds(candidate, record, run)), None)
+
+
+def feeds(source: RecordInfo, record: RecordInfo, run: RunReader) -> bool:
+    """Whether ``source``'s output is ``record``'s first input, by its sketch."""
+    return _taken_as_first_input(input_sketch(run.tensor(source)), record)
+
+
+def feeds_a_later_module(source: RecordInfo, run: RunReader) -> bool:
+    """Whether a module run after ``source`` takes its output as its first input."""
+    sketch = input_sketch(run.tensor(source))
+    return any(_taken_as_first_input(sketch, r) for r in run.records
+               if r.kind == "forward" and r.order > source.order)
+
+
+def taken_by(array: np.ndarray, run: RunReader, up_to: RecordInfo,
+             within: float) -> Optional[RecordInfo]:
+    """The latest forward record of ``run`` up to ``up_to`` (itself included) whose first input
+    is ``array``, its sketch within ``within`` of its norm; None if none is."""
+    sketch = input_sketch(np.asarray(array, np.float32))
+    return next((r for r in sorted(run.records, key=lambda r: -r.order)
+                 if r.kind == "forward" and r.order <= up_to.order and r.part is None
+                 and _taken_as_first_input(sketch, r, within)), None)
+
+
+def _taken_as_first_input(sketch: Sketch, record: RecordInfo, within: float = FED_BY) -> bool:
+    distance = sketch_distance(record.attrs.get("input_sketch"), sketch)
+    return distance is not None and distance <= within
