@@ -1668,6 +1668,19 @@ def test_a_layer_the_port_holds_but_never_runs_is_named():
         result.diagnosis.detail
 
 
+def test_a_layer_the_port_never_runs_is_named_past_a_dropout_of_rate_0():
+    """torch drops at rate 0 between the left-out layer and the next one, and the port has no
+    dropout: the unpaired dropout was taken for the last match, hiding the layer (GPT-2's
+    position embedding, left out of a port: "computation between modules differs")."""
+    from tests import tiny
+    result = _checked_on_features(tiny.torch_shift_then_dropout(), tiny.ms_shift_never_called())
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("head", "operation missing in the port")
+    assert "torch runs shift (dense) after the last output that matched and before head, and " \
+        "MindSpore has no counterpart: MindSpore's shift holds its weights but never ran: the " \
+        "construct does not call it." in result.diagnosis.detail, result.diagnosis
+
+
 def test_a_norm_the_port_holds_but_never_runs_at_a_blocks_end_is_named():
     """The port's block returns before its last norm, torch's returns a dict: torch's norm was
     paired with the port's block, the output it has there, and no module was left unmatched
@@ -2578,6 +2591,19 @@ def test_a_cell_assigned_to_a_sequential_cells_attribute_is_named_as_never_run()
                for note in result.meta.notes), result.meta.notes
     plain = parity.check(tiny.torch_tiny(), tiny.ms_tiny(), image_size=16)
     assert not any("never ran" in note for note in plain.meta.notes)
+
+
+def test_a_layer_assigned_to_a_sequential_cells_attribute_is_told_why_it_never_ran():
+    """The hint on setattr is given where the cell holding torch's weights is one a
+    SequentialCell holds and does not run, not for every cell that never ran."""
+    import parity
+    from tests import tiny
+    result = parity.check(tiny.torch_tiny(), tiny.ms_tiny_conv_assigned(), image_size=16)
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("4", "operation missing in the port")
+    assert "MindSpore's layer3 holds its weights but never ran: the construct does not call it " \
+        "(a cell set on a SequentialCell with setattr stays out of the cells it runs)" in \
+        result.diagnosis.detail, result.diagnosis
 
 
 def test_rows_a_refused_transfer_suggests_are_compared_in_parts_along_their_channels():

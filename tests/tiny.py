@@ -2332,6 +2332,40 @@ def ms_block_ending_before_its_norm() -> msnn.Cell:
     return _MsHeadedBlock()
 
 
+# A shift added to a layer's output, then a dropout of rate 0 (GPT-2 adds its positions so,
+# then drops), and a port holding the shift that never calls it, with no dropout.
+class _TorchShiftThenDropout(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = tnn.Linear(FEATURES, FEATURES)
+        self.shift = tnn.Linear(FEATURES, FEATURES)
+        self.drop = tnn.Dropout(0.0)
+        self.head = tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        hidden = self.fc1(x)
+        return self.head(self.drop(hidden + self.shift(hidden)))
+
+
+class _MsShiftNeverCalled(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = msnn.Dense(FEATURES, FEATURES)
+        self.shift = msnn.Dense(FEATURES, FEATURES)
+        self.head = msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        return self.head(self.fc1(x))
+
+
+def torch_shift_then_dropout() -> tnn.Module:
+    return _TorchShiftThenDropout()
+
+
+def ms_shift_never_called() -> msnn.Cell:
+    return _MsShiftNeverCalled()
+
+
 # A layer scaled by a constant torch holds as a non-persistent buffer (GPT-2's causal mask is
 # one) and the port as a plain tensor.
 class _TorchScaledByAConstant(tnn.Module):
@@ -3715,6 +3749,15 @@ def ms_tiny_relu_assigned() -> msnn.Cell:
     net = msnn.SequentialCell(OrderedDict((f"layer{index}", cell)
                                           for index, cell in enumerate(_ms_tiny().cell_list)))
     net.layer2 = msnn.ReLU6()
+    return net
+
+
+def ms_tiny_conv_assigned() -> msnn.Cell:
+    """Its cells named, its strided conv "replaced" by assigning the SequentialCell's
+    attribute: the new conv takes torch's weights and never runs, the old one runs unseen."""
+    net = msnn.SequentialCell(OrderedDict((f"layer{index}", cell)
+                                          for index, cell in enumerate(_ms_tiny().cell_list)))
+    net.layer3 = msnn.Conv2d(8, 8, 3, stride=2, pad_mode="pad", padding=1)
     return net
 
 

@@ -19,7 +19,7 @@ from parity.compare import conditioning, functional, inputs, kernels, reorder
 from parity.compare.dropping import DropMismatch
 from parity.compare.settings import (counting_padding, settings_cause, softmax_axis,
                                      uncounted_padding)
-from parity.compare.structure import declared_eps, op_family
+from parity.compare.structure import computes_nothing, declared_eps, op_family
 from parity.records import Comparison, Diagnosis, Part, RecordInfo, module_of, split_part
 from parity.rundir import RunReader, initial_weights
 
@@ -92,10 +92,11 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return proven
     torch_left, ms_left = (set(unmatched.get(f"{side} forward", ()))
                            for side in ("torch", "mindspore"))
+    torch_idle, ms_idle = _unpaired_computing_nothing(comparisons, torch_run, ms_run)
     kept = _shape_kept(t, m)
     if tuple(t.shape) != tuple(m.shape) and kept is not None:
         (side, keeping), (other, returning) = kept
-        before = _unmatched_just_before(t, torch_run, torch_left)
+        before = _unmatched_just_before(t, torch_run, torch_left, torch_idle)
         runs = f" torch runs {', '.join(before)} just before it." if before else ""
         return Diagnosis(cause=f"{keeping.op} runs on another shape",
                          detail=f"{keeping.op} returns the shape it takes: {side}'s "
@@ -114,8 +115,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"{tuple(m.shape)}, while every earlier output matched: compare "
                                 "their settings (stride, padding, kernel size, ceil_mode, output "
                                 "size).", confidence="guess")
-    missing = _unmatched_just_before(t, torch_run, torch_left)
-    extra = _unmatched_just_before(m, ms_run, ms_left)
+    missing = _unmatched_just_before(t, torch_run, torch_left, torch_idle)
+    extra = _unmatched_just_before(m, ms_run, ms_left, ms_idle)
     if _softmax_torch_applies_too(extra, t, ms_run) or \
             _activations_torch_applies_too(extra, ms_run, ms_left):
         extra = []
@@ -412,14 +413,18 @@ def _largest_error_before(first: Comparison, comparisons: Sequence[Comparison]) 
                 and c.order < first.order and c.ref_rms), default=0.0)
 
 
-def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -> List[str]:
+def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str],
+                           idle: Set[str] = frozenset()) -> List[str]:
     """The unmatched forward records of ``run`` that ran after its last matched one before
     ``m`` and changed its values: computation with no counterpart on the other side, between a
-    match and a miss. An unmatched reshape or identity (same values) is not blamed."""
+    match and a miss. An unmatched reshape or identity (same values) is not blamed, and the
+    ``idle`` records, unpaired modules computing nothing, are no match: GPT-2's dropout of rate
+    0 after its position embedding hid the embedding, left out of a port, which was told
+    "computation between modules differs"."""
     extra: List[RecordInfo] = []
     matched = None
-    for record in sorted((r for r in run.records if r.kind == "forward" and r.order < m.order),
-                         key=lambda r: r.order, reverse=True):
+    for record in sorted((r for r in run.records if r.kind == "forward" and r.order < m.order
+                          and r.name not in idle), key=lambda r: r.order, reverse=True):
         if record.name not in unmatched:
             matched = record
             break
@@ -429,6 +434,18 @@ def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str]) -
         if all(np.array_equal(run.tensor(r).reshape(-1), before) for r in extra):
             return []
     return [r.name for r in extra]
+
+
+def _unpaired_computing_nothing(comparisons: Sequence[Comparison], torch_run: RunReader,
+                                ms_run: RunReader) -> Tuple[Set[str], Set[str]]:
+    """Each side's forward records of modules computing nothing (an Identity, a dropout of rate
+    0) left unpaired: listed as unmatched nowhere (engine), yet no matched point either."""
+    paired = [{c.name for c in comparisons if c.kind == "forward"},
+              {c.mindspore_name or c.name for c in comparisons if c.kind == "forward"}]
+    torch_idle, ms_idle = ({r.name for r in run.records if r.kind == "forward"
+                            and computes_nothing(r) and r.name not in names}
+                           for run, names in zip((torch_run, ms_run), paired))
+    return torch_idle, ms_idle
 
 
 def _softmax_torch_applies_too(extra: Sequence[str], t: RecordInfo, ms_run: RunReader) -> bool:
@@ -683,9 +700,11 @@ def _missing_cause(missing: Sequence[str], first: Comparison, t: RecordInfo, m: 
                          confidence="likely")
     if idle:
         them = "it" if len(idle) == 1 else "them"
+        set_aside = set(ms_run.manifest.get("cells_not_run") or ()) & set(idle)
+        why = " (a cell set on a SequentialCell with setattr stays out of the cells it runs)" \
+            if set_aside else ""
         port = f"MindSpore's {', '.join(idle)} {'holds' if len(idle) == 1 else 'hold'} its " \
-            f"weights but never ran: the construct does not call {them} (a cell set on a " \
-            "SequentialCell with setattr stays out of the cells it runs)"
+            f"weights but never ran: the construct does not call {them}{why}"
     else:
         port = "the port leaves it out, or computes it otherwise in its construct"
     nearly = first.rms / first.ref_rms if first.ref_rms else math.inf
