@@ -891,8 +891,8 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
 def _constants_set_aside(unmatched: Dict[str, Tuple[str, ...]], torch_run: RunReader
                          ) -> Tuple[Dict[str, Tuple[str, ...]], List[str]]:
     """``unmatched`` without torch's non-persistent buffers, and those buffers: GPT-2's
-    attention builds its causal mask as one, a port as a plain tensor (listed, every Hugging
-    Face model had unmatched torch buffers)."""
+    attention builds its causal mask as one, a port as a plain tensor (listed as unmatched,
+    they showed on every run of GPT-2's correct port)."""
     left = unmatched.get("torch buffer", ())
     constants = [name for name in left
                  if torch_run.record(name, "buffer").attrs.get("persistent") is False]

@@ -1,7 +1,8 @@
 """A module's inputs, told apart from the sketches the captures took as they entered
 (parity/sketch.py): its first one, and its second and later ones (an attention or padding mask,
 a skip connection, a decoder's memory). Where one already differs, the difference was made
-before the module ran, in the forward of the outermost enclosing module given it so.
+before the module ran, in the forward of the outermost enclosing module given it so. A first
+input's sketch also tells which module's output it is (fed_by, taken_by).
 
 A mask is compared by the positions it masks out, whatever its form: torch's
 TransformerEncoderLayer hands its attention an additive float mask (-inf where masked) made
@@ -23,6 +24,9 @@ from parity.rundir import RunReader
 from parity.sketch import input_sketch, sketch_distance
 
 Sketch = Dict[str, Any]
+# A module's first input is an earlier module's output where their sketches lie within this
+# share of its norm (the same tensor: 0), looked for among this many records before it.
+FED_BY, FED_BY_SEARCHED = 1e-6, 256
 
 
 def first_input_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
@@ -187,11 +191,6 @@ def other_input_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run
     return Diagnosis(cause=first.cause,
                      detail=f"{m.name}'s first input matched torch's, but its {which} "
                             f"{first.detail}.{where}", confidence="likely")
-
-
-# A module's first input is an earlier module's output where their sketches lie within this
-# share of its norm (the same tensor: 0), looked for among this many records before it.
-FED_BY, FED_BY_SEARCHED = 1e-6, 256
 
 
 def fed_by(record: RecordInfo, run: RunReader) -> Optional[RecordInfo]:
