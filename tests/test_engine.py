@@ -1668,34 +1668,29 @@ def test_a_layer_the_port_holds_but_never_runs_is_named():
         result.diagnosis.detail
 
 
-def test_a_layer_the_port_never_runs_is_named_past_a_dropout_of_rate_0():
-    """torch drops at rate 0 between the left-out layer and the next one, and the port has no
-    dropout: the unpaired dropout was taken for the last match, hiding the layer (GPT-2's
-    position embedding, left out of a port: "computation between modules differs")."""
+@pytest.mark.parametrize("torch_model, ms_model, told", [
+    # torch drops at rate 0 between the left-out layer and the next one, and the port has no
+    # dropout: the unpaired dropout was taken for the last match, hiding the layer (GPT-2's
+    # position embedding, left out of a port: "computation between modules differs")
+    ("torch_shift_then_dropout", "ms_shift_never_called",
+     "torch runs shift (dense) after the last output that matched and before head, and "
+     "MindSpore has no counterpart: MindSpore's shift holds its weights but never ran: the "
+     "construct does not call it."),
+    # the port's block returns before its last norm, torch's returns a dict: torch's norm was
+    # paired with the port's block, the output it has there, and no module was left unmatched
+    # before it (Whisper's decoder without its final layer_norm: "computation between modules
+    # differs"); a module whose weights only cells that never ran hold pairs with nothing
+    ("torch_block_ending_at_a_norm", "ms_block_ending_before_its_norm",
+     "torch runs block.norm (layernorm) after the last output that matched and before head, "
+     "and MindSpore has no counterpart: MindSpore's block.norm holds its weights but never ran"),
+])
+def test_a_layer_the_port_holds_but_never_runs_is_named_before_the_next(torch_model, ms_model,
+                                                                        told):
     from tests import tiny
-    result = _checked_on_features(tiny.torch_shift_then_dropout(), tiny.ms_shift_never_called())
+    result = _checked_on_features(getattr(tiny, torch_model)(), getattr(tiny, ms_model)())
     assert (result.first_divergence.name, result.diagnosis.cause) == \
         ("head", "operation missing in the port")
-    assert "torch runs shift (dense) after the last output that matched and before head, and " \
-        "MindSpore has no counterpart: MindSpore's shift holds its weights but never ran: the " \
-        "construct does not call it." in result.diagnosis.detail, result.diagnosis
-
-
-def test_a_norm_the_port_holds_but_never_runs_at_a_blocks_end_is_named():
-    """The port's block returns before its last norm, torch's returns a dict: torch's norm was
-    paired with the port's block, the output it has there, and no module was left unmatched
-    before it. Whisper's decoder ported without its final layer_norm was told "computation
-    between modules differs". A module whose weights only cells that never ran hold pairs with
-    nothing."""
-    from tests import tiny
-    result = _checked_on_features(tiny.torch_block_ending_at_a_norm(),
-                                  tiny.ms_block_ending_before_its_norm())
-    assert "block.norm" in result.unmatched["torch forward"]
-    assert (result.first_divergence.name, result.diagnosis.cause) == \
-        ("head", "operation missing in the port")
-    assert "torch runs block.norm (layernorm) after the last output that matched and before " \
-        "head, and MindSpore has no counterpart: MindSpore's block.norm holds its weights but " \
-        "never ran" in result.diagnosis.detail, result.diagnosis
+    assert told in result.diagnosis.detail, result.diagnosis
 
 
 def test_an_activation_module_the_port_writes_as_a_function_is_named_on_both_sides():
