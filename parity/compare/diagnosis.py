@@ -12,7 +12,7 @@ optimizer state, buffers).
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -114,10 +114,14 @@ FALLBACK_CAUSES = ("loss function differs", "running statistics update differs",
 def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
              comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
              unmatched: Dict[str, Tuple[str, ...]],
-             dropping: Optional[DropMismatch] = None) -> Diagnosis:
+             dropping: Optional[DropMismatch] = None,
+             idle: Optional[Mapping[str, Sequence[str]]] = None) -> Diagnosis:
     """The likely cause of the first divergence ``first`` (its torch record ``t``, MindSpore's
-    ``m``); ``dropping``: the point next to them each side drops at another rate, if any."""
-    found = _diagnose(first, t, m, comparisons, torch_run, ms_run, unmatched, dropping)
+    ``m``); ``dropping``: the point next to them each side drops at another rate, if any;
+    ``idle``: each side's modules computing nothing left unpaired, listed in ``unmatched``
+    neither."""
+    found = _diagnose(first, t, m, comparisons, torch_run, ms_run, unmatched, dropping,
+                      idle or {})
     if found.confidence == "guess" or found.cause in FALLBACK_CAUSES:
         return _random_step(torch_run, ms_run, comparisons) or \
             conditioning.ill_conditioned(first, t, torch_run) or \
@@ -252,7 +256,7 @@ def step_settings_differ(torch_run: RunReader, ms_run: RunReader) -> List[str]:
 def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
               comparisons: Sequence[Comparison], torch_run: RunReader,
               ms_run: RunReader, unmatched: Dict[str, Tuple[str, ...]],
-              dropping: Optional[DropMismatch]) -> Diagnosis:
+              dropping: Optional[DropMismatch], idle: Mapping[str, Sequence[str]]) -> Diagnosis:
     ms_config = ms_run.manifest.get("config", {})
     if first.nan_torch + first.nan_mindspore + first.inf_torch + first.inf_mindspore:
         side = "both" if (first.nan_torch + first.inf_torch) and \
@@ -280,7 +284,7 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
                          confidence="certain")
     if first.kind == "forward":
         return forward_cause(
-            first, t, m, comparisons, torch_run, ms_run, unmatched, dropping)
+            first, t, m, comparisons, torch_run, ms_run, unmatched, dropping, idle)
     if first.kind == "loss":
         torch_loss, ms_loss = (float(np.asarray(run.tensor(r)).reshape(-1)[0])
                                for run, r in ((torch_run, t), (ms_run, m)))

@@ -147,9 +147,9 @@ def _in_parts(records: List[RecordInfo], names: Iterable[str]) -> List[RecordInf
 
 def pair_records(torch_run: RunReader, ms_run: RunReader,
                  forward_overrides: Optional[Mapping[str, str]] = None
-                 ) -> Tuple[List[Pair], Dict[str, Tuple[str, ...]], List[str]]:
+                 ) -> Tuple[List[Pair], Dict[str, Tuple[str, ...]], Dict[str, List[str]]]:
     """All (torch, mindspore) record pairs in divergence order, what stayed unmatched, and the
-    modules computing nothing left unpaired, not listed with it (side first: "mindspore 8")."""
+    modules computing nothing left unpaired, not listed with it (per side: "torch", "mindspore")."""
     param_map = dict(ms_run.manifest.get("param_map", {}))
     torch_by_kind: Dict[str, List[RecordInfo]] = {}
     ms_by_kind: Dict[str, List[RecordInfo]] = {}
@@ -193,7 +193,7 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
     # modules computing nothing (an Identity, a dropout of rate 0): named in a note, not listed
     idle = {side: {r.name for r in by_kind.get("forward", []) if structure.computes_nothing(r)}
             for side, by_kind in (("torch", torch_by_kind), ("mindspore", ms_by_kind))}
-    idle_left: List[str] = []       # their forward records left unpaired, side first
+    idle_left: Dict[str, List[str]] = {"torch": [], "mindspore": []}   # left unpaired
     for kind, whole_records in torch_by_kind.items():
         by_torch_name = {t: m for m, t in mapping.get(kind, {}).items()}
         ms_records = {r.name: r for r in ms_by_kind.get(kind, [])}
@@ -222,7 +222,7 @@ def pair_records(torch_run: RunReader, ms_run: RunReader,
             if missing:
                 unmatched[f"{side} {kind}"] = missing
             if kind == "forward":
-                idle_left.extend(f"{side} {r.name}" for r in records if r.name in idle[side])
+                idle_left[side].extend(r.name for r in records if r.name in idle[side])
     for kind in set(ms_by_kind) - set(torch_by_kind):
         unmatched[f"mindspore {kind}"] = tuple(r.name for r in ms_by_kind[kind])
     # a part is not its whole's tensor: the points of dropping are joined by stored tensor
@@ -849,7 +849,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
         pair = next(p for p in pairs if p.torch.name == first.name
                     and p.torch.kind == first.kind)
         diagnosis = diagnose(first, pair.torch, pair.mindspore, comparisons, torch_run, ms_run,
-                             unmatched, pair.dropping)
+                             unmatched, pair.dropping, idle)
     notes = _notes(torch_run, ms_run, self_checks, sites, comparisons, policy,
                    forward_overrides or {}, idle)
     if stepped:
@@ -908,7 +908,7 @@ def _constants_set_aside(unmatched: Dict[str, Tuple[str, ...]], torch_run: RunRe
 def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, Any],
            sites: List[kinks.FlipSite], comparisons: List[Comparison],
            policy: TolerancePolicy, forward_overrides: Mapping[str, str],
-           idle: Sequence[str]) -> List[str]:
+           idle: Mapping[str, Sequence[str]]) -> List[str]:
     """What the reader should know beside the verdicts: the self-checks, settings the captures
     ran apart, allowances made, modules left out of the unmatched lists (``idle``: computing
     nothing), and options that matched nothing."""
@@ -934,6 +934,7 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
         notes.append(f"{len(dropouts)} {kind} module{'s' if len(dropouts) > 1 else ''} "
                      f"({first_few(dropouts)}) ran as identity on both sides: the frameworks "
                      "draw different random masks, so their rates are compared instead")
+    idle = [f"{side} {name}" for side, names in idle.items() for name in names]
     if idle:
         notes.append(f"{len(idle)} module{'s' if len(idle) > 1 else ''} computing nothing (an "
                      "Identity, or a dropout of rate 0) with no counterpart on the other side, "

@@ -19,7 +19,7 @@ from parity.compare import conditioning, functional, inputs, kernels, reorder
 from parity.compare.dropping import DropMismatch
 from parity.compare.settings import (counting_padding, settings_cause, softmax_axis,
                                      uncounted_padding)
-from parity.compare.structure import computes_nothing, declared_eps, op_family
+from parity.compare.structure import declared_eps, op_family
 from parity.records import Comparison, Diagnosis, Part, RecordInfo, module_of, split_part
 from parity.rundir import RunReader, initial_weights
 
@@ -70,12 +70,13 @@ CENTRED, UNCENTRED = 1e-4, 1e-2
 
 def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                   comparisons: Sequence[Comparison], torch_run: RunReader, ms_run: RunReader,
-                  unmatched: Dict[str, Tuple[str, ...]],
-                  dropping: Optional[DropMismatch]) -> Diagnosis:
+                  unmatched: Dict[str, Tuple[str, ...]], dropping: Optional[DropMismatch],
+                  idle: Mapping[str, Sequence[str]]) -> Diagnosis:
     """The likely cause of a first divergence at a module output ``first`` (torch's record
     ``t``, MindSpore's ``m``), every earlier output having matched: what each side's
     settings prove, then what the records around it show (modules run on one side only, an
-    input taken elsewhere, a mask), then where the computation between modules differs."""
+    input taken elsewhere, a mask), then where the computation between modules differs.
+    ``idle``: each side's modules computing nothing left unpaired (engine.pair_records)."""
     key_bias = _key_bias_left(t, m, ms_run)
     if key_bias is not None:
         return key_bias
@@ -92,7 +93,7 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return proven
     torch_left, ms_left = (set(unmatched.get(f"{side} forward", ()))
                            for side in ("torch", "mindspore"))
-    torch_idle, ms_idle = _unpaired_computing_nothing(comparisons, torch_run, ms_run)
+    torch_idle, ms_idle = (set(idle.get(side, ())) for side in ("torch", "mindspore"))
     kept = _shape_kept(t, m)
     if tuple(t.shape) != tuple(m.shape) and kept is not None:
         (side, keeping), (other, returning) = kept
@@ -332,16 +333,9 @@ def _after_its_last_module(first: Comparison, t: RecordInfo, m: RecordInfo,
         return None     # a drift, or a small term: not told apart from what differs in it
     takes = [inputs.taken_by(a, run, record, ADDED_INPUT) if share > APART else None
              for a, share, (_, record, _, run) in zip(added, shares, sides)]
-    told = []
-    for (side, record, last, _), share, taking, a, (_, last_output) in \
-            zip(sides, shares, takes, added, outputs):
-        scale = _scale_of(a, last_output) if share > APART and taking is None else None
-        what = "a tensor" if taking is None else \
-            "its own input" if taking is record else f"{taking.name}'s input"
-        told.append(f"{side}'s {record.name} " + (
-            f"returns {last.name}'s output as is" if share <= AS_IS else
-            f"scales {last.name}'s output by {1 + scale:.4g}" if scale is not None else
-            f"adds {what} to {last.name}'s output"))
+    told = [f"{side}'s {record.name} {_what_it_does(record, last, a, share, taking, last_output)}"
+            for (side, record, last, _), a, share, taking, (_, last_output)
+            in zip(sides, added, shares, takes, outputs)]
     paired = {c.name: c.mindspore_name or c.name for c in comparisons if c.kind == "forward"}
     one_side = sum(share <= AS_IS for share in shares) == 1 and None not in \
         [taking for taking, share in zip(takes, shares) if share > APART]
@@ -354,6 +348,20 @@ def _after_its_last_module(first: Comparison, t: RecordInfo, m: RecordInfo,
                             f"what the forward computes after {lasts[1].name} differs (a "
                             f"residual add, a scale, an activation written as a function), in "
                             f"MindSpore's {m.name}.", confidence="likely")
+
+
+def _what_it_does(record: RecordInfo, last: RecordInfo, added: np.ndarray, share: float,
+                  taking: Optional[RecordInfo], last_output: np.ndarray) -> str:
+    """What ``record``'s module does to ``last``'s output, ``added`` to it (``share`` of its
+    norm; ``taking``: a module whose first input that is)."""
+    if share <= AS_IS:
+        return f"returns {last.name}'s output as is"
+    scale = None if taking is not None else _scale_of(added, last_output)
+    if scale is not None:
+        return f"scales {last.name}'s output by {1 + scale:.4g}"
+    what = "a tensor" if taking is None else \
+        "its own input" if taking is record else f"{taking.name}'s input"
+    return f"adds {what} to {last.name}'s output"
 
 
 def _scale_of(added: np.ndarray, output: np.ndarray) -> Optional[float]:
@@ -434,18 +442,6 @@ def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str],
         if all(np.array_equal(run.tensor(r).reshape(-1), before) for r in extra):
             return []
     return [r.name for r in extra]
-
-
-def _unpaired_computing_nothing(comparisons: Sequence[Comparison], torch_run: RunReader,
-                                ms_run: RunReader) -> Tuple[Set[str], Set[str]]:
-    """Each side's forward records of modules computing nothing (an Identity, a dropout of rate
-    0) left unpaired: listed as unmatched nowhere (engine), yet no matched point either."""
-    paired = [{c.name for c in comparisons if c.kind == "forward"},
-              {c.mindspore_name or c.name for c in comparisons if c.kind == "forward"}]
-    torch_idle, ms_idle = ({r.name for r in run.records if r.kind == "forward"
-                            and computes_nothing(r) and r.name not in names}
-                           for run, names in zip((torch_run, ms_run), paired))
-    return torch_idle, ms_idle
 
 
 def _softmax_torch_applies_too(extra: Sequence[str], t: RecordInfo, ms_run: RunReader) -> bool:

@@ -210,21 +210,26 @@ def feeds(source: RecordInfo, record: RecordInfo, run: RunReader) -> bool:
 
 def feeds_a_later_module(source: RecordInfo, run: RunReader) -> bool:
     """Whether a module run after ``source`` takes its output as its first input."""
-    sketch = input_sketch(run.tensor(source))
-    return any(_taken_as_first_input(sketch, r) for r in run.records
-               if r.kind == "forward" and r.order > source.order)
+    return any(r.order > source.order
+               for r in _taking(input_sketch(run.tensor(source)), run, FED_BY))
 
 
 def taken_by(array: np.ndarray, run: RunReader, up_to: RecordInfo,
              within: float) -> Optional[RecordInfo]:
     """The latest forward record of ``run`` up to ``up_to`` (itself included) whose first input
     is ``array``, its sketch within ``within`` of its norm; None if none is."""
-    sketch = input_sketch(np.asarray(array, np.float32))
-    return next((r for r in sorted(run.records, key=lambda r: -r.order)
-                 if r.kind == "forward" and r.order <= up_to.order and r.part is None
-                 and _taken_as_first_input(sketch, r, within)), None)
+    return next((r for r in _taking(input_sketch(np.asarray(array, np.float32)), run, within)
+                 if r.order <= up_to.order and r.part is None), None)
 
 
-def _taken_as_first_input(sketch: Sketch, record: RecordInfo, within: float = FED_BY) -> bool:
+def _taking(sketch: Optional[List[float]], run: RunReader, within: float) -> List[RecordInfo]:
+    """The forward records of ``run`` whose first input's sketch lies within ``within`` of
+    ``sketch`` (relative to its norm), the latest first."""
+    return sorted((r for r in run.records if r.kind == "forward"
+                   and _taken_as_first_input(sketch, r, within)), key=lambda r: -r.order)
+
+
+def _taken_as_first_input(sketch: Optional[List[float]], record: RecordInfo,
+                          within: float = FED_BY) -> bool:
     distance = sketch_distance(record.attrs.get("input_sketch"), sketch)
     return distance is not None and distance <= within
