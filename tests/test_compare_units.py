@@ -1174,7 +1174,7 @@ def test_a_gelu_pair_of_other_forms_fails_whatever_its_numbers(torch_attrs, ms_a
 
 
 def test_an_input_sketch_shows_a_difference_at_about_its_size():
-    """Two ±1 projections and the norm: a difference of 1 % RMS shows at that order whatever
+    """Six ±1 projections and the norm: a difference of 1 % RMS shows at that order whatever
     its pattern (random, or a permutation), float32 rounding at ~1e-7, integers not at all."""
     from parity.sketch import input_sketch
 
@@ -1189,6 +1189,28 @@ def test_an_input_sketch_shows_a_difference_at_about_its_size():
     assert shown(np.roll(x, 1)) > 0.1
     assert shown((x.astype(np.float64) * (1 + 1e-7)).astype(np.float32)) < 1e-5
     assert input_sketch(np.arange(4)) is None
+
+
+def test_unrelated_inputs_of_one_distribution_do_not_pass_for_one_another():
+    """A conv's output under 400 draws of its weights from one distribution (as a port running
+    an unseen conv with weights of its own makes): with the norm and two projections 220 of the
+    79,800 pairs came within a tenth of the norm in each (the share INPUT_SHARE takes as the
+    same input), with six none do. A sketch recorded with two projections still compares with a
+    six-projection one in those two."""
+    import itertools
+
+    from parity.sketch import input_sketch, sketch_distance
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 72, 8, 8)).astype(np.float32)
+    bound = 72 ** -0.5
+    sketches = [input_sketch(np.einsum("oc,nchw->nohw", rng.uniform(-bound, bound, (8, 72)), x)
+                             .astype(np.float32)) for _ in range(400)]
+    close = [(sketch_distance(a[:3], b[:3]) < 0.1, sketch_distance(a, b) < 0.1)
+             for a, b in itertools.combinations(sketches, 2)]
+    assert sum(three for three, _ in close) > 100
+    assert not any(seven for _, seven in close)
+    assert sketch_distance(sketches[0][:3], sketches[0]) == 0.0
 
 
 def test_integer_inputs_are_the_same_when_equal_whatever_their_width():
@@ -1499,6 +1521,25 @@ def test_an_input_in_another_order_keeps_its_sums_and_one_normalised_otherwise_d
     assert reorder.sums_difference(unsummed, _fed(swapped)) is None   # a capture of before
 
 
+def test_an_input_off_by_a_spread_difference_is_no_reordering():
+    """GPT-NeoX's attention output with the rotary on all of each head (the port) against its
+    first quarter (torch): 0.012 of its norm apart, its norm and sum of magnitudes within 1e-4
+    (the sketches' numbers of that run, 1,024 values), which such a difference moves by
+    about 5e-4; channels concatenated the other way round keep them to rounding."""
+    from parity.compare import reorder
+
+    def fed(norm, total):
+        return dataclasses.replace(_fed(np.ones(4, np.float32)), attrs={
+            "input_sketch": [norm, 0.0, 0.0], "input_magnitude": total})
+    torch_side, port = fed(1.7872108221054077, 40.52409362792969), \
+        fed(1.787158727645874, 40.52606964111328)
+    assert reorder.sums_difference(torch_side, port) <= reorder.SAME_SUMS
+    assert reorder.reordered_input(torch_side, port, 0.012, 0.0) is None
+    x = _normalised(np.random.default_rng(0).standard_normal((2, 10, 16, 16)), (1,))
+    swapped = np.ascontiguousarray(np.concatenate([x[:, 4:], x[:, :4]], 1))
+    assert reorder.reordered_input(_fed(x), _fed(swapped), 1.0, 0.0) is not None
+
+
 @pytest.mark.parametrize("ms_order, described", [
     ((0, 1, 2, 3, 4, 5, 6, 7), None),
     ((3, 4, 5, 6, 7, 0, 1, 2), "MindSpore's channels start at torch's channel 3 of 8: two parts "
@@ -1535,7 +1576,11 @@ def test_values_that_differ_are_no_reordering():
     not_finite = torch_out[:, ::-1].copy()
     not_finite[0, 0, 0, 0] = np.nan                 # NaN compares false with any bound
     assert reorder.permutation(torch_out, not_finite) is None
-    assert reorder.permutation(torch_out, torch_out[:, :, ::-1].copy())[0] == 2
+    axis, order = reorder.permutation(torch_out, torch_out[:, :, ::-1].copy())
+    assert axis == 2
+    assert reorder.describe(axis, 4, order).startswith(
+        "MindSpore's indices along axis 2 hold torch's in another order (MindSpore's→torch's: "
+        "0→4, 1→3")
 
 
 def _at(name: str, op: str, key: str, order: int, **attrs) -> RecordInfo:

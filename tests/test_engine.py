@@ -1517,6 +1517,46 @@ def test_what_a_block_computes_after_its_last_module_is_told(residual, cause, to
     assert told in result.diagnosis.detail, result.diagnosis.detail
 
 
+@pytest.mark.parametrize("torch_parallel, ms_residual, adding", [
+    (True, "parallel", None),
+    (True, "kept", "MindSpore's block.norm is given torch's input plus block.inner's output"),
+    (False, "parallel", "torch's block.norm is given MindSpore's input plus block.inner's "
+                        "output"),
+])
+def test_a_residual_added_before_a_module_on_one_side_only_is_named(torch_parallel,
+                                                                     ms_residual, adding):
+    """A block adding its branches to its input in parallel against one adding them one after
+    the other: the second branch's norm is given x + inner(x) on one side, x on the other.
+    GPT-NeoX's layer ported so was told "computation between modules differs"."""
+    from tests import tiny
+    result = _checked_on_features(tiny.torch_residual_block(torch_parallel),
+                                  tiny.ms_residual_block(ms_residual))
+    if adding is None:
+        assert result.passed, result.diagnosis
+        return
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("block.norm", "residual added before the module on one side only")
+    assert adding in result.diagnosis.detail, result.diagnosis.detail
+
+
+@pytest.mark.parametrize("built_first, cause, told", [
+    (True, "computation between modules differs",
+     "Before it, table (torch (1, 8), MindSpore (1, 16)) was left unpaired, named alike on both "
+     "sides and of other shapes"),
+    (False, "module output shape differs",
+     "both sides run table, unpaired: torch's table returns (1, 8), MindSpore's (1, 16)"),
+])
+def test_tables_named_alike_and_of_other_shapes_are_named(built_first, cause, told):
+    """A table torch applies to half of the features, the port to all: the two tables, named
+    alike, stay unpaired and are named where the head's input differs. Built just before the
+    head, they were told "operations run in another order" (each side runs it elsewhere)."""
+    from tests import tiny
+    result = _checked_on_features(tiny.torch_table_on_half(built_first),
+                                  tiny.ms_table_on_all(built_first))
+    assert (result.first_divergence.name, result.diagnosis.cause) == ("head", cause)
+    assert told in result.diagnosis.detail, result.diagnosis.detail
+
+
 def test_a_non_persistent_buffer_the_port_holds_as_a_tensor_is_noted_not_listed():
     """GPT-2's causal masks (non-persistent buffers) were listed as unmatched torch buffers on
     every run of a correct port. (A persistent one the port lacks is refused at the transfer.)"""

@@ -2399,22 +2399,23 @@ def ms_scaled_by_a_constant() -> msnn.Cell:
 # A block adding its norm's input to its MLP's output (a residual connection), and ports that
 # leave it out, add the block's input instead, or scale the MLP's output.
 class _TorchResidualBlock(tnn.Module):
-    def __init__(self) -> None:
+    def __init__(self, parallel: bool) -> None:
         super().__init__()
+        self.parallel = parallel
         self.inner = tnn.Linear(FEATURES, FEATURES)
         self.norm = tnn.LayerNorm(FEATURES)
         self.mlp = tnn.Linear(FEATURES, FEATURES)
 
     def forward(self, x):
         hidden = x + self.inner(x)
-        return hidden + self.mlp(self.norm(hidden))
+        return hidden + self.mlp(self.norm(x if self.parallel else hidden))
 
 
 class _TorchResidualNet(tnn.Module):
-    def __init__(self) -> None:
+    def __init__(self, parallel: bool) -> None:
         super().__init__()
         self.fc = tnn.Linear(FEATURES, FEATURES)
-        self.block = _TorchResidualBlock()
+        self.block = _TorchResidualBlock(parallel)
         self.head = tnn.Linear(FEATURES, 5)
 
     def forward(self, x):
@@ -2431,7 +2432,7 @@ class _MsResidualBlock(msnn.Cell):
 
     def construct(self, x):
         hidden = x + self.inner(x)
-        out = self.mlp(self.norm(hidden))
+        out = self.mlp(self.norm(x if self.residual == "parallel" else hidden))
         if self.residual == "left out":
             return out
         if self.residual == "scaled":
@@ -2450,14 +2451,69 @@ class _MsResidualNet(msnn.Cell):
         return self.head(self.block(self.fc(x)))
 
 
-def torch_residual_block() -> tnn.Module:
-    return _TorchResidualNet()
+def torch_residual_block(parallel: bool = False) -> tnn.Module:
+    """x + inner(x) + mlp(norm(x + inner(x))), or, ``parallel``, x + inner(x) + mlp(norm(x))
+    (GPT-NeoX's use_parallel_residual)."""
+    return _TorchResidualNet(parallel)
 
 
 def ms_residual_block(residual: str = "kept") -> msnn.Cell:
-    """residual: "kept", "left out", "block input" (added instead of the norm's) or "scaled"
-    (none added, the MLP's output times 1.5)."""
+    """residual: "kept", "left out", "block input" (added instead of the norm's), "scaled"
+    (none added, the MLP's output times 1.5) or "parallel" (the norm given the block's input,
+    as torch_residual_block(parallel=True))."""
     return _MsResidualNet(residual)
+
+
+# A table a module builds (a rotary embedding's cos) applied to the first half of the features
+# in torch, built for all of them in the port (GPT-NeoX's rotary on a quarter of each head, ported
+# onto all of it): the two tables, named alike, differ in shape and stay unpaired.
+class _TorchHalfTable(tnn.Module):
+    def forward(self, x):
+        return torch.cos(torch.arange(FEATURES // 2, dtype=x.dtype))[None]
+
+
+class _TorchTableApplied(tnn.Module):
+    def __init__(self, built_first: bool) -> None:
+        super().__init__()
+        self.built_first = built_first
+        self.fc, self.table, self.head = tnn.Linear(FEATURES, FEATURES), _TorchHalfTable(), \
+            tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        table = self.table(x) if self.built_first else None
+        hidden = self.fc(x)
+        table = self.table(hidden) if table is None else table
+        half = FEATURES // 2
+        return self.head(torch.cat((hidden[:, :half] * table, hidden[:, half:]), 1))
+
+
+class _MsWholeTable(msnn.Cell):
+    def construct(self, x):
+        return ops.cos(ops.arange(FEATURES, dtype=mindspore.float32))[None]
+
+
+class _MsTableApplied(msnn.Cell):
+    def __init__(self, built_first: bool) -> None:
+        super().__init__()
+        self.built_first = built_first
+        self.fc, self.table, self.head = msnn.Dense(FEATURES, FEATURES), _MsWholeTable(), \
+            msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        if self.built_first:
+            table = self.table(x)
+            return self.head(self.fc(x) * table)
+        hidden = self.fc(x)
+        return self.head(hidden * self.table(hidden))
+
+
+def torch_table_on_half(built_first: bool = False) -> tnn.Module:
+    """``built_first``: the table built before fc, else between fc and the head."""
+    return _TorchTableApplied(built_first)
+
+
+def ms_table_on_all(built_first: bool = False) -> msnn.Cell:
+    return _MsTableApplied(built_first)
 
 
 # A head over the first layer's output, run before the second layer, whose output torch adds;

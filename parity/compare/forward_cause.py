@@ -26,7 +26,7 @@ from parity.rundir import RunReader, initial_weights
 
 # A module's input differing by this share of its output's relative error or more is taken
 # as the cause: a ±1 projection shows a difference at about its RMS (an order below by chance
-# with probability 8 % per projection, two are taken), float32 noise at ~1e-6 of the norm.
+# with probability 8 % per projection, six are taken), float32 noise at ~1e-6 of the norm.
 INPUT_SHARE = 0.1
 # ... and well beyond the differences the earlier outputs pass on: within float32 noise they
 # reach 2.7e-4 of their RMS (ResNet50 at batch 2, 64²: the forward ms_error of make run's JSON).
@@ -186,13 +186,17 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         drawing = _drawing_between_modules(t, m, torch_run, ms_run, f"{where}{before}".rstrip(","))
         if drawing is not None:
             return drawing
+        added = inputs.added_to_input(t, m, torch_run, ms_run, max(ADDED_INPUT, passed_on))
+        if added is not None:
+            return _added_on_one_side(*added, t, m, inputs.forward_holding(t.name, torch_run))
+        beside = _rows_read_in_another_order(t, comparisons) + \
+            _unpaired_of_other_shapes(t, torch_left, ms_left, torch_run, ms_run)
         return Diagnosis(cause="computation between modules differs",
                          detail=f"{m.name}'s input already differs from torch's ({fed:.2g} of "
                                 "its norm) while every module output before it matched: the "
                                 "operations that feed it outside any module (matmul, softmax, "
                                 "masking, scaling, reshapes, residual adds), in "
-                                f"{where}{before} are the likely cause."
-                                f"{_rows_read_in_another_order(t, comparisons)}",
+                                f"{where}{before} are the likely cause.{beside}",
                          confidence="likely")
     if first.ref_rms:
         given = inputs.other_input_cause(
@@ -306,6 +310,23 @@ def _shape_kept(t: RecordInfo, m: RecordInfo
                 other[1].op in (record.op, GENERIC_OP):
             return (side, record), other
     return None
+
+
+def _added_on_one_side(side: str, added: RecordInfo, apart: float, t: RecordInfo,
+                       m: RecordInfo, where: str) -> Diagnosis:
+    """The diagnosis where ``side``'s first input is the other's plus ``added``'s output."""
+    if side == "MindSpore":
+        adding, other, doer, not_done = m, "torch", "the port", "torch does not"
+    else:
+        adding, other, doer, not_done = t, "MindSpore", "torch", "the port does not"
+    return Diagnosis(cause="residual added before the module on one side only",
+                     detail=f"{side}'s {adding.name} is given {other}'s input plus "
+                            f"{added.name}'s output (the two inputs' ±1 projections differ by "
+                            f"that output's to {apart:.1g} of their norm): {doer} adds it "
+                            f"before {adding.name}, {not_done}. A block whose branches add to "
+                            "its input in parallel (x + attn(ln1(x)) + mlp(ln2(x)), GPT-NeoX's "
+                            "use_parallel_residual) ported one after the other, or the other "
+                            f"way round, in {where}.", confidence="likely")
 
 
 def _after_its_last_module(first: Comparison, t: RecordInfo, m: RecordInfo,
@@ -722,9 +743,22 @@ def _replaced_cause(missing: Sequence[str], extra: Sequence[str], t: RecordInfo,
     """As many modules on each side, unpaired, after the last output that matched and before
     the first divergence: the port computes others in their place (mindcv's MixNet squeezes
     and excites through a ReLU where timm's does through the block's SiLU: it was told "extra
-    operation in the port", torch's SiLU unnamed)."""
-    theirs = ", ".join(_described(torch_run.record(name, "forward")) for name in missing)
-    ours = ", ".join(_described(ms_run.record(name, "forward")) for name in extra)
+    operation in the port", torch's SiLU unnamed), or the same ones on other shapes (a table
+    torch builds for half the features, the port for all: "different operation")."""
+    torch_records = [torch_run.record(name, "forward") for name in missing]
+    ms_records = [ms_run.record(name, "forward") for name in extra]
+    if all(a.name == b.name and a.op == b.op and tuple(a.shape) != tuple(b.shape)
+           for a, b in zip(torch_records, ms_records)):
+        shapes = "; ".join(f"torch's {a.name} returns {tuple(a.shape)}, MindSpore's "
+                           f"{tuple(b.shape)}" for a, b in zip(torch_records, ms_records))
+        return Diagnosis(cause=f"{torch_records[0].op or 'module'} output shape differs",
+                         detail=f"after the last output that matched and before {t.name}, "
+                                f"both sides run {', '.join(missing)}, unpaired: {shapes}. The "
+                                "port builds that output on another shape (a table over every "
+                                "feature where torch's covers a part, another size), and what "
+                                f"uses it differs at {t.name}.", confidence="likely")
+    theirs = ", ".join(_described(record) for record in torch_records)
+    ours = ", ".join(_described(record) for record in ms_records)
     place = "its place" if len(extra) == 1 else "their place"
     return Diagnosis(cause="different operation",
                      detail=f"after the last output that matched and before {t.name}, torch "
@@ -757,12 +791,13 @@ def _reordered(*sides: Tuple[str, RecordInfo, List[str], RunReader, Set[str], Di
     first divergence, the unmatched modules it runs just before it, its run, all it left
     unmatched, and its modules' counterparts by their weights (a norm of another name:
     timm's PoolFormer pools, then normalises, mindcv's normalises, then pools; the pools
-    paired, and "missing activation" was said)."""
-    for (side, record, names, _, _, modules), (other, _, _, other_run, other_left, _) in \
-            (sides, sides[::-1]):
+    paired, and "missing activation" was said). Modules both sides run just before it are in
+    their place, unpaired for another reason (their shapes differ)."""
+    for (side, record, names, _, _, modules), (other, _, other_names, other_run, other_left, _) \
+            in (sides, sides[::-1]):
         counterparts = [_counterpart(name, modules) for name in names]
         there = _runs_after(counterparts, other_run, other_left)
-        if names and there:
+        if names and there and not set(counterparts) & set(other_names):
             them, verb = ("it", "runs") if len(names) == 1 else ("them", "run")
             if counterparts != names:
                 them = f"{', '.join(counterparts)}, holding the same weights,"
@@ -812,6 +847,25 @@ def _rows_read_in_another_order(t: RecordInfo, comparisons: Sequence[Comparison]
             "of one output that one side computes apart, each matching as mapped: a port "
             "reading them in another order fails here (a suggested --map gives them in the "
             "port's declaration order, a guess: swap their rows if so).")
+
+
+def _unpaired_of_other_shapes(t: RecordInfo, torch_left: Set[str], ms_left: Set[str],
+                              torch_run: RunReader, ms_run: RunReader) -> str:
+    """A sentence naming the module outputs run before ``t`` that both sides name alike and
+    left unpaired, their shapes differing, where there are any. A GPT-NeoX port rotating every
+    dimension of each head built its rotary table (16, 16) where torch's is (1, 16, 4): the
+    attention using it was told to differ in its forward, the tables named nowhere."""
+    apart = []
+    for name in sorted(torch_left & ms_left):
+        a, b = torch_run.record(name, "forward"), ms_run.record(name, "forward")
+        if a is not None and b is not None and a.order < t.order and \
+                tuple(a.shape) != tuple(b.shape):
+            apart.append(f"{name} (torch {tuple(a.shape)}, MindSpore {tuple(b.shape)})")
+    if not apart:
+        return ""
+    return (f" Before it, {', '.join(apart[:4])}{' ...' if len(apart) > 4 else ''} "
+            f"{'were' if len(apart) > 1 else 'was'} left unpaired, named alike on both sides "
+            "and of other shapes: a table or a tensor the forward uses may be built otherwise.")
 
 
 def _different_operation(t: RecordInfo, m: RecordInfo) -> Diagnosis:

@@ -3,7 +3,7 @@ in a forward (``F.gelu(self.fc1(x))``, TransformerEncoderLayer's ``activation="g
 has no record of its own; and in which order each lays the values out for the next module (a
 feature map flattened channels-last on one side only).
 
-A module's input is kept as a sketch (its norm and two ±1 projections, parity/sketch.py). The
+A module's input is kept as a sketch (its norm and six ±1 projections, parity/sketch.py). The
 candidate activations are applied to the previous module's recorded output and sketched alike:
 on each side the closest is the one it applied. Float32 rounding moves a sketch's projections
 by ~3e-7 of the norm (one rounding either way on 30 % of 6.4 million values: 2.7e-7); GELU's two
@@ -18,7 +18,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parity.sketch import SKETCH_PERIOD, input_sketch, sketch_distance
+from parity.sketch import PROJECTIONS, SKETCH_PERIOD, input_sketch, sketch_distance
 from parity.records import Diagnosis, RecordInfo
 from parity.rundir import RunReader
 
@@ -81,7 +81,7 @@ def _projections(activation: Callable[[np.ndarray], np.ndarray],
     """The ±1 projections of input_sketch(activation(values)), a block at a time: memory
     bounded by a block, not by the tensor (ResNet50's largest at batch 8, 224² is 25 MB, 51 MB
     widened). Summed as input_sketch sums them, to float64 rounding."""
-    flat, projections = values.reshape(-1), np.zeros(2)
+    flat, projections = values.reshape(-1), np.zeros(PROJECTIONS)
     for start in range(0, flat.size, BLOCK):        # each block starts the signs' period anew
         block = activation(flat[start:start + BLOCK].astype(np.float64)).astype(np.float32)
         projections += input_sketch(block)[1:]
@@ -103,7 +103,7 @@ def sketch_distances(previous: np.ndarray, sketch: Sequence[float]) -> Dict[Cand
         values = previous if axes is None else np.ascontiguousarray(previous.transpose(axes))
         for name, f in ACTIVATIONS.items():
             distances[name, layout] = math.inf if not norm else \
-                float(np.abs(_projections(f, values) - recorded).max()) / norm
+                float(np.abs(_projections(f, values)[:len(recorded)] - recorded).max()) / norm
     return distances
 
 

@@ -108,7 +108,7 @@ def _count(sketch: List[float]) -> int:
 
 
 def _same_positions(a: List[float], b: List[float]) -> bool:
-    """Whether two sketches of masked positions ([count, two projections], whole numbers) are
+    """Whether two sketches of masked positions ([count, projections], whole numbers) are
     of the same positions."""
     return bool(np.array_equal(a, b))
 
@@ -133,7 +133,8 @@ def _mask_difference(a: Sketch, b: Sketch) -> Optional[Tuple[str, str]]:
         return None
     forms = _forms(a, b)
     everything = input_sketch(np.ones(size, np.float32))
-    kept_by_a = [size - a["masked"][0], *np.subtract(everything[1:], a["masked"][1:])]
+    kept_by_a = [size - a["masked"][0],
+                 *np.subtract(everything[1:len(a["masked"])], a["masked"][1:])]
     if _same_positions(kept_by_a, b["masked"]):
         return "mask inverted", (f"is inverted: MindSpore masks out the {_count(b['masked'])} of "
                                  f"{size} positions torch keeps, and keeps the "
@@ -201,6 +202,35 @@ def fed_by(record: RecordInfo, run: RunReader) -> Optional[RecordInfo]:
                and r.part is None]
     return next((candidate for candidate in sorted(earlier, key=lambda r: -r.order)
                  [:FED_BY_SEARCHED] if feeds(candidate, record, run)), None)
+
+
+def added_to_input(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+                   within: float) -> Optional[Tuple[str, RecordInfo, float]]:
+    """("MindSpore" or "torch", the record, how closely) where that side's first input is the
+    other's plus the output of a module it ran before, inside the same forward (the
+    FED_BY_SEARCHED latest there): the projections are sums, so the difference of the two
+    inputs' projections is that output's, to ``within`` of the input's norm. GPT-NeoX's layer
+    adds attention and MLP to its input in parallel; a port adding the attention's output
+    first hands the MLP's norm x + attention(x), and was told "computation between modules
+    differs"."""
+    a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
+    if not a or not b or len(a) != len(b) or not a[0]:
+        return None
+    gap = np.subtract(b[1:], a[1:])
+    for side, sign, record, run in (("MindSpore", 1, m, ms_run), ("torch", -1, t, torch_run)):
+        inside = _parent(record.name.partition("#")[0])
+        earlier = sorted((r for r in run.records if r.kind == "forward" and r.part is None
+                          and r.order < record.order and r.dtype == "float32"
+                          and r.name.startswith(f"{inside}." if inside else "")),
+                         key=lambda r: -r.order)[:FED_BY_SEARCHED]
+        for candidate in earlier:
+            added = input_sketch(run.tensor(candidate))
+            if added is None:
+                continue
+            apart = float(np.abs(sign * gap - added[1:len(a)]).max()) / a[0]
+            if apart <= within:
+                return side, candidate, apart
+    return None
 
 
 def feeds(source: RecordInfo, record: RecordInfo, run: RunReader) -> bool:
