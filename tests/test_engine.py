@@ -1522,12 +1522,15 @@ def test_what_a_block_computes_after_its_last_module_is_told(residual, cause, to
     (True, "kept", "MindSpore's block.norm is given torch's input plus block.inner's output"),
     (False, "parallel", "torch's block.norm is given MindSpore's input plus block.inner's "
                         "output"),
+    (False, "identity left out", "torch's block.norm is given MindSpore's input plus block's "
+                                 "input"),
 ])
 def test_a_residual_added_before_a_module_on_one_side_only_is_named(torch_parallel,
                                                                      ms_residual, adding):
     """A block adding its branches to its input in parallel against one adding them one after
-    the other: the second branch's norm is given x + inner(x) on one side, x on the other.
-    GPT-NeoX's layer ported so was told "computation between modules differs"."""
+    the other: the second branch's norm is given x + inner(x) on one side, x on the other; or
+    inner(x), the block's input not added. GPT-NeoX's layer ported so, and a ResNet block
+    without its identity, were told "computation between modules differs"."""
     from tests import tiny
     result = _checked_on_features(tiny.torch_residual_block(torch_parallel),
                                   tiny.ms_residual_block(ms_residual))

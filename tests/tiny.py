@@ -2431,7 +2431,7 @@ class _MsResidualBlock(msnn.Cell):
         self.mlp = msnn.Dense(FEATURES, FEATURES)
 
     def construct(self, x):
-        hidden = x + self.inner(x)
+        hidden = self.inner(x) if self.residual == "identity left out" else x + self.inner(x)
         out = self.mlp(self.norm(x if self.residual == "parallel" else hidden))
         if self.residual == "left out":
             return out
@@ -2459,8 +2459,9 @@ def torch_residual_block(parallel: bool = False) -> tnn.Module:
 
 def ms_residual_block(residual: str = "kept") -> msnn.Cell:
     """residual: "kept", "left out", "block input" (added instead of the norm's), "scaled"
-    (none added, the MLP's output times 1.5) or "parallel" (the norm given the block's input,
-    as torch_residual_block(parallel=True))."""
+    (none added, the MLP's output times 1.5), "parallel" (the norm given the block's input,
+    as torch_residual_block(parallel=True)) or "identity left out" (the norm given inner(x),
+    a ResNet block's out without + identity)."""
     return _MsResidualNet(residual)
 
 

@@ -312,21 +312,22 @@ def _shape_kept(t: RecordInfo, m: RecordInfo
     return None
 
 
-def _added_on_one_side(side: str, added: RecordInfo, apart: float, t: RecordInfo,
-                       m: RecordInfo, where: str) -> Diagnosis:
-    """The diagnosis where ``side``'s first input is the other's plus ``added``'s output."""
+def _added_on_one_side(side: str, added: str, apart: float, t: RecordInfo, m: RecordInfo,
+                       where: str) -> Diagnosis:
+    """The diagnosis where ``side``'s first input is the other's plus ``added`` (a tensor
+    named by inputs.added_to_input)."""
     if side == "MindSpore":
         adding, other, doer, not_done = m, "torch", "the port", "torch does not"
     else:
         adding, other, doer, not_done = t, "MindSpore", "torch", "the port does not"
     return Diagnosis(cause="residual added before the module on one side only",
-                     detail=f"{side}'s {adding.name} is given {other}'s input plus "
-                            f"{added.name}'s output (the two inputs' ±1 projections differ by "
-                            f"that output's to {apart:.1g} of their norm): {doer} adds it "
-                            f"before {adding.name}, {not_done}. A block whose branches add to "
-                            "its input in parallel (x + attn(ln1(x)) + mlp(ln2(x)), GPT-NeoX's "
-                            "use_parallel_residual) ported one after the other, or the other "
-                            f"way round, in {where}.", confidence="likely")
+                     detail=f"{side}'s {adding.name} is given {other}'s input plus {added} (the "
+                            "two inputs' ±1 projections differ by that tensor's, to "
+                            f"{apart:.1g} of their norm): {doer} adds it before {adding.name}, "
+                            f"{not_done}. A residual connection left out (a ResNet block's "
+                            "out + identity), or added at another point (GPT-NeoX's attention "
+                            "and MLP, added to the layer's input in parallel, ported one after "
+                            f"the other), in {where}.", confidence="likely")
 
 
 def _after_its_last_module(first: Comparison, t: RecordInfo, m: RecordInfo,

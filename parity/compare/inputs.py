@@ -14,7 +14,7 @@ is the other inverted, exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -205,32 +205,42 @@ def fed_by(record: RecordInfo, run: RunReader) -> Optional[RecordInfo]:
 
 
 def added_to_input(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
-                   within: float) -> Optional[Tuple[str, RecordInfo, float]]:
-    """("MindSpore" or "torch", the record, how closely) where that side's first input is the
-    other's plus the output of a module it ran before, inside the same forward (the
-    FED_BY_SEARCHED latest there): the projections are sums, so the difference of the two
-    inputs' projections is that output's, to ``within`` of the input's norm. GPT-NeoX's layer
-    adds attention and MLP to its input in parallel; a port adding the attention's output
-    first hands the MLP's norm x + attention(x), and was told "computation between modules
-    differs"."""
+                   within: float) -> Optional[Tuple[str, str, float]]:
+    """("MindSpore" or "torch", what it adds, how closely) where that side's first input is the
+    other's plus the input of the module whose forward runs it, or the output of a module run
+    before it there (the FED_BY_SEARCHED latest): the projections are sums, so the difference
+    of the two inputs' projections is that tensor's, to ``within`` of the input's norm.
+    GPT-NeoX's layer adds attention and MLP to its input in parallel; a port adding the
+    attention's output first hands the MLP's norm x + attention(x), and was told "computation
+    between modules differs", as was a ResNet block whose port leaves out its identity."""
     a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
     if not a or not b or len(a) != len(b) or not a[0]:
         return None
     gap = np.subtract(b[1:], a[1:])
     for side, sign, record, run in (("MindSpore", 1, m, ms_run), ("torch", -1, t, torch_run)):
-        inside = _parent(record.name.partition("#")[0])
-        earlier = sorted((r for r in run.records if r.kind == "forward" and r.part is None
-                          and r.order < record.order and r.dtype == "float32"
-                          and r.name.startswith(f"{inside}." if inside else "")),
-                         key=lambda r: -r.order)[:FED_BY_SEARCHED]
-        for candidate in earlier:
-            added = input_sketch(run.tensor(candidate))
+        for what, added in _tensors_before(record, run):
             if added is None:
                 continue
             apart = float(np.abs(sign * gap - added[1:len(a)]).max()) / a[0]
             if apart <= within:
-                return side, candidate, apart
+                return side, what, apart
     return None
+
+
+def _tensors_before(record: RecordInfo, run: RunReader
+                    ) -> Iterator[Tuple[str, Optional[List[float]]]]:
+    """(what it is, its sketch) of the input of the module whose forward runs ``record``, then
+    of the outputs run before ``record`` inside that forward, the latest first."""
+    inside = _parent(record.name.partition("#")[0])
+    holder = run.record(inside, "forward") if inside else None
+    if holder is not None:
+        yield f"{inside}'s input", holder.attrs.get("input_sketch")
+    earlier = sorted((r for r in run.records if r.kind == "forward" and r.part is None
+                      and r.order < record.order and r.dtype == "float32"
+                      and r.name.startswith(f"{inside}." if inside else "")),
+                     key=lambda r: -r.order)[:FED_BY_SEARCHED]
+    for candidate in earlier:
+        yield f"{candidate.name}'s output", input_sketch(run.tensor(candidate))
 
 
 def feeds(source: RecordInfo, record: RecordInfo, run: RunReader) -> bool:
