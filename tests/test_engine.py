@@ -1542,6 +1542,20 @@ def test_a_residual_added_before_a_module_on_one_side_only_is_named(torch_parall
     assert adding in result.diagnosis.detail, result.diagnosis.detail
 
 
+def test_a_parameter_added_on_one_side_only_is_named():
+    """A position table torch adds to the features as it is, which the port holds and leaves
+    out: no module's output holds it, so it is looked for among the parameters, broadcast.
+    Whisper's encoder ported without its positions was "computation between modules
+    differs"."""
+    from tests import tiny
+    assert _checked_on_features(tiny.torch_table_added(), tiny.ms_table_added()).passed
+    result = _checked_on_features(tiny.torch_table_added(), tiny.ms_table_added(added=False))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("norm", "parameter added on one side only")
+    assert "torch's norm is given MindSpore's input plus pos (broadcast to (4, 16))" in \
+        result.diagnosis.detail, result.diagnosis.detail
+
+
 @pytest.mark.parametrize("built_first, cause, told", [
     (True, "computation between modules differs",
      "Before it, table (torch (1, 8), MindSpore (1, 16)) was left unpaired, named alike on both "

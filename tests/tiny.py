@@ -2517,6 +2517,40 @@ def ms_table_on_all(built_first: bool = False) -> msnn.Cell:
     return _MsTableApplied(built_first)
 
 
+# A table added to the features as it is (a position embedding, timm's ``x + self.pos_embed``),
+# which the port holds and may leave out.
+class _TorchTableAdded(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.norm, self.head = tnn.Linear(FEATURES, FEATURES), tnn.LayerNorm(FEATURES), \
+            tnn.Linear(FEATURES, 5)
+        self.pos = tnn.Parameter(torch.linspace(-1, 1, FEATURES)[None])
+
+    def forward(self, x):
+        return self.head(self.norm(self.fc(x) + self.pos))
+
+
+class _MsTableAdded(msnn.Cell):
+    def __init__(self, added: bool) -> None:
+        super().__init__()
+        self.added = added
+        self.fc, self.norm, self.head = msnn.Dense(FEATURES, FEATURES), \
+            msnn.LayerNorm((FEATURES,), epsilon=1e-5), msnn.Dense(FEATURES, 5)
+        self.pos = mindspore.Parameter(mindspore.Tensor(np.zeros((1, FEATURES), np.float32)))
+
+    def construct(self, x):
+        hidden = self.fc(x)
+        return self.head(self.norm(hidden + self.pos if self.added else hidden))
+
+
+def torch_table_added() -> tnn.Module:
+    return _TorchTableAdded()
+
+
+def ms_table_added(added: bool = True) -> msnn.Cell:
+    return _MsTableAdded(added)
+
+
 # A head over the first layer's output, run before the second layer, whose output torch adds;
 # the port's head reads the model's input, after the second layer: the two heads read other
 # inputs at other places, and stay unpaired.

@@ -188,7 +188,7 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
             return drawing
         added = inputs.added_to_input(t, m, torch_run, ms_run, max(ADDED_INPUT, passed_on))
         if added is not None:
-            return _added_on_one_side(*added, t, m, inputs.forward_holding(t.name, torch_run))
+            return _added_on_one_side(added, t, m, inputs.forward_holding(t.name, torch_run))
         beside = _rows_read_in_another_order(t, comparisons) + \
             _unpaired_of_other_shapes(t, torch_left, ms_left, torch_run, ms_run)
         return Diagnosis(cause="computation between modules differs",
@@ -312,22 +312,27 @@ def _shape_kept(t: RecordInfo, m: RecordInfo
     return None
 
 
-def _added_on_one_side(side: str, added: str, apart: float, t: RecordInfo, m: RecordInfo,
+def _added_on_one_side(added: inputs.Added, t: RecordInfo, m: RecordInfo,
                        where: str) -> Diagnosis:
-    """The diagnosis where ``side``'s first input is the other's plus ``added`` (a tensor
-    named by inputs.added_to_input)."""
-    if side == "MindSpore":
+    """The diagnosis where one side's first input is the other's plus a tensor: a module's
+    input or output (a residual connection), or a parameter (a position table)."""
+    if added.side == "MindSpore":
         adding, other, doer, not_done = m, "torch", "the port", "torch does not"
     else:
         adding, other, doer, not_done = t, "MindSpore", "torch", "the port does not"
-    return Diagnosis(cause="residual added before the module on one side only",
-                     detail=f"{side}'s {adding.name} is given {other}'s input plus {added} (the "
-                            "two inputs' ±1 projections differ by that tensor's, to "
-                            f"{apart:.1g} of their norm): {doer} adds it before {adding.name}, "
-                            f"{not_done}. A residual connection left out (a ResNet block's "
-                            "out + identity), or added at another point (GPT-NeoX's attention "
-                            "and MLP, added to the layer's input in parallel, ported one after "
-                            f"the other), in {where}.", confidence="likely")
+    cause, examples = ("parameter added on one side only",
+                       "A position embedding left out, or added at another point") \
+        if added.table else \
+        ("residual added before the module on one side only",
+         "A residual connection left out (a ResNet block's out + identity), or added at another "
+         "point (GPT-NeoX's attention and MLP, added to the layer's input in parallel, ported "
+         "one after the other)")
+    return Diagnosis(cause=cause,
+                     detail=f"{added.side}'s {adding.name} is given {other}'s input plus "
+                            f"{added.what} (the two inputs' ±1 projections differ by that "
+                            f"tensor's, to {added.apart:.1g} of their norm): {doer} adds it "
+                            f"before {adding.name}, {not_done}. {examples}, in {where}.",
+                     confidence="likely")
 
 
 def _after_its_last_module(first: Comparison, t: RecordInfo, m: RecordInfo,

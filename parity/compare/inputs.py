@@ -14,7 +14,7 @@ is the other inverted, exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -204,43 +204,78 @@ def fed_by(record: RecordInfo, run: RunReader) -> Optional[RecordInfo]:
                  [:FED_BY_SEARCHED] if feeds(candidate, record, run)), None)
 
 
+class Added(NamedTuple):
+    """A tensor one side adds to a module's first input and the other does not."""
+
+    side: str           # "MindSpore" or "torch": the side adding it
+    what: str           # the tensor, in words
+    apart: float        # how closely the inputs' projections differ by its, relative to the norm
+    table: bool         # a parameter or buffer (a position table), not a module's input or output
+
+
 def added_to_input(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
-                   within: float) -> Optional[Tuple[str, str, float]]:
-    """("MindSpore" or "torch", what it adds, how closely) where that side's first input is the
-    other's plus the input of the module whose forward runs it, or the output of a module run
-    before it there (the FED_BY_SEARCHED latest): the projections are sums, so the difference
-    of the two inputs' projections is that tensor's, to ``within`` of the input's norm.
-    GPT-NeoX's layer adds attention and MLP to its input in parallel; a port adding the
-    attention's output first hands the MLP's norm x + attention(x), and was told "computation
-    between modules differs", as was a ResNet block whose port leaves out its identity."""
+                   within: float) -> Optional[Added]:
+    """The tensor one side adds to the module's first input, where that input is the other's
+    plus the input of the module whose forward runs it, the output of a module run before it
+    there (the FED_BY_SEARCHED latest), or a parameter broadcast: the projections are sums, so
+    the difference of the two inputs' projections is that tensor's, to ``within`` of the
+    input's norm. GPT-NeoX's layer adds attention and MLP to its input in parallel; a port
+    adding the attention's output first hands the MLP's norm x + attention(x), and was told
+    "computation between modules differs", as were a ResNet block whose port leaves out its
+    identity and a Whisper encoder's leaving out its positions."""
     a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
     if not a or not b or len(a) != len(b) or not a[0]:
         return None
     gap = np.subtract(b[1:], a[1:])
     for side, sign, record, run in (("MindSpore", 1, m, ms_run), ("torch", -1, t, torch_run)):
-        for what, added in _tensors_before(record, run):
+        for what, added, table in _tensors_before(record, run):
             if added is None:
                 continue
             apart = float(np.abs(sign * gap - added[1:len(a)]).max()) / a[0]
             if apart <= within:
-                return side, what, apart
+                return Added(side, what, apart, table)
     return None
 
 
 def _tensors_before(record: RecordInfo, run: RunReader
-                    ) -> Iterator[Tuple[str, Optional[List[float]]]]:
-    """(what it is, its sketch) of the input of the module whose forward runs ``record``, then
-    of the outputs run before ``record`` inside that forward, the latest first."""
+                    ) -> Iterator[Tuple[str, Optional[List[float]], bool]]:
+    """(what it is, its sketch, whether a parameter) of the input of the module whose forward
+    runs ``record``, then of the outputs run before ``record`` inside that forward, the latest
+    first, then of the parameters a forward may add as they are (position tables)."""
     inside = _parent(record.name.partition("#")[0])
     holder = run.record(inside, "forward") if inside else None
     if holder is not None:
-        yield f"{inside}'s input", holder.attrs.get("input_sketch")
+        yield f"{inside}'s input", holder.attrs.get("input_sketch"), False
     earlier = sorted((r for r in run.records if r.kind == "forward" and r.part is None
                       and r.order < record.order and r.dtype == "float32"
                       and r.name.startswith(f"{inside}." if inside else "")),
                      key=lambda r: -r.order)[:FED_BY_SEARCHED]
     for candidate in earlier:
-        yield f"{candidate.name}'s output", input_sketch(run.tensor(candidate))
+        yield f"{candidate.name}'s output", input_sketch(run.tensor(candidate)), False
+    for name, sketch in _tables_broadcast(record, run):
+        yield name, sketch, True
+
+
+def _tables_broadcast(record: RecordInfo, run: RunReader
+                      ) -> Iterator[Tuple[str, Optional[List[float]]]]:
+    """(what it is, its sketch) of each float32 parameter or buffer (a frozen parameter is
+    recorded as one) of two axes or more broadcast to ``record``'s output shape, as it was
+    before the step (its weight less its update): a position table a forward adds to its input
+    (Whisper's frozen ``embed_positions.weight``, timm's ``pos_embed``), which no module's
+    output holds."""
+    shape = tuple(record.shape)
+    updates = {r.name: r for r in run.records if r.kind == "update"}
+    for weight in run.records:
+        if weight.kind not in ("weight", "buffer") or weight.dtype != "float32" or \
+                len(weight.shape) < 2 or \
+                len(weight.shape) > len(shape) or \
+                any(w not in (1, s) for w, s in zip(weight.shape[::-1], shape[::-1])):
+            continue
+        value = np.asarray(run.tensor(weight), np.float64)
+        if weight.name in updates:
+            value = value - run.tensor(updates[weight.name])
+        yield (f"{weight.name} (broadcast to {shape})",
+               input_sketch(np.ascontiguousarray(np.broadcast_to(value, shape), np.float32)))
 
 
 def feeds(source: RecordInfo, record: RecordInfo, run: RunReader) -> bool:
