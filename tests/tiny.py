@@ -2397,7 +2397,8 @@ def ms_scaled_by_a_constant() -> msnn.Cell:
 
 
 # A block adding its norm's input to its MLP's output (a residual connection), and ports that
-# leave it out, add the block's input instead, or scale the MLP's output.
+# leave it out, add the block's input instead, scale the MLP's output, run the two branches in
+# parallel (or torch does), or leave out the first branch's identity.
 class _TorchResidualBlock(tnn.Module):
     def __init__(self, parallel: bool) -> None:
         super().__init__()
@@ -2481,9 +2482,12 @@ class _TorchTableApplied(tnn.Module):
             tnn.Linear(FEATURES, 5)
 
     def forward(self, x):
-        table = self.table(x) if self.built_first else None
-        hidden = self.fc(x)
-        table = self.table(hidden) if table is None else table
+        if self.built_first:
+            table = self.table(x)
+            hidden = self.fc(x)
+        else:
+            hidden = self.fc(x)
+            table = self.table(hidden)
         half = FEATURES // 2
         return self.head(torch.cat((hidden[:, :half] * table, hidden[:, half:]), 1))
 

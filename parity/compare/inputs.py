@@ -209,7 +209,7 @@ class Added(NamedTuple):
 
     side: str           # "MindSpore" or "torch": the side adding it
     what: str           # the tensor, in words
-    apart: float        # how closely the inputs' projections differ by its, relative to the norm
+    apart: float        # how far the inputs' projections' difference is from its, per norm
     table: bool         # a parameter or buffer (a position table), not a module's input or output
 
 
@@ -222,7 +222,7 @@ def added_to_input(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: R
     input's norm. GPT-NeoX's layer adds attention and MLP to its input in parallel; a port
     adding the attention's output first hands the MLP's norm x + attention(x), and was told
     "computation between modules differs", as were a ResNet block whose port leaves out its
-    identity and a Whisper encoder's leaving out its positions."""
+    identity and a Whisper encoder whose port leaves out its positions."""
     a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
     if not a or not b or len(a) != len(b) or not a[0]:
         return None
@@ -267,8 +267,7 @@ def _tables_broadcast(record: RecordInfo, run: RunReader
     updates = {r.name: r for r in run.records if r.kind == "update"}
     for weight in run.records:
         if weight.kind not in ("weight", "buffer") or weight.dtype != "float32" or \
-                len(weight.shape) < 2 or \
-                len(weight.shape) > len(shape) or \
+                not 2 <= len(weight.shape) <= len(shape) or \
                 any(w not in (1, s) for w, s in zip(weight.shape[::-1], shape[::-1])):
             continue
         value = np.asarray(run.tensor(weight), np.float64)
