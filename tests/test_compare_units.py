@@ -1583,6 +1583,18 @@ def test_values_that_differ_are_no_reordering():
         "0→4, 1→3")
 
 
+def test_values_shuffled_along_no_one_axis_are_told_apart_from_values_that_differ():
+    """Maps transposed against reshaped hold the same values in another order; the same values
+    in place, or the values off by a spread difference, do not."""
+    from parity.compare import reorder
+    maps = np.random.default_rng(4).standard_normal((2, 4, 4)).astype(np.float32)
+    transposed = np.ascontiguousarray(maps.transpose(0, 2, 1))
+    assert reorder.permutation(maps, transposed) is None
+    assert reorder.shuffled(maps, transposed)
+    assert not reorder.shuffled(maps, maps.copy())
+    assert not reorder.shuffled(maps, maps + np.float32(0.01) * transposed)
+
+
 def _at(name: str, op: str, key: str, order: int, **attrs) -> RecordInfo:
     """A forward record stored under ``key`` (dropping modules share their input's)."""
     return RecordInfo(name=name, kind="forward", shape=(2, 5, 8), dtype="float32", order=order,

@@ -1542,18 +1542,51 @@ def test_a_residual_added_before_a_module_on_one_side_only_is_named(torch_parall
     assert adding in result.diagnosis.detail, result.diagnosis.detail
 
 
-def test_a_parameter_added_on_one_side_only_is_named():
+@pytest.mark.parametrize("inside, first, told", [
+    (False, "norm", "torch's norm is given MindSpore's input plus pos (broadcast to (4, 16))"),
+    (True, "embed", "torch's embed returns MindSpore's output plus embed.pos (broadcast to (4, "
+                    "16))"),
+])
+def test_a_parameter_added_on_one_side_only_is_named(inside, first, told):
     """A position table torch adds to the features as it is, which the port holds and leaves
-    out: no module's output holds it, so it is looked for among the parameters, broadcast.
-    Whisper's encoder ported without its positions was "computation between modules
-    differs"."""
+    out: no module's output holds it, so it is looked for among the parameters, broadcast, and,
+    where a module adds it after its last module, among that module's own. Whisper's encoder
+    ported without its positions was "computation between modules differs", ViT's embeddings
+    "module computes something different" (a guess)."""
     from tests import tiny
-    assert _checked_on_features(tiny.torch_table_added(), tiny.ms_table_added()).passed
-    result = _checked_on_features(tiny.torch_table_added(), tiny.ms_table_added(added=False))
+    assert _checked_on_features(tiny.torch_table_added(inside),
+                                tiny.ms_table_added(inside=inside)).passed
+    result = _checked_on_features(tiny.torch_table_added(inside),
+                                  tiny.ms_table_added(added=False, inside=inside))
     assert (result.first_divergence.name, result.diagnosis.cause) == \
-        ("norm", "parameter added on one side only")
-    assert "torch's norm is given MindSpore's input plus pos (broadcast to (4, 16))" in \
-        result.diagnosis.detail, result.diagnosis.detail
+        (first, "parameter added on one side only")
+    assert told in result.diagnosis.detail, result.diagnosis.detail
+
+
+def test_a_class_token_put_last_is_seen_through_the_table_added_after_it():
+    """The class token concatenated after the tokens, where torch puts it first, and a
+    position table added to all: the output is torch's in another order once that table is
+    taken off both. ViT's port so was "module computes something different" (a guess)."""
+    from tests import tiny
+    assert _checked_on_features(tiny.torch_class_token_first(), tiny.ms_class_token()).passed
+    result = _checked_on_features(tiny.torch_class_token_first(), tiny.ms_class_token(last=True))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("embed", "output in another order")
+    assert "embed.pos (broadcast to (4, 5, 4)) taken off both, while its input matched: " \
+        "MindSpore's indices along axis 1 start at torch's index 1 of 5: two parts " \
+        "concatenated in the other order" in result.diagnosis.detail, result.diagnosis.detail
+
+
+def test_an_output_in_another_order_along_no_one_axis_is_named():
+    """Each sample's 4×4 map transposed in torch, only reshaped in the port: no slice along one
+    axis is torch's, every value is. ViT's patches reshaped where torch transposes them were
+    "module computes something different" (a guess)."""
+    from tests import tiny
+    assert _checked_on_features(tiny.torch_maps_transposed(), tiny.ms_maps()).passed
+    result = _checked_on_features(tiny.torch_maps_transposed(), tiny.ms_maps(transposed=False))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("maps", "output in another order")
+    assert "along no one axis" in result.diagnosis.detail, result.diagnosis.detail
 
 
 @pytest.mark.parametrize("built_first, cause, told", [

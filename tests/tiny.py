@@ -2522,37 +2522,173 @@ def ms_table_on_all(built_first: bool = False) -> msnn.Cell:
 
 
 # A table added to the features as it is (a position embedding, timm's ``x + self.pos_embed``),
-# which the port holds and may leave out.
-class _TorchTableAdded(tnn.Module):
+# which the port holds and may leave out; added in the model's forward, or in an embedding
+# module's after its last module (Hugging Face ViT's embeddings).
+class _TorchEmbedding(tnn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.fc, self.norm, self.head = tnn.Linear(FEATURES, FEATURES), tnn.LayerNorm(FEATURES), \
-            tnn.Linear(FEATURES, 5)
+        self.fc = tnn.Linear(FEATURES, FEATURES)
         self.pos = tnn.Parameter(torch.linspace(-1, 1, FEATURES)[None])
 
     def forward(self, x):
-        return self.head(self.norm(self.fc(x) + self.pos))
+        return self.fc(x) + self.pos
 
 
-class _MsTableAdded(msnn.Cell):
+class _TorchTableAdded(tnn.Module):
+    def __init__(self, inside: bool) -> None:
+        super().__init__()
+        self.inside = inside
+        if inside:
+            self.embed = _TorchEmbedding()
+        else:
+            self.fc = tnn.Linear(FEATURES, FEATURES)
+            self.pos = tnn.Parameter(torch.linspace(-1, 1, FEATURES)[None])
+        self.norm, self.head = tnn.LayerNorm(FEATURES), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        return self.head(self.norm(self.embed(x) if self.inside else self.fc(x) + self.pos))
+
+
+class _MsEmbedding(msnn.Cell):
     def __init__(self, added: bool) -> None:
         super().__init__()
         self.added = added
-        self.fc, self.norm, self.head = msnn.Dense(FEATURES, FEATURES), \
-            msnn.LayerNorm((FEATURES,), epsilon=1e-5), msnn.Dense(FEATURES, 5)
+        self.fc = msnn.Dense(FEATURES, FEATURES)
         self.pos = mindspore.Parameter(mindspore.Tensor(np.zeros((1, FEATURES), np.float32)))
 
     def construct(self, x):
+        return self.fc(x) + self.pos if self.added else self.fc(x)
+
+
+class _MsTableAdded(msnn.Cell):
+    def __init__(self, added: bool, inside: bool) -> None:
+        super().__init__()
+        self.added, self.inside = added, inside
+        if inside:
+            self.embed = _MsEmbedding(added)
+        else:
+            self.fc = msnn.Dense(FEATURES, FEATURES)
+            self.pos = mindspore.Parameter(mindspore.Tensor(np.zeros((1, FEATURES), np.float32)))
+        self.norm, self.head = msnn.LayerNorm((FEATURES,), epsilon=1e-5), msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        if self.inside:
+            return self.head(self.norm(self.embed(x)))
         hidden = self.fc(x)
         return self.head(self.norm(hidden + self.pos if self.added else hidden))
 
 
-def torch_table_added() -> tnn.Module:
-    return _TorchTableAdded()
+def torch_table_added(inside: bool = False) -> tnn.Module:
+    """``inside``: the table added by an embedding module after its layer, else by the model."""
+    return _TorchTableAdded(inside)
 
 
-def ms_table_added(added: bool = True) -> msnn.Cell:
-    return _MsTableAdded(added)
+def ms_table_added(added: bool = True, inside: bool = False) -> msnn.Cell:
+    return _MsTableAdded(added, inside)
+
+
+# Four tokens of four features and a class token, a position table added to all five in the
+# embedding's forward (Hugging Face ViT's embeddings): the port may put the class token last.
+class _TorchClassFirst(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = tnn.Linear(FEATURES, FEATURES)
+        self.cls = tnn.Parameter(torch.linspace(-1, 1, 4)[None, None])
+        self.pos = tnn.Parameter(torch.linspace(-0.5, 0.5, 20).reshape(1, 5, 4))
+
+    def forward(self, x):
+        tokens = self.fc(x).reshape(-1, 4, 4)
+        return torch.cat((self.cls.expand(tokens.shape[0], -1, -1), tokens), 1) + self.pos
+
+
+class _TorchClassNet(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.head = _TorchClassFirst(), tnn.Linear(20, 5)
+
+    def forward(self, x):
+        return self.head(self.embed(x).flatten(1))
+
+
+class _MsClassToken(msnn.Cell):
+    def __init__(self, last: bool) -> None:
+        super().__init__()
+        self.last = last
+        self.fc = msnn.Dense(FEATURES, FEATURES)
+        self.cls = mindspore.Parameter(mindspore.Tensor(np.zeros((1, 1, 4), np.float32)))
+        self.pos = mindspore.Parameter(mindspore.Tensor(np.zeros((1, 5, 4), np.float32)))
+
+    def construct(self, x):
+        tokens = self.fc(x).reshape(-1, 4, 4)
+        cls = ops.broadcast_to(self.cls, (tokens.shape[0], 1, 4))
+        joined = ops.cat((tokens, cls) if self.last else (cls, tokens), axis=1)
+        return joined + self.pos
+
+
+class _MsClassNet(msnn.Cell):
+    def __init__(self, last: bool) -> None:
+        super().__init__()
+        self.embed, self.head = _MsClassToken(last), msnn.Dense(20, 5)
+
+    def construct(self, x):
+        return self.head(self.embed(x).reshape(x.shape[0], -1))
+
+
+def torch_class_token_first() -> tnn.Module:
+    return _TorchClassNet()
+
+
+def ms_class_token(last: bool = False) -> msnn.Cell:
+    return _MsClassNet(last)
+
+
+# Features laid out as a 4×4 map per sample: torch's module transposes each map, the port's only
+# reshapes (ViT's patches ``flatten(2).transpose(1, 2)`` ported as ``reshape(n, -1, d)``): the
+# same values in another order, along no one axis.
+class _TorchMaps(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = tnn.Linear(FEATURES, FEATURES)
+
+    def forward(self, x):
+        return self.fc(x).reshape(-1, 4, 4).transpose(1, 2)
+
+
+class _TorchMapsNet(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.maps, self.head = _TorchMaps(), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        return self.head(self.maps(x).flatten(1))
+
+
+class _MsMaps(msnn.Cell):
+    def __init__(self, transposed: bool) -> None:
+        super().__init__()
+        self.transposed = transposed
+        self.fc = msnn.Dense(FEATURES, FEATURES)
+
+    def construct(self, x):
+        maps = self.fc(x).reshape(-1, 4, 4)
+        return maps.transpose(0, 2, 1) if self.transposed else maps
+
+
+class _MsMapsNet(msnn.Cell):
+    def __init__(self, transposed: bool) -> None:
+        super().__init__()
+        self.maps, self.head = _MsMaps(transposed), msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        return self.head(self.maps(x).reshape(x.shape[0], -1))
+
+
+def torch_maps_transposed() -> tnn.Module:
+    return _TorchMapsNet()
+
+
+def ms_maps(transposed: bool = True) -> msnn.Cell:
+    return _MsMapsNet(transposed)
 
 
 # A head over the first layer's output, run before the second layer, whose output torch adds;

@@ -203,13 +203,27 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
             t, m, torch_run, ms_run, max(passed_on, INPUT_SHARE * first.rms / first.ref_rms))
         if given is not None:
             return given
-    permuted = reorder.permutation(a, b)
+    permuted, taken_off = reorder.permutation(a, b), ""
+    for name, table in [] if permuted is not None else \
+            inputs.tables(t, torch_run, f"{t.name.partition('#')[0]}."):
+        permuted = reorder.permutation(a - table, b - table)
+        if permuted is not None:        # ViT's class token put last, its positions then added
+            taken_off = f", {name} taken off both,"
+            break
     if permuted is not None:
         axis, order = permuted
         return Diagnosis(cause="output in another order",
+                         detail=f"{m.name} returns torch's values in another order{taken_off} "
+                                f"while its input matched: "
+                                f"{reorder.describe(axis, a.ndim, order)}, inside {m.name}.",
+                         confidence="likely")
+    if reorder.shuffled(a, b):
+        return Diagnosis(cause="output in another order",
                          detail=f"{m.name} returns torch's values in another order while its "
-                                f"input matched: {reorder.describe(axis, a.ndim, order)}, "
-                                f"inside {m.name}.", confidence="likely")
+                                "input matched, and along no one axis: a reshape where torch "
+                                "transposes first (ViT's patches, x.flatten(2).transpose(1, 2), "
+                                "ported as x.reshape(n, -1, d)), or a transpose over other "
+                                f"axes, inside {m.name}.", confidence="likely")
     if t.op != m.op:
         return _different_operation(t, m)
     if t.op == m.op == "tanh":
@@ -219,6 +233,9 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     centred = _centred_on_one_side(t, m, torch_run, ms_run)
     if centred is not None:
         return centred
+    added = inputs.added_to_output(t, m, torch_run, ms_run, max(ADDED_INPUT, passed_on))
+    if added is not None:
+        return _added_on_one_side(added, t, m, f"MindSpore's {m.name}", output=True)
     after_last = _after_its_last_module(first, t, m, comparisons, torch_run, ms_run)
     if after_last is not None:
         return after_last
@@ -312,14 +329,17 @@ def _shape_kept(t: RecordInfo, m: RecordInfo
     return None
 
 
-def _added_on_one_side(added: inputs.Added, t: RecordInfo, m: RecordInfo,
-                       where: str) -> Diagnosis:
-    """The diagnosis where one side's first input is the other's plus a tensor: a module's
-    input or output (a residual connection), or a parameter (a position table)."""
+def _added_on_one_side(added: inputs.Added, t: RecordInfo, m: RecordInfo, where: str,
+                       output: bool = False) -> Diagnosis:
+    """The diagnosis where one side's first input (``output``: its output) is the other's plus
+    a tensor: a module's input or output (a residual connection), or a parameter (a position
+    table)."""
     if added.side == "MindSpore":
         adding, other, doer, not_done = m, "torch", "the port", "torch does not"
     else:
         adding, other, doer, not_done = t, "MindSpore", "torch", "the port does not"
+    given, other_tensor, place = ("returns", f"{other}'s output", "in its forward") \
+        if output else ("is given", f"{other}'s input", f"before {adding.name}")
     cause, examples = ("parameter added on one side only",
                        "A position embedding left out, or added at another point") \
         if added.table else \
@@ -328,10 +348,10 @@ def _added_on_one_side(added: inputs.Added, t: RecordInfo, m: RecordInfo,
          "point (GPT-NeoX's attention and MLP, added to the layer's input in parallel, ported "
          "one after the other)")
     return Diagnosis(cause=cause,
-                     detail=f"{added.side}'s {adding.name} is given {other}'s input plus "
-                            f"{added.what} (the two inputs' ±1 projections differ by that "
+                     detail=f"{added.side}'s {adding.name} {given} {other_tensor} plus "
+                            f"{added.what} (the two tensors' ±1 projections differ by that "
                             f"tensor's, to {added.apart:.1g} of their norm): {doer} adds it "
-                            f"before {adding.name}, {not_done}. {examples}, in {where}.",
+                            f"{place}, {not_done}. {examples}, in {where}.",
                      confidence="likely")
 
 

@@ -223,12 +223,37 @@ def added_to_input(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: R
     adding the attention's output first hands the MLP's norm x + attention(x), and was told
     "computation between modules differs", as were a ResNet block whose port leaves out its
     identity and a Whisper encoder whose port leaves out its positions."""
-    a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
+    return _added(t.attrs.get("input_sketch"), m.attrs.get("input_sketch"),
+                  {"torch": _tensors_before(t, torch_run), "MindSpore": _tensors_before(m, ms_run)},
+                  within)
+
+
+def added_to_output(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+                    within: float) -> Optional[Added]:
+    """The parameter of its own one side adds to a module's output, where that output is the
+    other's plus it, broadcast, as inputs.added_to_input tells it. ViT's embeddings add their
+    position table after their last module (the patch embedding): a port leaving it out was
+    told "module computes something different" (a guess)."""
+    def own(record: RecordInfo, run: RunReader) -> Iterator[Tuple[str, Optional[List[float]],
+                                                                  bool]]:
+        inside = f"{record.name.partition('#')[0]}."
+        for name, sketch in _tables_broadcast(record, run, inside):
+            yield name, sketch, True
+    return _added(input_sketch(torch_run.tensor(t)), input_sketch(ms_run.tensor(m)),
+                  {"torch": own(t, torch_run), "MindSpore": own(m, ms_run)}, within)
+
+
+def _added(a: Optional[List[float]], b: Optional[List[float]],
+           candidates: Dict[str, Iterator[Tuple[str, Optional[List[float]], bool]]],
+           within: float) -> Optional[Added]:
+    """The candidate (what, sketch, whether a parameter) of either side ("torch",
+    "MindSpore") whose projections are those of that side's tensor (sketch ``a`` for torch,
+    ``b`` for MindSpore) less the other's, to ``within`` of torch's norm."""
     if not a or not b or len(a) != len(b) or not a[0]:
         return None
     gap = np.subtract(b[1:], a[1:])
-    for side, sign, record, run in (("MindSpore", 1, m, ms_run), ("torch", -1, t, torch_run)):
-        for what, added, table in _tensors_before(record, run):
+    for side, sign in (("MindSpore", 1), ("torch", -1)):
+        for what, added, table in candidates[side]:
             if added is None:
                 continue
             apart = float(np.abs(sign * gap - added[1:len(a)]).max()) / a[0]
@@ -256,25 +281,32 @@ def _tensors_before(record: RecordInfo, run: RunReader
         yield name, sketch, True
 
 
-def _tables_broadcast(record: RecordInfo, run: RunReader
+def _tables_broadcast(record: RecordInfo, run: RunReader, inside: str = ""
                       ) -> Iterator[Tuple[str, Optional[List[float]]]]:
-    """(what it is, its sketch) of each float32 parameter or buffer (a frozen parameter is
+    """(what it is, its sketch) of each table of ``tables``."""
+    for name, table in tables(record, run, inside):
+        yield name, input_sketch(np.ascontiguousarray(table, np.float32))
+
+
+def tables(record: RecordInfo, run: RunReader, inside: str = ""
+           ) -> Iterator[Tuple[str, np.ndarray]]:
+    """(what it is, its values) of each float32 parameter or buffer (a frozen parameter is
     recorded as one) of two axes or more broadcast to ``record``'s output shape, as it was
-    before the step (its weight less its update): a position table a forward adds to its input
-    (Whisper's frozen ``embed_positions.weight``, timm's ``pos_embed``), which no module's
-    output holds."""
+    before the step (its weight less its update), those whose names start with ``inside``: a
+    position table a forward adds to its input (Whisper's frozen ``embed_positions.weight``,
+    timm's ``pos_embed``), which no module's output holds."""
     shape = tuple(record.shape)
     updates = {r.name: r for r in run.records if r.kind == "update"}
     for weight in run.records:
-        if weight.kind not in ("weight", "buffer") or weight.dtype != "float32" or \
+        if weight.kind not in ("weight", "buffer") or not weight.name.startswith(inside) or \
+                weight.dtype != "float32" or \
                 not 2 <= len(weight.shape) <= len(shape) or \
                 any(w not in (1, s) for w, s in zip(weight.shape[::-1], shape[::-1])):
             continue
         value = np.asarray(run.tensor(weight), np.float64)
         if weight.name in updates:
             value = value - run.tensor(updates[weight.name])
-        yield (f"{weight.name} (broadcast to {shape})",
-               input_sketch(np.ascontiguousarray(np.broadcast_to(value, shape), np.float32)))
+        yield f"{weight.name} (broadcast to {shape})", np.broadcast_to(value, shape)
 
 
 def feeds(source: RecordInfo, record: RecordInfo, run: RunReader) -> bool:

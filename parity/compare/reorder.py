@@ -89,11 +89,27 @@ def permutation(a: np.ndarray, b: np.ndarray) -> Optional[Tuple[int, np.ndarray]
     return None
 
 
+def shuffled(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``b`` holds ``a``'s values in another order though along no one axis (a reshape
+    where the other side transposes: ViT's patches ``flatten(2).transpose(1, 2)`` ported as
+    ``reshape(n, -1, d)``): the same sorted values, to SAME_VALUES of the largest, and not in
+    place. Sorted only where the sums of magnitudes agree."""
+    if a.shape != b.shape or a.dtype.kind != "f" or a.size < 2:
+        return False
+    scale, magnitudes = float(np.abs(a).max()), (magnitude(a), magnitude(b))
+    if not np.isfinite(scale) or scale == 0 or \
+            not abs(magnitudes[0] - magnitudes[1]) <= SAME_SUMS * magnitudes[0]:
+        return False
+    apart = float(np.abs(np.sort(a, axis=None) - np.sort(b, axis=None)).max())
+    return apart <= SAME_VALUES * scale and \
+        float(np.abs(np.asarray(a) - np.asarray(b)).max()) > SAME_VALUES * scale
+
+
 def describe(axis: int, ndim: int, order: np.ndarray) -> str:
     """The reordering in words: a rotation is two parts concatenated in the other order."""
     count = len(order)
     what, whats = ("channel", "channels") if (axis, ndim) == (1, 4) else \
-        (f"index along axis {axis}", f"indices along axis {axis}")
+        ("index", f"indices along axis {axis}")
     shift = int(order[0])
     if np.array_equal(order, (np.arange(count) + shift) % count):
         return (f"MindSpore's {whats} start at torch's {what} {shift} of {count}: two parts "
