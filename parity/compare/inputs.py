@@ -234,13 +234,10 @@ def added_to_output(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: 
     other's plus it, broadcast, as inputs.added_to_input tells it. ViT's embeddings add their
     position table after their last module (the patch embedding): a port leaving it out was
     told "module computes something different" (a guess)."""
-    def own(record: RecordInfo, run: RunReader) -> Iterator[Tuple[str, Optional[List[float]],
-                                                                  bool]]:
-        inside = f"{record.name.partition('#')[0]}."
-        for name, sketch in _tables_broadcast(record, run, inside):
-            yield name, sketch, True
     return _added(input_sketch(torch_run.tensor(t)), input_sketch(ms_run.tensor(m)),
-                  {"torch": own(t, torch_run), "MindSpore": own(m, ms_run)}, within)
+                  {"torch": _tables_sketched(t, torch_run, f"{t.name.partition('#')[0]}."),
+                   "MindSpore": _tables_sketched(m, ms_run, f"{m.name.partition('#')[0]}.")},
+                  within)
 
 
 def _added(a: Optional[List[float]], b: Optional[List[float]],
@@ -277,15 +274,14 @@ def _tensors_before(record: RecordInfo, run: RunReader
                      key=lambda r: -r.order)[:FED_BY_SEARCHED]
     for candidate in earlier:
         yield f"{candidate.name}'s output", input_sketch(run.tensor(candidate)), False
-    for name, sketch in _tables_broadcast(record, run):
-        yield name, sketch, True
+    yield from _tables_sketched(record, run)
 
 
-def _tables_broadcast(record: RecordInfo, run: RunReader, inside: str = ""
-                      ) -> Iterator[Tuple[str, Optional[List[float]]]]:
-    """(what it is, its sketch) of each table of ``tables``."""
+def _tables_sketched(record: RecordInfo, run: RunReader, inside: str = ""
+                     ) -> Iterator[Tuple[str, Optional[List[float]], bool]]:
+    """(what it is, its sketch, True) of each of ``tables``."""
     for name, table in tables(record, run, inside):
-        yield name, input_sketch(np.ascontiguousarray(table, np.float32))
+        yield name, input_sketch(np.ascontiguousarray(table, np.float32)), True
 
 
 def tables(record: RecordInfo, run: RunReader, inside: str = ""

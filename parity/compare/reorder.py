@@ -66,12 +66,9 @@ def permutation(a: np.ndarray, b: np.ndarray) -> Optional[Tuple[int, np.ndarray]
     """The axis along which ``b``'s slices are ``a``'s in another order, with the order:
     ``b``'s slice j is ``a``'s ``order[j]``; None when there is none. The batch axis is left
     out (the inputs it came from matched)."""
-    if a.shape != b.shape or a.ndim < 2 or a.dtype.kind != "f":
+    scale = _scale_of_the_same_values(a, b) if a.ndim >= 2 else None
+    if scale is None:
         return None
-    scale, magnitudes = float(np.abs(a).max()), (magnitude(a), magnitude(b))
-    if not np.isfinite(scale) or scale == 0 or \
-            not abs(magnitudes[0] - magnitudes[1]) <= SAME_SUMS * magnitudes[0]:
-        return None         # not the same values: no slices to match (and no NaN to miss)
     random_weights = np.random.default_rng(0).standard_normal
     for axis in range(1, a.ndim):
         count = a.shape[axis]
@@ -94,15 +91,25 @@ def shuffled(a: np.ndarray, b: np.ndarray) -> bool:
     where the other side transposes: ViT's patches ``flatten(2).transpose(1, 2)`` ported as
     ``reshape(n, -1, d)``): the same sorted values, to SAME_VALUES of the largest, and not in
     place. Sorted only where the sums of magnitudes agree."""
-    if a.shape != b.shape or a.dtype.kind != "f" or a.size < 2:
-        return False
-    scale, magnitudes = float(np.abs(a).max()), (magnitude(a), magnitude(b))
-    if not np.isfinite(scale) or scale == 0 or \
-            not abs(magnitudes[0] - magnitudes[1]) <= SAME_SUMS * magnitudes[0]:
+    scale = _scale_of_the_same_values(a, b) if a.size >= 2 else None
+    if scale is None:
         return False
     apart = float(np.abs(np.sort(a, axis=None) - np.sort(b, axis=None)).max())
     return apart <= SAME_VALUES * scale and \
         float(np.abs(np.asarray(a) - np.asarray(b)).max()) > SAME_VALUES * scale
+
+
+def _scale_of_the_same_values(a: np.ndarray, b: np.ndarray) -> Optional[float]:
+    """The largest magnitude of ``a`` where ``b`` may hold its values in another order (the
+    same shape, float, finite, their sums of magnitudes agreeing); None where it cannot (and no
+    NaN to miss)."""
+    if a.shape != b.shape or a.dtype.kind != "f":
+        return None
+    scale, magnitudes = float(np.abs(a).max()), (magnitude(a), magnitude(b))
+    if not np.isfinite(scale) or scale == 0 or \
+            not abs(magnitudes[0] - magnitudes[1]) <= SAME_SUMS * magnitudes[0]:
+        return None
+    return scale
 
 
 def describe(axis: int, ndim: int, order: np.ndarray) -> str:
