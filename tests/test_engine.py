@@ -1577,6 +1577,18 @@ def test_a_class_token_put_last_is_seen_through_the_table_added_after_it():
         "concatenated in the other order" in result.diagnosis.detail, result.diagnosis.detail
 
 
+def test_tokens_pooled_otherwise_are_named():
+    """A head reading the first token in torch, the mean over tokens in the port: ViT's port
+    so was "computation between modules differs"."""
+    from tests import tiny
+    assert _checked_on_features(tiny.torch_first_row(), tiny.ms_rows_pooled()).passed
+    result = _checked_on_features(tiny.torch_first_row(), tiny.ms_rows_pooled(mean=True))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("head", "pooling between modules differs")
+    assert "between maps and head, torch takes the first token (x[:, 0]), MindSpore the mean " \
+        "over tokens (x.mean(1))" in result.diagnosis.detail, result.diagnosis.detail
+
+
 def test_an_output_in_another_order_along_no_one_axis_is_named():
     """Each sample's 4×4 map transposed in torch, only reshaped in the port: no slice along one
     axis is torch's, every value is. ViT's patches reshaped where torch transposes them were

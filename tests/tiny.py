@@ -2691,6 +2691,35 @@ def ms_maps(transposed: bool = True) -> msnn.Cell:
     return _MsMapsNet(transposed)
 
 
+# Those maps' first rows read as a class token by the head; the port may average the rows.
+class _TorchFirstRow(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.maps, self.head = _TorchMaps(), tnn.Linear(4, 5)
+
+    def forward(self, x):
+        return self.head(self.maps(x)[:, 0])
+
+
+class _MsRowsPooled(msnn.Cell):
+    def __init__(self, mean: bool) -> None:
+        super().__init__()
+        self.mean = mean
+        self.maps, self.head = _MsMaps(transposed=True), msnn.Dense(4, 5)
+
+    def construct(self, x):
+        maps = self.maps(x)
+        return self.head(maps.mean(1) if self.mean else maps[:, 0])
+
+
+def torch_first_row() -> tnn.Module:
+    return _TorchFirstRow()
+
+
+def ms_rows_pooled(mean: bool = False) -> msnn.Cell:
+    return _MsRowsPooled(mean)
+
+
 # A head over the first layer's output, run before the second layer, whose output torch adds;
 # the port's head reads the model's input, after the second layer: the two heads read other
 # inputs at other places, and stay unpaired.

@@ -163,7 +163,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     passed_on = NOISE_MARGIN * _largest_error_before(first, comparisons)
     if fed is not None and first.ref_rms and fed >= INPUT_SHARE * first.rms / first.ref_rms \
             and fed >= passed_on:
-        activation = functional.activation_cause(t, m, torch_run, ms_run)
+        activation = functional.activation_cause(t, m, torch_run, ms_run) or \
+            functional.pooling_cause(t, m, torch_run, ms_run)
         if activation is not None:
             return activation
         fed_from = inputs.outermost_fed(t, m, torch_run, ms_run, passed_on)

@@ -205,3 +205,40 @@ def activation_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                             "input on each side): an activation written as a function in the "
                             "forward, or passed as a setting (TransformerEncoderLayer's "
                             f"activation).{gelu}", confidence="likely")
+
+
+TOKEN_POOLS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "the first token (x[:, 0])": lambda x: x[:, 0],
+    "the last token (x[:, -1])": lambda x: x[:, -1],
+    "the mean over tokens (x.mean(1))": lambda x: x.mean(1, dtype=np.float64),
+    "the max over tokens (x.max(1))": lambda x: x.max(1),
+}
+
+
+def pooling_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                  ms_run: RunReader) -> Optional[Diagnosis]:
+    """The tokens each side pools between the previous module, of (batch, tokens, features),
+    and this one, where they differ, told from this module's input: ViT's port classifying
+    the mean token for torch's class token was "computation between modules differs"."""
+    previous = _previous_forward(torch_run, t), _previous_forward(ms_run, m)
+    sketches = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
+    if None in previous or not all(sketches) or len(previous[0].shape) != 3 or \
+            previous[0].shape != previous[1].shape or previous[0].dtype != "float32":
+        return None
+    fits = []
+    for run, record, sketch in zip((torch_run, ms_run), previous, sketches):
+        values = run.tensor(record)
+        distances = {name: sketch_distance(
+            sketch, input_sketch(np.ascontiguousarray(pool(values), np.float32)))
+            for name, pool in TOKEN_POOLS.items()}
+        fits.append({name for name, distance in distances.items()
+                     if distance is not None and distance <= SAME_SKETCH})
+    if len(fits[0]) != 1 or len(fits[1]) != 1 or fits[0] == fits[1]:
+        return None
+    (torch_pool,), (ms_pool,) = fits
+    return Diagnosis(cause="pooling between modules differs",
+                     detail=f"between {previous[0].name} and {t.name}, torch takes {torch_pool}, "
+                            f"MindSpore {ms_pool} (told from {t.name}'s input on each side): "
+                            "a class token read where the port averages, or the other way "
+                            "round.", confidence="likely")
+
