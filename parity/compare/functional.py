@@ -1,7 +1,8 @@
 """Which activation each side applies between two modules, where it is written as a function
 in a forward (``F.gelu(self.fc1(x))``, TransformerEncoderLayer's ``activation="gelu"``) and so
-has no record of its own; and in which order each lays the values out for the next module (a
-feature map flattened channels-last on one side only).
+has no record of its own; in which order each lays the values out for the next module (a
+feature map flattened channels-last on one side only); and which tokens each pools for it (the
+class token, or their mean).
 
 A module's input is kept as a sketch (its norm and six ±1 projections, parity/sketch.py). The
 candidate activations are applied to the previous module's recorded output and sketched alike:
