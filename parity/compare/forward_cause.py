@@ -206,7 +206,7 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
             return given
     permuted, taken_off = reorder.permutation(a, b), ""
     for name, table in [] if permuted is not None else \
-            inputs.tables(t, torch_run, f"{t.name.partition('#')[0]}."):
+            inputs.tables(t, torch_run, own=True):
         permuted = reorder.permutation(a - table, b - table)
         if permuted is not None:        # ViT's class token put last, its positions then added
             taken_off = f", {name} taken off both,"

@@ -15,7 +15,7 @@ forms differ by ~1e-4 of it (their relative RMS difference over normal inputs at
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -169,15 +169,28 @@ def _previous_forward(run: RunReader, record: RecordInfo) -> Optional[RecordInfo
     return max(before, key=lambda r: r.order) if before else None
 
 
-def activation_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
-                     ms_run: RunReader) -> Optional[Diagnosis]:
-    """The activations the two sides apply between the previous module and this one, or the
-    orders they hand its values on in, when they differ."""
+def _previous_and_sketches(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                           ms_run: RunReader
+                           ) -> Optional[Tuple[Tuple[RecordInfo, RecordInfo],
+                                               Tuple[List[float], List[float]]]]:
+    """Each side's previous forward record and this module's input sketch, where both sides
+    have them and the previous outputs are float32 of one shape; else None."""
     sketches = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
     previous = _previous_forward(torch_run, t), _previous_forward(ms_run, m)
     if None in previous or not all(sketches) or \
             previous[0].shape != previous[1].shape or previous[0].dtype != "float32":
         return None
+    return previous, sketches
+
+
+def activation_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                     ms_run: RunReader) -> Optional[Diagnosis]:
+    """The activations the two sides apply between the previous module and this one, or the
+    orders they hand its values on in, when they differ."""
+    found = _previous_and_sketches(t, m, torch_run, ms_run)
+    if found is None:
+        return None
+    previous, sketches = found
     distances = [sketch_distances(run.tensor(record), sketch)
                  for run, record, sketch in zip((torch_run, ms_run), previous, sketches)]
     applied = [min(side, key=side.get) for side in distances]
@@ -221,11 +234,10 @@ def pooling_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
     """The tokens each side pools between the previous module, of (batch, tokens, features),
     and this one, where they differ, told from this module's input: ViT's port classifying
     the mean token for torch's class token was "computation between modules differs"."""
-    previous = _previous_forward(torch_run, t), _previous_forward(ms_run, m)
-    sketches = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
-    if None in previous or not all(sketches) or len(previous[0].shape) != 3 or \
-            previous[0].shape != previous[1].shape or previous[0].dtype != "float32":
+    found = _previous_and_sketches(t, m, torch_run, ms_run)
+    if found is None or len(found[0][0].shape) != 3:
         return None
+    previous, sketches = found
     fits = []
     for run, record, sketch in zip((torch_run, ms_run), previous, sketches):
         values = run.tensor(record)

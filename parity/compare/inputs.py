@@ -235,8 +235,8 @@ def added_to_output(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: 
     position table after their last module (the patch embedding): a port leaving it out was
     told "module computes something different" (a guess)."""
     return _added(input_sketch(torch_run.tensor(t)), input_sketch(ms_run.tensor(m)),
-                  {"torch": _tables_sketched(t, torch_run, f"{t.name.partition('#')[0]}."),
-                   "MindSpore": _tables_sketched(m, ms_run, f"{m.name.partition('#')[0]}.")},
+                  {"torch": _tables_sketched(t, torch_run, own=True),
+                   "MindSpore": _tables_sketched(m, ms_run, own=True)},
                   within)
 
 
@@ -277,20 +277,21 @@ def _tensors_before(record: RecordInfo, run: RunReader
     yield from _tables_sketched(record, run)
 
 
-def _tables_sketched(record: RecordInfo, run: RunReader, inside: str = ""
+def _tables_sketched(record: RecordInfo, run: RunReader, own: bool = False
                      ) -> Iterator[Tuple[str, Optional[List[float]], bool]]:
     """(what it is, its sketch, True) of each of ``tables``."""
-    for name, table in tables(record, run, inside):
+    for name, table in tables(record, run, own):
         yield name, input_sketch(np.ascontiguousarray(table, np.float32)), True
 
 
-def tables(record: RecordInfo, run: RunReader, inside: str = ""
+def tables(record: RecordInfo, run: RunReader, own: bool = False
            ) -> Iterator[Tuple[str, np.ndarray]]:
     """(what it is, its values) of each float32 parameter or buffer (a frozen parameter is
     recorded as one) of two axes or more broadcast to ``record``'s output shape, as it was
-    before the step (its weight less its update), those whose names start with ``inside``: a
+    before the step (its weight less its update), or, ``own``, those of ``record``'s module: a
     position table a forward adds to its input (Whisper's frozen ``embed_positions.weight``,
     timm's ``pos_embed``), which no module's output holds."""
+    inside = f"{record.name.partition('#')[0]}." if own else ""
     shape = tuple(record.shape)
     updates = {r.name: r for r in run.records if r.kind == "update"}
     for weight in run.records:
