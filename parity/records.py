@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 # The order in which a divergence is looked for: where a bug is, not where it shows.
 KINDS: Tuple[str, ...] = ("input", "forward", "loss", "grad", "update", "optimizer_state",
@@ -134,6 +134,9 @@ class RecordInfo:
     # compare's, never stored: the order its axes are read in (np.transpose), where the other
     # side holds the output with its channels at the other end (transposed)
     axes: Optional[Tuple[int, ...]] = None
+    # compare's, never stored: the order its rows (first axis) are read in, where this side
+    # holds the other's rows in another order (rows_taken)
+    rows: Optional[Tuple[int, ...]] = None
 
     def part_named(self, name: str) -> "RecordInfo":
         """The part of this record that ``name`` (split_part) names, read from its tensor. The
@@ -181,6 +184,14 @@ class RecordInfo:
         return replace(self, shape=tuple(self.shape[axis] for axis in axes),
                        stored_shape=self.stored_shape or self.shape, axes=tuple(axes),
                        fp32_flipped=None)
+
+    def rows_taken(self, order: Sequence[int]) -> "RecordInfo":
+        """This record's rows ``order`` (of its first axis), read in that order: the tokens a
+        mixture-of-experts layer gathers for an expert, which a port may take in another order
+        than torch's, or all of them (its expert run on every token), and put back."""
+        return replace(self, shape=(len(order), *self.shape[1:]),
+                       stored_shape=self.stored_shape or self.shape,
+                       rows=tuple(int(i) for i in order), fp32_flipped=None)
 
     def summed_over_batch(self) -> "RecordInfo":
         """This record's copies along its first axis summed into one: the gradient of an

@@ -701,7 +701,8 @@ class RunReader:
         if crc32(array) != record.crc32:
             raise ParityInputError(f"{file} is corrupted: {record.name} fails its checksum; "
                                    "capture again")
-        if record.part is None and record.position is None and record.axes is None:
+        if record.part is None and record.position is None and record.axes is None and \
+                record.rows is None:
             if record.batch_read == BROADCAST:
                 return np.broadcast_to(array.reshape(stored), record.shape)
             if record.batch_read == SUMMED:
@@ -713,7 +714,9 @@ class RunReader:
         if record.position is not None:
             axis, index = record.position
             array = np.take(array, index, axis=axis)
-        return array if record.axes is None else np.transpose(array, record.axes)
+        if record.axes is not None:
+            array = np.transpose(array, record.axes)
+        return array if record.rows is None else array[list(record.rows)]
 
     def _shard_index(self, name: str) -> Dict[str, Tuple[int, int, str, Tuple[int, ...]]]:
         """key -> (absolute start, end byte offsets, dtype, shape), from the shard's safetensors

@@ -1565,6 +1565,37 @@ def test_an_output_in_another_order_is_matched_slice_by_slice(ms_order, describe
         assert described in reorder.describe(axis, 4, order)
 
 
+def test_rows_in_another_order_or_among_more_are_taken_one_to_one():
+    """An expert's tokens listed by token where torch lists them by slot, or the expert run on
+    every token: ``b[taken]`` is ``a``; rows in place, rows that differ, or fewer rows, give
+    none. Two equal rows (a token id met twice) are taken once each."""
+    from parity.compare import reorder
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((9, 16)).astype(np.float32)
+    a[5] = a[2]
+    order = rng.permutation(9)
+    b = a[order] * np.float32(1 + 1e-7)                   # another kernel's rounding
+    taken = reorder.rows_taken(a, b)
+    assert taken is not None and np.array_equal(order[taken], np.arange(9))
+    assert sorted(taken.tolist()) == list(range(9))
+    every = rng.standard_normal((14, 16)).astype(np.float32)
+    rows = rng.choice(14, 9, replace=False)
+    every[rows] = a
+    taken = reorder.rows_taken(a, every)
+    assert taken is not None and np.array_equal(every[taken], a)
+    assert reorder.rows_taken(a, a.copy()) is None
+    assert reorder.rows_taken(a, every[:5]) is None
+    off = b.copy()
+    off[3, 7] += 0.05
+    assert reorder.rows_taken(a, off) is None
+    assert reorder.rows_taken(a[:, 0], b[:, 0]) is None        # lone values: no rows to match
+    assert reorder.rows_shared(a, off) == (8, 0)
+    assert reorder.rows_shared(a, every) == (9, int((rows == np.arange(9)).sum()))
+    masked = a.copy()
+    masked[6:] += 1                                            # rows in place, three others
+    assert reorder.rows_shared(a, masked) == (6, 6)
+
+
 def test_values_that_differ_are_no_reordering():
     from parity.compare import reorder
     rng = np.random.default_rng(3)

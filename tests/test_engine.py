@@ -1589,6 +1589,55 @@ def test_tokens_pooled_otherwise_are_named():
         "over tokens (x.mean(1))" in result.diagnosis.detail, result.diagnosis.detail
 
 
+@pytest.mark.parametrize("rows, held", [("token", "in another order"),
+                                         ("every", "among 12")])
+def test_experts_taking_their_rows_otherwise_compare_on_the_rows_both_hold(rows, held):
+    """A mixture-of-experts layer listing each expert's tokens by token (torch's torch.where
+    lists them by slot), or running each expert on every token (static shapes): every expert
+    record failed ("input in another order", "dense output shape differs"), the layer's output
+    matching. Compared on the rows both hold, in torch's order, the port passes; without its
+    routing weights renormalised it fails at the first expert, the layer's forward named."""
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    batch = (rng.standard_normal((12, tiny.FEATURES), dtype=np.float32), rng.integers(0, 5, 12))
+    result = parity.check(tiny.torch_mixture(), tiny.ms_mixture(rows), inputs=batch)
+    assert result.passed, result.diagnosis
+    records = result.records.set_index(["kind", "name"])
+    assert records.loc[("forward", "0.experts.0.up"), "reason"].startswith(
+        "rows in another order than torch's")
+    assert records.loc[("grad", "0.experts.0.up"), "passed"]
+    taken = result.records[(result.records.kind == "forward")
+                           & result.records.reason.str.startswith("rows in another order")]
+    assert len(taken) >= 9 and any(note.startswith(f"{len(taken)} outputs inside 0 (")
+                                   for note in result.meta.notes), result.meta.notes
+    wrong = parity.check(tiny.torch_mixture(), tiny.ms_mixture(rows, renormalised=False),
+                         inputs=batch)
+    assert (wrong.first_divergence.name, wrong.diagnosis.cause) == \
+        ("0.experts.0.up", "rows gathered otherwise")
+    routed = wrong.records.set_index(["kind", "name"]).loc[("forward", "0.experts.0.up"),
+                                                          "shape"][0]
+    assert f"holds torch's {routed} rows {held}, each matching torch's: 0's forward gathers " \
+        "the rows it runs 0.experts.0 on otherwise" in wrong.diagnosis.detail, \
+        wrong.diagnosis.detail
+
+
+def test_experts_routed_other_rows_are_told_so():
+    """The router's softmax over the rows, not the experts: the first expert takes 7 of the 8
+    rows torch's takes, and one other ("computation between modules differs" before)."""
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    batch = (rng.standard_normal((12, tiny.FEATURES), dtype=np.float32), rng.integers(0, 5, 12))
+    import torch
+    torch.manual_seed(17)
+    result = parity.check(tiny.torch_mixture(), tiny.ms_mixture(routed_over=0), inputs=batch)
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("0.experts.0.up", "rows gathered otherwise")
+    assert "holds 7 of torch's 8 rows among its 8, each matching torch's" in \
+        result.diagnosis.detail, result.diagnosis.detail
+
+
 def test_an_output_in_another_order_along_no_one_axis_is_named():
     """Each sample's 4×4 map transposed in torch, only reshaped in the port: no slice along one
     axis is torch's, every value is. ViT's patches reshaped where torch transposes them were

@@ -4326,3 +4326,87 @@ def ms_shortcut_last_strided_1x1() -> msnn.Cell:
     """Its shortcut held last, as torch's, and the branch's stride on its 1×1 conv, where
     ResNet v1 puts it (torchvision's v1.5 on the 3×3): the classic port of the other paper."""
     return ms_shortcut_first(strided_first=True, shortcut_first=False)
+
+
+# A mixture-of-experts layer over rows of tiny.FEATURES (each row a token), as Mixtral's, then a
+# head: each row routed to its top two of three experts, their outputs weighted and added back
+# in place.
+EXPERTS = 3
+
+
+class _TorchExpert(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.act, self.down = tnn.Linear(FEATURES, 8), tnn.SiLU(), tnn.Linear(8, FEATURES)
+
+    def forward(self, x):
+        return self.down(self.act(self.up(x)))
+
+
+class _TorchMixture(tnn.Module):
+    """Each expert's rows taken as Mixtral's torch.where lists them: by (slot, token)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = tnn.Linear(FEATURES, EXPERTS, bias=False)
+        self.experts = tnn.ModuleList([_TorchExpert() for _ in range(EXPERTS)])
+
+    def forward(self, x):
+        weights, chosen = torch.topk(torch.softmax(self.gate(x), -1), 2)
+        weights = weights / weights.sum(-1, keepdim=True)
+        routed = tnn.functional.one_hot(chosen, EXPERTS).permute(2, 1, 0)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            slot, token = torch.where(routed[e])
+            out = out.index_add(0, token, expert(x[token]) * weights[token, slot, None])
+        return out + x
+
+
+class _MsExpert(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.act = msnn.Dense(FEATURES, 8), msnn.SiLU()
+        self.down = msnn.Dense(8, FEATURES)
+
+    def construct(self, x):
+        return self.down(self.act(self.up(x)))
+
+
+class _MsMixture(msnn.Cell):
+    """``rows``: "token", each expert's rows listed by (token, slot); "every", each expert run
+    on every row, weighted by a routing matrix zero off the top two (static shapes).
+    ``routed_over``: the axis the router's softmax normalises."""
+
+    def __init__(self, rows: str, renormalised: bool, routed_over: int) -> None:
+        super().__init__()
+        self.rows, self.renormalised, self.routed_over = rows, renormalised, routed_over
+        self.gate = msnn.Dense(FEATURES, EXPERTS, has_bias=False)
+        self.experts = msnn.CellList([_MsExpert() for _ in range(EXPERTS)])
+
+    def construct(self, x):
+        weights, chosen = ops.topk(ops.softmax(self.gate(x), self.routed_over), 2)
+        if self.renormalised:
+            weights = weights / weights.sum(-1, keepdims=True)
+        out = ops.zeros_like(x)
+        if self.rows == "every":
+            routing = (ops.one_hot(chosen, EXPERTS, mindspore.Tensor(1.0), mindspore.Tensor(0.0))
+                       * weights[..., None]).sum(1)
+            for e, expert in enumerate(self.experts):
+                out = out + expert(x) * routing[:, e:e + 1]
+            return out + x
+        for e, expert in enumerate(self.experts):
+            token, slot = np.nonzero(chosen.asnumpy() == e)
+            token, slot = mindspore.Tensor(token.astype(np.int32)), \
+                mindspore.Tensor(slot.astype(np.int32))
+            out = ops.index_add(out, token, expert(x[token]) * weights[token, slot][:, None], 0)
+        return out + x
+
+
+def torch_mixture() -> tnn.Module:
+    return tnn.Sequential(_TorchMixture(), tnn.Linear(FEATURES, 5))
+
+
+def ms_mixture(rows: str = "token", renormalised: bool = True,
+               routed_over: int = -1) -> msnn.Cell:
+    return msnn.SequentialCell([_MsMixture(rows, renormalised, routed_over),
+                                msnn.Dense(FEATURES, 5)])

@@ -19,11 +19,11 @@ import numpy as np
 
 from parity import kinks
 from parity.align import align_forward, channels_to_torch_layout, once_for_the_batch, same_order
-from parity.compare import loss, optimizer, structure, sums
+from parity.compare import loss, optimizer, reorder, structure, sums
 from parity.compare.diagnosis import diagnose, step_settings_differ
 from parity.compare.dropping import DropMismatch, drop_mismatches
 from parity.compare.measure import (AnyJob, Helper, Job, Runs, StepCheck, helper_for,
-                                    run_all)
+                                    measure, run_all)
 from parity.compare.metrics import (Float64Noise, Tolerance, error_histogram,
                                     with_allowance, worst_elements)
 from parity.compare.tolerance import TolerancePolicy
@@ -384,7 +384,8 @@ def _float64_noise(record: RecordInfo) -> Optional[Float64Noise]:
         return None
     return Float64Noise(max(record.fp32_noise_rms, record.fp32_spread_rms or 0.0),
                         record.exact_rms,
-                        of_whole=record.part is not None or record.position is not None)
+                        of_whole=record.part is not None or record.position is not None
+                        or record.rows is not None)
 
 
 def _comparison(pair: Pair, order: int, stats: TensorStats,
@@ -494,6 +495,75 @@ def _allow_for_flips(plan: List[_Planned], comparisons: List[Comparison],
                                         flip_allowance=allowance)
         judged.append(comparison)
     return judged
+
+
+def _rows_in_another_order(plan: List[_Planned], comparisons: List[Comparison], runs: Runs
+                           ) -> Tuple[List[Comparison], Dict[str, str], int]:
+    """Failing outputs (and their gradients) holding torch's rows in another order, or among
+    more rows than torch's (or fewer), judged again on the rows both hold, in torch's order,
+    where a module enclosing them, which runs them, matches torch's: it puts them back.
+    Mixtral's experts take their tokens in the order ``torch.where`` lists them, (slot, token);
+    a port listing them by (token, slot), or running each expert on every token, failed each
+    expert's every record, its layer's output matching. Also returns the forward records so
+    judged, each with the module putting its rows back, and the bytes read."""
+    judged, orders, read = list(comparisons), {}, 0
+    for kind in ("forward", "grad"):
+        for index, (planned, comparison) in enumerate(zip(plan, comparisons)):
+            t, m = planned.pair.torch, planned.pair.mindspore
+            if comparison.passed or comparison.kind != kind or \
+                    any((t.stored_shape, m.stored_shape, t.batch_read, m.batch_read)):
+                continue
+            if kind == "forward" and _rows_may_differ(t, m):
+                a, b = runs.torch.tensor(t), runs.mindspore.tensor(m)
+                read += a.nbytes + b.nbytes
+                orders[t.name] = (None, reorder.rows_taken(a, b)) if len(a) <= len(b) else \
+                    (reorder.rows_taken(b, a), None)
+            torch_rows, ms_rows = orders.get(t.name, (None, None))
+            if torch_rows is not None:
+                t = t.rows_taken(torch_rows)
+            elif ms_rows is not None:
+                m = m.rows_taken(ms_rows)
+            if t.shape != m.shape:
+                continue        # as it was, or a gradient of another shape
+            noise = _float64_noise(t) if planned.noise is not None else None
+            measured, _ = measure(runs, Job(t, m, planned.tolerance, noise))
+            read += measured.bytes_read
+            if measured.stats.passed:
+                judged[index] = _structure_checked(planned.pair, dataclasses.replace(
+                    _comparison(planned.pair, comparison.order, measured.stats,
+                                planned.tolerance),
+                    reason="rows in another order than torch's, or among more rows: "
+                           "compared on the rows both hold"))
+    reordered = {new.name for new, old in zip(judged, comparisons)
+                 if new.kind == "forward" and new.passed and not old.passed}
+    put_back = {name: _enclosing_matched(name, reordered, judged) for name in reordered}
+    judged = [new if put_back.get(new.name) else old for new, old in zip(judged, comparisons)]
+    return judged, {c.name: put_back[c.name] for c in judged
+                    if c.kind == "forward" and put_back.get(c.name)}, read
+
+
+def _rows_may_differ(t: RecordInfo, m: RecordInfo) -> bool:
+    """Whether the two outputs may hold the same rows in another order, or one's among more:
+    of one shape, their module's first input holding the same values in some order (its norm
+    and sum of magnitudes agreeing), or of shapes differing in their first axis alone."""
+    if tuple(t.shape) == tuple(m.shape):
+        sums = reorder.sums_difference(t, m)
+        return sums is not None and sums <= reorder.SAME_SUMS
+    return len(t.shape) == len(m.shape) >= 2 and tuple(t.shape[1:]) == tuple(m.shape[1:])
+
+
+def _enclosing_matched(name: str, reordered: Set[str], comparisons: Sequence[Comparison]
+                       ) -> str:
+    """The nearest module enclosing ``name``'s whose output is compared and not read in another
+    order, where it passed (the rows are put back in place there); "" otherwise."""
+    parts = module_of(name.partition("#")[0]).split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        enclosing = ".".join(parts[:end])
+        outputs = [c for c in comparisons if c.kind == "forward"
+                   and module_of(c.name.partition("#")[0]) == enclosing]
+        if outputs and not any(c.name in reordered for c in outputs):
+            return enclosing if all(c.passed for c in outputs) else ""
+    return ""
 
 
 def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
@@ -827,6 +897,8 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     comparisons = [_structure_checked(p.pair, _comparison(p.pair, order, already[p.identity],
                                                           p.tolerance))
                    for order, p in enumerate(plan)]
+    comparisons, reordered, read_for_rows = _rows_in_another_order(
+        plan, comparisons, Runs(torch_run, ms_run, initial))
     sites, read_at_sites = _flip_sites(plan, kink_ops, flipped, torch_run)
     if sites:
         comparisons = _allow_for_flips(plan, comparisons, sites)
@@ -835,7 +907,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     comparisons = _allow_for_the_logits(plan, comparisons, torch_run, ms_run)
     comparisons, stepped = _judge_steps(
         plan, comparisons, {index: results[("step", index)].error for index in steps}, config)
-    compared_bytes += read_at_sites + read_for_sums
+    compared_bytes += read_at_sites + read_for_sums + read_for_rows
     failing = [(p, c) for p, c in zip(plan, comparisons)
                if not c.passed and p.pair.torch.shape == p.pair.mindspore.shape]
     details = {f"{c.kind}:{c.name}": early_details.get(p.identity) or _detail(*read(p.pair))
@@ -854,6 +926,14 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
                    forward_overrides or {}, idle)
     if stepped:
         notes.append(_adam_note(stepped, config))
+    if reordered:
+        enclosing = sorted(set(reordered.values()))
+        notes.append(f"{len(reordered)} outputs inside {first_few(enclosing)} "
+                     f"({first_few(list(reordered))}): MindSpore holds torch's rows in another "
+                     "order, or among more rows (a mixture-of-experts layer gathering each "
+                     "expert's tokens otherwise, or running it on every token); compared on the "
+                     f"rows both hold, gradients too, {first_few(enclosing)}, which "
+                     f"put{'s' if len(enclosing) == 1 else ''} them back, matching torch's")
     read_at_one = [p.torch.name for p in pairs if p.torch.kind == "forward"
                    and (p.torch.position or p.mindspore.position)]
     if read_at_one:

@@ -110,6 +110,9 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     other_source = _fed_other_outputs(t, m, fed, torch_run, ms_run, comparisons)
     if other_source is not None:
         return other_source
+    gathered = _rows_gathered_otherwise(t, m, torch_run, ms_run)
+    if gathered is not None and tuple(t.shape) != tuple(m.shape):
+        return gathered
     if tuple(t.shape) != tuple(m.shape):
         return Diagnosis(cause=f"{m.op or 'module'} output shape differs",
                          detail=f"torch {t.name} returns {tuple(t.shape)}, MindSpore {m.name} "
@@ -127,6 +130,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                            ("MindSpore", m, extra, ms_run, ms_left, ms_modules))
     if reordered is not None:
         return reordered
+    if gathered is not None:
+        return gathered
     missing_inside = [n for n in unmatched.get("torch forward", ())
                       if n.startswith(first.name + ".")]
     a, b = torch_run.tensor(t), ms_run.tensor(m)
@@ -354,6 +359,48 @@ def _added_on_one_side(added: inputs.Added, t: RecordInfo, m: RecordInfo, where:
                             f"tensor's, to {added.apart:.1g} of their norm): {doer} adds it "
                             f"{place}, {not_done}. {examples}, in {where}.",
                      confidence="likely")
+
+
+def _rows_gathered_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                             ms_run: RunReader) -> Optional[Diagnosis]:
+    """An output holding torch's rows in another order, or among more rows or fewer, each
+    matching, or half of them or more, most not in place: the forward running its
+    module gathers them otherwise. Compare reads such rows in torch's order where the module
+    putting them back matches torch's (engine); here it did not. Mixtral's port without its
+    top-k routing weights renormalised was told "input in another order" at its first expert's
+    first layer, naming concatenations and shuffles; routing each token to one expert, not two,
+    "dense output shape differs"."""
+    def rows(a_record: RecordInfo, b_record: RecordInfo) -> Optional[str]:
+        if len(a_record.shape) < 2 or tuple(a_record.shape[1:]) != tuple(b_record.shape[1:]):
+            return None
+        n, k = a_record.shape[0], b_record.shape[0]
+        if min(n, k) < 2:
+            return None
+        shared, in_place = reorder.rows_shared(torch_run.tensor(a_record),
+                                               ms_run.tensor(b_record))
+        if n == k and in_place >= shared / 2:
+            return None     # rows in place: the others differ (a mask), none gathered
+        if shared == min(n, k):
+            return f"torch's {n} rows in another order" if n == k else \
+                f"torch's {n} rows among {k}" if n < k else f"{k} of torch's {n} rows"
+        return f"{shared} of torch's {n} rows among its {k}" \
+            if shared >= max(2, min(n, k) / 2) else None
+
+    held = rows(t, m)
+    if held is None:
+        return None
+    outer = inputs.outermost(t, m, torch_run, ms_run, lambda a, b: rows(a, b) is not None)[0]
+    where = inputs.forward_holding(outer.name, torch_run)
+    return Diagnosis(cause="rows gathered otherwise",
+                     detail=f"MindSpore's {m.name} holds {held}, each matching torch's: "
+                            f"{where} gathers the rows it runs {outer.name} on otherwise (a "
+                            "mixture-of-experts layer listing an expert's tokens by token where "
+                            "torch lists them by slot, running it on every token, or routing "
+                            "it other tokens). Rows taken in another order are no bug where "
+                            "they are put back, and compare reads them in torch's order where "
+                            "the module putting them back matches torch's; here its output "
+                            f"differs: how {where} routes, weighs or puts back the rows is the "
+                            "likely cause.", confidence="likely")
 
 
 def _after_its_last_module(first: Comparison, t: RecordInfo, m: RecordInfo,

@@ -5,7 +5,9 @@ the wrong ones: an O(1) error that says nothing of its cause until the order is 
 
 A module's input is known only by its sketch (parity/sketch.py): no reordering changes its
 norm or its sum of magnitudes, while its ±1 projections change by about its norm. Its output
-is stored whole: its slices along an axis can be matched one to one.
+is stored whole: its slices along an axis can be matched one to one, and its rows among more
+rows (a mixture-of-experts layer running an expert on every token where torch runs it on the
+tokens routed to it).
 """
 
 from __future__ import annotations
@@ -69,21 +71,64 @@ def permutation(a: np.ndarray, b: np.ndarray) -> Optional[Tuple[int, np.ndarray]
     scale = _scale_of_the_same_values(a, b) if a.ndim >= 2 else None
     if scale is None:
         return None
-    random_weights = np.random.default_rng(0).standard_normal
     for axis in range(1, a.ndim):
-        count = a.shape[axis]
-        if count < 2:
-            continue
-        rows = [np.moveaxis(x, axis, 0).reshape(count, -1) for x in (a, b)]
-        projection = random_weights(rows[0].shape[1])   # a slice's key: equal slices share it
-        orders = [np.argsort(r @ projection, kind="stable") for r in rows]
-        if not np.abs(rows[0][orders[0]] - rows[1][orders[1]]).max() <= SAME_VALUES * scale:
-            continue
-        order = np.empty(count, np.int64)
-        order[orders[1]] = orders[0]
-        if not np.array_equal(order, np.arange(count)):
-            return axis, order
+        taken = rows_taken(np.moveaxis(a, axis, 0), np.moveaxis(b, axis, 0))
+        if taken is not None:
+            return axis, np.argsort(taken)
     return None
+
+
+def rows_taken(a: np.ndarray, b: np.ndarray) -> Optional[np.ndarray]:
+    """The rows of ``b`` (along its first axis) that hold ``a``'s, in ``a``'s order: ``b[taken]``
+    is ``a`` to SAME_VALUES of its largest value, each row of ``b`` taken once; None where there
+    are none such, or where ``b`` is ``a`` as it stands. The tokens a mixture-of-experts layer
+    gathers for one expert: torch's ``torch.where`` lists them by (slot, token), a port may
+    list them by (token, slot), or run the expert on every token (static shapes)."""
+    taken = _rows_matched(a, b) if len(a) <= len(b) else None
+    if taken is None or (taken < 0).any() or np.array_equal(taken, np.arange(len(b))):
+        return None
+    return taken
+
+
+def rows_shared(a: np.ndarray, b: np.ndarray) -> Tuple[int, int]:
+    """How many of ``a``'s rows ``b`` holds, each matched to one of its own (as rows_taken),
+    and how many of those at the same index."""
+    taken = _rows_matched(a, b)
+    if taken is None:
+        return 0, 0
+    return int((taken >= 0).sum()), int((taken == np.arange(len(a))).sum())
+
+
+def _rows_matched(a: np.ndarray, b: np.ndarray) -> Optional[np.ndarray]:
+    """For each row of ``a``, the row of ``b`` holding it (to SAME_VALUES of ``a``'s largest
+    value), each taken once, or -1; None where the two have no rows to match."""
+    if a.ndim < 2 or a.shape[1:] != b.shape[1:] or min(len(a), len(b)) < 2 or \
+            a.dtype.kind != "f" or b.dtype.kind != "f" or not a.size:
+        return None
+    scale = float(np.abs(a).max())
+    if not np.isfinite(scale) or scale == 0 or not np.isfinite(b).all():
+        return None
+    rows = [x.reshape(len(x), -1) for x in (a, b)]
+    # a row's key: equal rows share it
+    projection = np.random.default_rng(0).standard_normal(rows[0].shape[1])
+    keys = [r @ projection for r in rows]
+    # rows SAME_VALUES · scale apart in each value are at most this far apart in their keys
+    near = SAME_VALUES * scale * float(np.abs(projection).sum())
+    by_key = np.argsort(keys[1], kind="stable")
+    sorted_keys = keys[1][by_key]
+    taken, used = np.full(len(a), -1, np.int64), np.zeros(len(b), bool)
+    for i, key in enumerate(keys[0]):
+        low = np.searchsorted(sorted_keys, key - near, side="left")
+        high = np.searchsorted(sorted_keys, key + near, side="right")
+        candidates = [j for j in by_key[low:high] if not used[j]]
+        if not candidates:
+            continue
+        apart = np.abs(rows[1][candidates] - rows[0][i]).max(axis=1)
+        best = int(np.argmin(apart))
+        if apart[best] <= SAME_VALUES * scale:
+            taken[i] = candidates[best]
+            used[taken[i]] = True
+    return taken
 
 
 def shuffled(a: np.ndarray, b: np.ndarray) -> bool:
