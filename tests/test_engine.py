@@ -428,12 +428,19 @@ def test_an_activation_written_as_a_function_is_named_from_the_next_modules_inpu
         assert ("nn.GELU defaults" in result.diagnosis.detail) == ("tanh approximation" in named)
 
 
-@pytest.mark.parametrize("ms_model, passed", [("ms_padded_tokens", True),
-                                             ("ms_padded_tokens_unmasked", False)])
-def test_an_embeddings_padding_row_gets_no_gradient_on_either_side(ms_model, passed):
+@pytest.mark.parametrize("torch_model, ms_model, masked, passed, table", [
+    ("torch_padded_tokens", "ms_padded_tokens", None, True, "0.weight"),
+    ("torch_padded_tokens", "ms_padded_tokens_unmasked", None, False, "0.weight"),
+    ("torch_tied_padded", "ms_tied_padded", True, True, "embed.weight"),
+    ("torch_tied_padded", "ms_tied_padded", False, False, "embed.weight"),
+])
+def test_an_embeddings_padding_row_gets_no_gradient_on_either_side(torch_model, ms_model,
+                                                                   masked, passed, table):
     """Token ids padded with torch's padding_idx: MindSpore's nn.Embedding(padding_idx=0) still
     gives row 0 a gradient, which is named; the port that masks that row before the lookup
-    (the fix the diagnosis gives) passes."""
+    (the fix the diagnosis gives) passes. With the output layer tied to the table (Gemma's),
+    torch's row 0 gets that layer's gradient alone: a correct Gemma port using nn.Embedding
+    was told "backward differs while forward matches"."""
     import numpy as np
 
     import parity
@@ -441,14 +448,16 @@ def test_an_embeddings_padding_row_gets_no_gradient_on_either_side(ms_model, pas
     rng = np.random.default_rng(0)
     ids = rng.integers(1, tiny.VOCABULARY, (4, tiny.TOKENS))
     ids[1, 3:] = ids[3, 5:] = 0
-    result = parity.check(tiny.torch_padded_tokens(), getattr(tiny, ms_model)(),
-                          inputs=(ids, rng.integers(0, 5, 4)))
+    port = getattr(tiny, ms_model)(*([] if masked is None else [masked]))
+    result = parity.check(getattr(tiny, torch_model)(), port, inputs=(ids, rng.integers(0, 5, 4)))
     assert result.passed == passed, result.diagnosis
     if not passed:
-        assert (result.first_divergence.name, result.first_divergence.kind) == ("0.weight", "grad")
+        assert (result.first_divergence.name, result.first_divergence.kind) == (table, "grad")
         assert (result.diagnosis.cause, result.diagnosis.confidence) == \
             ("Embedding padding row gets a gradient", "certain")
-        assert "row 0 does" in result.diagnosis.detail
+        assert "row 0 differs by up to" in result.diagnosis.detail
+        assert ("only where the table is used again (a tied output layer)" in
+                result.diagnosis.detail) == (table == "embed.weight")
 
 
 @pytest.mark.parametrize("ms_model, passed", [("ms_dict_pooled", True),
@@ -1636,6 +1645,33 @@ def test_experts_routed_other_rows_are_told_so():
         ("0.experts.0.up", "rows gathered otherwise")
     assert "holds 7 of torch's 8 rows among its 8, each matching torch's" in \
         result.diagnosis.detail, result.diagnosis.detail
+
+
+def test_a_norm_scaling_by_its_weight_where_torch_scales_by_one_plus_it_is_named():
+    """Gemma's RMSNorm scales by 1 + weight; a port scaling by the weight (Llama's) was
+    "module computes something different" (a guess)."""
+    from tests import tiny
+    assert _checked_on_features(tiny.torch_weight_plus_one_norm(),
+                                tiny.ms_weight_plus_one_norm()).passed
+    result = _checked_on_features(tiny.torch_weight_plus_one_norm(),
+                                  tiny.ms_weight_plus_one_norm(plus_one=False))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("1", "norm scales by its weight otherwise")
+    assert "torch's 1 scales its normalised input by 1 + weight, MindSpore's 1 by the weight: " \
+        "its output is torch's times w / (1 + w) per channel" in result.diagnosis.detail
+
+
+def test_an_input_one_side_scales_is_named_with_its_scale():
+    """Gemma multiplies its embeddings by √width in its model's forward; a port leaving that
+    out was told "computation between modules differs"."""
+    from tests import tiny
+    assert _checked_on_features(tiny.torch_scaled_features(), tiny.ms_scaled_features()).passed
+    result = _checked_on_features(tiny.torch_scaled_features(),
+                                  tiny.ms_scaled_features(scaled=False))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("head", "input scaled on one side")
+    assert "MindSpore's head is given torch's input times 0.25: torch's is 4 (√16) times the " \
+        "port's" in result.diagnosis.detail, result.diagnosis.detail
 
 
 def test_an_output_in_another_order_along_no_one_axis_is_named():

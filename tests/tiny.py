@@ -1595,9 +1595,9 @@ def ms_padded_tokens_unmasked() -> msnn.Cell:
 # Tied weights, as a language model's: the output layer's weight is the embedding table, one
 # parameter that torch's state dict lists under both names.
 class _TorchTied(tnn.Module):
-    def __init__(self, tied: bool = True) -> None:
+    def __init__(self, tied: bool = True, padding_idx: Optional[int] = None) -> None:
         super().__init__()
-        self.embed = tnn.Embedding(VOCABULARY, WIDTH)
+        self.embed = tnn.Embedding(VOCABULARY, WIDTH, padding_idx=padding_idx)
         self.mix = tnn.Linear(WIDTH, WIDTH)
         self.head = tnn.Linear(WIDTH, VOCABULARY, bias=False)
         if tied:
@@ -1608,9 +1608,9 @@ class _TorchTied(tnn.Module):
 
 
 class _MsTied(msnn.Cell):
-    def __init__(self, tied: bool = True) -> None:
+    def __init__(self, tied: bool = True, embed: Optional[msnn.Embedding] = None) -> None:
         super().__init__()
-        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.embed = embed or msnn.Embedding(VOCABULARY, WIDTH)
         self.mix = msnn.Dense(WIDTH, WIDTH)
         self.head = msnn.Dense(WIDTH, VOCABULARY, has_bias=False)
         if tied:
@@ -1635,6 +1635,16 @@ def ms_tied() -> msnn.Cell:
 def ms_untied() -> msnn.Cell:
     """The port forgot the tie: its output layer has a weight of its own."""
     return _MsTied(tied=False)
+
+
+def torch_tied_padded() -> tnn.Module:
+    """Its table's row 0 the padding row (Gemma's): a gradient from the output layer alone."""
+    return _TorchTied(padding_idx=0)
+
+
+def ms_tied_padded(masked: bool = True) -> msnn.Cell:
+    return _MsTied(embed=_PaddingRowEmbedding() if masked else
+                   msnn.Embedding(VOCABULARY, WIDTH, padding_idx=0))
 
 
 # Two inputs, as a Transformer takes them: token ids and an attention mask (1 keeps a token).
@@ -4410,3 +4420,69 @@ def ms_mixture(rows: str = "token", renormalised: bool = True,
                routed_over: int = -1) -> msnn.Cell:
     return msnn.SequentialCell([_MsMixture(rows, renormalised, routed_over),
                                 msnn.Dense(FEATURES, 5)])
+
+
+# Gemma's RMSNorm, its weight centred on zero: x·rsqrt(mean(x²) + eps)·(1 + weight). Drawn away
+# from zero (as a trained model's), not at its initial zeros.
+class _TorchWeightPlusOneNorm(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.weight = tnn.Parameter(0.5 * torch.randn(FEATURES, generator=generator))
+        self.eps = 1e-6
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1 + self.weight)
+
+
+class _MsWeightPlusOneNorm(msnn.Cell):
+    """``plus_one=False``: scaled by the weight, as Llama's RMSNorm."""
+
+    def __init__(self, plus_one: bool) -> None:
+        super().__init__()
+        self.weight = mindspore.Parameter(mindspore.Tensor(np.zeros(FEATURES, np.float32)))
+        self.eps, self.plus_one = 1e-6, plus_one
+
+    def construct(self, x):
+        normed = x * ops.rsqrt((x * x).mean(-1, keep_dims=True) + self.eps)
+        return normed * (1 + self.weight) if self.plus_one else normed * self.weight
+
+
+def torch_weight_plus_one_norm() -> tnn.Module:
+    return tnn.Sequential(tnn.Linear(FEATURES, FEATURES), _TorchWeightPlusOneNorm(),
+                          tnn.Linear(FEATURES, 5))
+
+
+def ms_weight_plus_one_norm(plus_one: bool = True) -> msnn.Cell:
+    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES), _MsWeightPlusOneNorm(plus_one),
+                                msnn.Dense(FEATURES, 5)])
+
+
+# Features scaled by √FEATURES before the head in the model's forward, as Gemma scales its
+# embeddings by √width; the port may leave the scale out.
+class _TorchScaledFeatures(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.head = tnn.Linear(FEATURES, FEATURES), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        return self.head(self.embed(x) * FEATURES ** 0.5)
+
+
+class _MsScaledFeatures(msnn.Cell):
+    def __init__(self, scaled: bool) -> None:
+        super().__init__()
+        self.embed, self.head = msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, 5)
+        self.scaled = scaled
+
+    def construct(self, x):
+        features = self.embed(x)
+        return self.head(features * FEATURES ** 0.5 if self.scaled else features)
+
+
+def torch_scaled_features() -> tnn.Module:
+    return _TorchScaledFeatures()
+
+
+def ms_scaled_features(scaled: bool = True) -> msnn.Cell:
+    return _MsScaledFeatures(scaled)

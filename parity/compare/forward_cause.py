@@ -62,6 +62,10 @@ AS_IS = 1e-6
 # sum's float32 rounding, half an ulp of x + y per element (GPT-2's blocks: 1.3e-7 and 2.7e-7
 # from their ln_2's input, the residual).
 ADDED_INPUT = 1e-5
+# An output that is the other side's scaled per channel, or an input scaled by a constant, to
+# float32 rounding: within this share of its norm (a norm's output, x·rsqrt(mean(x²) + eps)·w,
+# is rounded to ~1e-7 of it; the input sketches' sums to ~1e-6).
+SCALED_FIT = 1e-5
 # A norm's output rows, its weight and bias taken off, average to this share of their RMS at
 # most where it subtracts their mean (float32 rounding: 1e-7), and more than UNCENTRED at the
 # median where it does not (features of random sign: about 1/sqrt(width)).
@@ -192,6 +196,9 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         drawing = _drawing_between_modules(t, m, torch_run, ms_run, f"{where}{before}".rstrip(","))
         if drawing is not None:
             return drawing
+        scale = inputs.scale_of_input(t, m, SCALED_FIT)
+        if scale is not None:
+            return _scaled_on_one_side(scale, m, f"{where}{before}")
         added = inputs.added_to_input(t, m, torch_run, ms_run, max(ADDED_INPUT, passed_on))
         if added is not None:
             return _added_on_one_side(added, t, m, inputs.forward_holding(t.name, torch_run))
@@ -236,7 +243,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         found = kernels.tanh_cause(first.name, a, b)
         if found is not None:
             return found
-    centred = _centred_on_one_side(t, m, torch_run, ms_run)
+    centred = _centred_on_one_side(t, m, torch_run, ms_run) or \
+        _scaled_by_weight_plus_one(t, m, torch_run, ms_run)
     if centred is not None:
         return centred
     added = inputs.added_to_output(t, m, torch_run, ms_run, max(ADDED_INPUT, passed_on))
@@ -306,6 +314,42 @@ def _centred_on_one_side(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                      confidence="likely")
 
 
+def _scaled_by_weight_plus_one(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                               ms_run: RunReader) -> Optional[Diagnosis]:
+    """A norm (or any module with a weight of its output's width and no bias) whose output is
+    the other side's scaled by w / (1 + w) per channel: one side scales by 1 + weight, the
+    other by the weight. Gemma's RMSNorm keeps its weight centred on zero (zeros at
+    initialisation) and scales by 1 + weight; a port scaling by the weight was told "module
+    computes something different" (a guess)."""
+    weights = initial_weights(torch_run)
+    if weights is None or tuple(t.shape) != tuple(m.shape) or not t.shape or \
+            weights.get(f"{t.name}.bias") is not None:
+        return None
+    weight, width = weights.get(f"{t.name}.weight"), t.shape[-1]
+    if weight is None or tuple(weight.shape) != (width,) or width < 4:
+        return None
+    w = weight.astype(np.float64)
+    a, b = (run.tensor(record).reshape(-1, width).astype(np.float64)
+            for run, record in ((torch_run, t), (ms_run, m)))
+    size = max(float(np.linalg.norm(a)), float(np.linalg.norm(b)))
+    for torch_by, port_by, torch_scale, port_scale, ratio in (
+            (1 + w, w, "1 + weight", "the weight", "w / (1 + w)"),
+            (w, 1 + w, "the weight", "1 + weight", "(1 + w) / w")):
+        kept = np.abs(torch_by) > 1e-3       # channels whose normalised values torch's shows
+        if not kept.any() or not size:
+            continue
+        expected = a[:, kept] / torch_by[kept] * port_by[kept]
+        if np.linalg.norm(expected - b[:, kept]) <= SCALED_FIT * size:
+            return Diagnosis(cause="norm scales by its weight otherwise",
+                             detail=f"torch's {t.name} scales its normalised input by "
+                                    f"{torch_scale}, MindSpore's {m.name} by {port_scale}: its "
+                                    f"output is torch's times {ratio} per channel (w its "
+                                    "weight), to float32 rounding. Gemma's RMSNorm keeps its "
+                                    "weight centred on zero and scales by 1 + weight; compute "
+                                    "what torch's forward does.", confidence="likely")
+    return None
+
+
 def _inputs_matched(first: Comparison, t: RecordInfo, m: RecordInfo,
                     fed: Optional[float]) -> bool:
     """Whether every input of the first diverging module is known to have matched torch's (the
@@ -358,6 +402,20 @@ def _added_on_one_side(added: inputs.Added, t: RecordInfo, m: RecordInfo, where:
                             f"{added.what} (the two tensors' ±1 projections differ by that "
                             f"tensor's, to {added.apart:.1g} of their norm): {doer} adds it "
                             f"{place}, {not_done}. {examples}, in {where}.",
+                     confidence="likely")
+
+
+def _scaled_on_one_side(scale: float, m: RecordInfo, where: str) -> Diagnosis:
+    """MindSpore's module given torch's input times ``scale``."""
+    root = round(scale ** -2)
+    named = f" (√{root})" if root >= 2 and abs(scale ** -2 - root) <= 1e-4 * root else ""
+    return Diagnosis(cause="input scaled on one side",
+                     detail=f"MindSpore's {m.name} is given torch's input times {scale:.4g}: "
+                            f"torch's is {1 / scale:.4g}{named} times the port's, every module "
+                            "output before it matching. A constant scale one side applies and "
+                            f"the other leaves out, or applies otherwise, in {where} is the "
+                            "likely cause (Gemma multiplies its embeddings by √width; a residual "
+                            "branch or an attention's scores may be scaled).",
                      confidence="likely")
 
 

@@ -213,6 +213,23 @@ class Added(NamedTuple):
     table: bool         # a parameter or buffer (a position table), not a module's input or output
 
 
+def scale_of_input(t: RecordInfo, m: RecordInfo, within: float) -> Optional[float]:
+    """k (not 1) where the module's first input on the MindSpore side is torch's times k: each
+    number of its sketch, norm and projections, is torch's times k, to ``within`` of its norm.
+    Gemma's model multiplies its embeddings by √width before its first layer: a port leaving
+    that out was told "computation between modules differs"."""
+    a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
+    if not a or not b or not a[0] or not b[0]:
+        return None
+    count = min(len(a), len(b))
+    torch_sketch, ms_sketch = np.array(a[1:count]), np.array(b[1:count])
+    scale = b[0] / a[0] * (1.0 if np.dot(torch_sketch, ms_sketch) >= 0 else -1.0)
+    if abs(scale - 1) <= 1e-3 or \
+            np.abs(ms_sketch - scale * torch_sketch).max() > within * b[0]:
+        return None
+    return scale
+
+
 def added_to_input(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
                    within: float) -> Optional[Added]:
     """The tensor one side adds to the module's first input, where that input is the other's
