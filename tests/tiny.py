@@ -4385,16 +4385,17 @@ class _MsExpert(msnn.Cell):
 class _MsMixture(msnn.Cell):
     """``rows``: "token", each expert's rows listed by (token, slot); "every", each expert run
     on every row, weighted by a routing matrix zero off the top two (static shapes).
-    ``routed_over``: the axis the router's softmax normalises."""
+    ``routed_over``: the axis the router's softmax normalises; ``top``: experts a row."""
 
-    def __init__(self, rows: str, renormalised: bool, routed_over: int) -> None:
+    def __init__(self, rows: str, renormalised: bool, routed_over: int, top: int) -> None:
         super().__init__()
         self.rows, self.renormalised, self.routed_over = rows, renormalised, routed_over
+        self.top = top
         self.gate = msnn.Dense(FEATURES, EXPERTS, has_bias=False)
         self.experts = msnn.CellList([_MsExpert() for _ in range(EXPERTS)])
 
     def construct(self, x):
-        weights, chosen = ops.topk(ops.softmax(self.gate(x), self.routed_over), 2)
+        weights, chosen = ops.topk(ops.softmax(self.gate(x), self.routed_over), self.top)
         if self.renormalised:
             weights = weights / weights.sum(-1, keepdims=True)
         out = ops.zeros_like(x)
@@ -4416,9 +4417,9 @@ def torch_mixture() -> tnn.Module:
     return tnn.Sequential(_TorchMixture(), tnn.Linear(FEATURES, 5))
 
 
-def ms_mixture(rows: str = "token", renormalised: bool = True,
-               routed_over: int = -1) -> msnn.Cell:
-    return msnn.SequentialCell([_MsMixture(rows, renormalised, routed_over),
+def ms_mixture(rows: str = "token", renormalised: bool = True, routed_over: int = -1,
+               top: int = 2) -> msnn.Cell:
+    return msnn.SequentialCell([_MsMixture(rows, renormalised, routed_over, top),
                                 msnn.Dense(FEATURES, 5)])
 
 
@@ -4486,3 +4487,51 @@ def torch_scaled_features() -> tnn.Module:
 
 def ms_scaled_features(scaled: bool = True) -> msnn.Cell:
     return _MsScaledFeatures(scaled)
+
+
+# A block returning a tuple, as Hugging Face's mixture-of-experts layers return their output
+# and router logits; the port's leaves its second layer out.
+class _TorchTupleBlock(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = tnn.Linear(FEATURES, FEATURES), tnn.Linear(FEATURES, FEATURES)
+
+    def forward(self, x):
+        return x + self.b(torch.tanh(self.a(x))), x
+
+
+class _MsTupleBlock(msnn.Cell):
+    def __init__(self, whole: bool) -> None:
+        super().__init__()
+        self.a, self.b = msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, FEATURES)
+        self.whole = whole
+
+    def construct(self, x):
+        hidden = ops.tanh(self.a(x))
+        return x + (self.b(hidden) if self.whole else hidden), x
+
+
+class _TorchTupleNet(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block, self.head = _TorchTupleBlock(), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        return self.head(self.block(x)[0])
+
+
+class _MsTupleNet(msnn.Cell):
+    def __init__(self, whole: bool) -> None:
+        super().__init__()
+        self.block, self.head = _MsTupleBlock(whole), msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        return self.head(self.block(x)[0])
+
+
+def torch_tuple_block() -> tnn.Module:
+    return _TorchTupleNet()
+
+
+def ms_tuple_block(whole: bool = True) -> msnn.Cell:
+    return _MsTupleNet(whole)

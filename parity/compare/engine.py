@@ -500,12 +500,14 @@ def _allow_for_flips(plan: List[_Planned], comparisons: List[Comparison],
 def _rows_in_another_order(plan: List[_Planned], comparisons: List[Comparison], runs: Runs
                            ) -> Tuple[List[Comparison], Dict[str, str], int]:
     """Failing outputs (and their gradients) holding torch's rows in another order, or among
-    more rows than torch's (or fewer), judged again on the rows both hold, in torch's order,
-    where a module enclosing them, which runs them, matches torch's: it puts them back.
-    Mixtral's experts take their tokens in the order ``torch.where`` lists them, (slot, token);
-    a port listing them by (token, slot), or running each expert on every token, failed each
-    expert's every record, its layer's output matching. Also returns the forward records so
-    judged, each with the module putting its rows back, and the bytes read."""
+    more rows than torch's, judged again on the rows both hold, in torch's order, where a module
+    enclosing them puts them back (the nearest whose output is compared as it stands); those
+    holding some of torch's rows alone, only where that module matches torch's (the port
+    routing otherwise computes fewer). Mixtral's experts take their tokens in the order
+    ``torch.where`` lists them, (slot, token); a port listing them by (token, slot), or running
+    each expert on every token, failed each expert's every record, its layer's output matching.
+    Also returns the forward records so judged, each with the module putting its rows back,
+    and the bytes read."""
     judged, orders, read = list(comparisons), {}, 0
     for kind in ("forward", "grad"):
         for index, (planned, comparison) in enumerate(zip(plan, comparisons)):
@@ -532,14 +534,16 @@ def _rows_in_another_order(plan: List[_Planned], comparisons: List[Comparison], 
                 judged[index] = _structure_checked(planned.pair, dataclasses.replace(
                     _comparison(planned.pair, comparison.order, measured.stats,
                                 planned.tolerance),
-                    reason="rows in another order than torch's, or among more rows: "
-                           "compared on the rows both hold"))
+                    reason=reorder.ROWS_TAKEN))
     reordered = {new.name for new, old in zip(judged, comparisons)
                  if new.kind == "forward" and new.passed and not old.passed}
-    put_back = {name: _enclosing_matched(name, reordered, judged) for name in reordered}
-    judged = [new if put_back.get(new.name) else old for new, old in zip(judged, comparisons)]
+    enclosing = {name: _enclosing(name, reordered, judged) for name in reordered}
+    put_back = {name: module_of(outputs[0].name.partition("#")[0])
+                for name, outputs in enclosing.items() if outputs and (
+        all(c.passed for c in outputs) or orders[name][0] is None)}
+    judged = [new if new.name in put_back else old for new, old in zip(judged, comparisons)]
     return judged, {c.name: put_back[c.name] for c in judged
-                    if c.kind == "forward" and put_back.get(c.name)}, read
+                    if c.kind == "forward" and c.name in put_back}, read
 
 
 def _rows_may_differ(t: RecordInfo, m: RecordInfo) -> bool:
@@ -552,18 +556,17 @@ def _rows_may_differ(t: RecordInfo, m: RecordInfo) -> bool:
     return len(t.shape) == len(m.shape) >= 2 and tuple(t.shape[1:]) == tuple(m.shape[1:])
 
 
-def _enclosing_matched(name: str, reordered: Set[str], comparisons: Sequence[Comparison]
-                       ) -> str:
-    """The nearest module enclosing ``name``'s whose output is compared and not read in another
-    order, where it passed (the rows are put back in place there); "" otherwise."""
+def _enclosing(name: str, reordered: Set[str], comparisons: Sequence[Comparison]
+               ) -> List[Comparison]:
+    """The outputs of the nearest module enclosing ``name``'s whose output is compared and not
+    read in another order (where its rows are put back); none at the top level."""
     parts = module_of(name.partition("#")[0]).split(".")
     for end in range(len(parts) - 1, 0, -1):
-        enclosing = ".".join(parts[:end])
         outputs = [c for c in comparisons if c.kind == "forward"
-                   and module_of(c.name.partition("#")[0]) == enclosing]
+                   and module_of(c.name.partition("#")[0]) == ".".join(parts[:end])]
         if outputs and not any(c.name in reordered for c in outputs):
-            return enclosing if all(c.passed for c in outputs) else ""
-    return ""
+            return outputs
+    return []
 
 
 def _judge_cancelling_sums(plan: List[_Planned], comparisons: List[Comparison],
@@ -932,8 +935,8 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
                      f"({first_few(list(reordered))}): MindSpore holds torch's rows in another "
                      "order, or among more rows (a mixture-of-experts layer gathering each "
                      "expert's tokens otherwise, or running it on every token); compared on the "
-                     f"rows both hold, gradients too, {first_few(enclosing)}, which "
-                     f"put{'s' if len(enclosing) == 1 else ''} them back, matching torch's")
+                     f"rows both hold, gradients too, where {first_few(enclosing)} "
+                     f"put{'s' if len(enclosing) == 1 else ''} them back")
     read_at_one = [p.torch.name for p in pairs if p.torch.kind == "forward"
                    and (p.torch.position or p.mindspore.position)]
     if read_at_one:

@@ -20,6 +20,7 @@ from parity.compare.dropping import DropMismatch
 from parity.compare.settings import (counting_padding, settings_cause, softmax_axis,
                                      uncounted_padding)
 from parity.compare.structure import declared_eps, op_family
+from parity.errors import first_few
 from parity.records import Comparison, Diagnosis, Part, RecordInfo, module_of, split_part
 from parity.rundir import RunReader, initial_weights
 
@@ -137,7 +138,7 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     if gathered is not None:
         return gathered
     missing_inside = [n for n in unmatched.get("torch forward", ())
-                      if n.startswith(first.name + ".")]
+                      if n.startswith(module_of(first.name.partition("#")[0]) + ".")]
     a, b = torch_run.tensor(t), ms_run.tensor(m)
     if a.shape == b.shape and a.min() >= 0 and b.min() < 0:
         extra = f" torch calls {', '.join(missing_inside)} there; MindSpore does not." \
@@ -147,9 +148,13 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"MindSpore's has negative values: a ReLU is missing in "
                                 f"{m.name}.{extra}", confidence="likely")
     if missing_inside:
+        outermost = [n for n in missing_inside
+                     if not any(n.startswith(other + ".") for other in missing_inside)]
         return Diagnosis(cause="operation missing in the port",
-                         detail=f"torch runs {', '.join(missing_inside)} inside {first.name}; "
-                                "the MindSpore cell has no counterpart.", confidence="likely")
+                         detail=f"torch runs {', '.join(outermost)} inside "
+                                f"{module_of(t.name.partition('#')[0])}; MindSpore's "
+                                f"{module_of(m.name.partition('#')[0])} runs no counterpart.",
+                         confidence="likely")
     ids = _other_ids(t, m, torch_run)
     if ids is not None:
         return ids
@@ -254,6 +259,9 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     if after_last is not None:
         return after_last
     if first.max_rel > 1e-2:
+        inside = _inside_all_matched(first, t, comparisons)
+        if inside is not None:
+            return inside
         size = "O(1) error" if first.max_rel > 0.1 else "error well above fp32 noise"
         others = [inputs.input_name(key) for key, _ in inputs.compared_inputs(t, m)]
         other_inputs = f" Its inputs matched torch's (the first, {', '.join(others)})." \
@@ -405,13 +413,39 @@ def _added_on_one_side(added: inputs.Added, t: RecordInfo, m: RecordInfo, where:
                      confidence="likely")
 
 
+def _inside_all_matched(first: Comparison, t: RecordInfo, comparisons: Sequence[Comparison]
+                        ) -> Optional[Diagnosis]:
+    """A module whose output differs while its input and every output of the modules it runs
+    matched (those holding torch's rows in another order compared on them): what its forward
+    computes from them differs. Qwen2-MoE's layer ported without the sigmoid on its shared
+    expert's gate, or with its top-k weights renormalised, was "module computes something
+    different" (a guess)."""
+    module = module_of(t.name.partition("#")[0])
+    inside = [c for c in comparisons if c.kind == "forward" and c.order < first.order
+              and c.name.startswith(module + ".")]
+    if len(inside) < 2 or not all(c.passed for c in inside):
+        return None
+    rows = [c.name for c in inside if c.reason == reorder.ROWS_TAKEN]
+    taken = f" ({len(rows)} of them compared on rows taken in another order: {first_few(rows)})" \
+        if rows else ""
+    return Diagnosis(cause="computation between the module's parts differs",
+                     detail=f"every output of the {len(inside)} modules {module} runs matched "
+                            f"torch's{taken}, as did its input: what its forward computes from "
+                            "them differs (how it weighs, gates, adds or puts them back: a "
+                            "sigmoid on a gate, routing weights renormalised or not, a sum "
+                            "left out).", confidence="likely")
+
+
 def _scaled_on_one_side(scale: float, m: RecordInfo, where: str) -> Diagnosis:
     """MindSpore's module given torch's input times ``scale``."""
-    root = round(scale ** -2)
-    named = f" (√{root})" if root >= 2 and abs(scale ** -2 - root) <= 1e-4 * root else ""
+    larger = max(abs(scale), 1 / abs(scale))
+    root = round(larger ** 2)
+    named = f" (√{root})" if root >= 2 and abs(larger ** 2 - root) <= 1e-4 * root else ""
+    which = f"torch's is {1 / scale:.4g}{named} times the port's" if abs(scale) < 1 else \
+        f"the port's is {scale:.4g}{named} times torch's"
     return Diagnosis(cause="input scaled on one side",
                      detail=f"MindSpore's {m.name} is given torch's input times {scale:.4g}: "
-                            f"torch's is {1 / scale:.4g}{named} times the port's, every module "
+                            f"{which}, every module "
                             "output before it matching. A constant scale one side applies and "
                             f"the other leaves out, or applies otherwise, in {where} is the "
                             "likely cause (Gemma multiplies its embeddings by √width; a residual "
@@ -421,13 +455,12 @@ def _scaled_on_one_side(scale: float, m: RecordInfo, where: str) -> Diagnosis:
 
 def _rows_gathered_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                              ms_run: RunReader) -> Optional[Diagnosis]:
-    """An output holding torch's rows in another order, or among more rows or fewer, each
-    matching, or half of them or more, most not in place: the forward running its
-    module gathers them otherwise. Compare reads such rows in torch's order where the module
-    putting them back matches torch's (engine); here it did not. Mixtral's port without its
-    top-k routing weights renormalised was told "input in another order" at its first expert's
-    first layer, naming concatenations and shuffles; routing each token to one expert, not two,
-    "dense output shape differs"."""
+    """An output holding some of torch's rows (each matching), or half of them or more among
+    others, most not in place: the forward running its module routes rows to it otherwise.
+    Compare reads rows taken in another order, or among more, in torch's order where a module
+    enclosing them puts them back (engine), and some of torch's rows alone where that module
+    matches. Mixtral's port routing each token to one expert, not two, was told "dense output
+    shape differs" at its first expert's first layer (a guess)."""
     def rows(a_record: RecordInfo, b_record: RecordInfo) -> Optional[str]:
         if len(a_record.shape) < 2 or tuple(a_record.shape[1:]) != tuple(b_record.shape[1:]):
             return None
@@ -451,14 +484,11 @@ def _rows_gathered_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
     where = inputs.forward_holding(outer.name, torch_run)
     return Diagnosis(cause="rows gathered otherwise",
                      detail=f"MindSpore's {m.name} holds {held}, each matching torch's: "
-                            f"{where} gathers the rows it runs {outer.name} on otherwise (a "
-                            "mixture-of-experts layer listing an expert's tokens by token where "
-                            "torch lists them by slot, running it on every token, or routing "
-                            "it other tokens). Rows taken in another order are no bug where "
-                            "they are put back, and compare reads them in torch's order where "
-                            "the module putting them back matches torch's; here its output "
-                            f"differs: how {where} routes, weighs or puts back the rows is the "
-                            "likely cause.", confidence="likely")
+                            f"{where} gathers the rows it runs {outer.name} on otherwise, and "
+                            "nothing enclosing it puts them back as torch's are (a "
+                            "mixture-of-experts layer routing other tokens to an expert, or "
+                            f"fewer). How {where} routes the rows is the likely cause.",
+                     confidence="likely")
 
 
 def _after_its_last_module(first: Comparison, t: RecordInfo, m: RecordInfo,

@@ -29,6 +29,9 @@ SAME_SUMS = 1e-4
 # Values this far apart (relative to the largest) are the same values: float32 rounding of
 # one computation against another, not an O(1) error.
 SAME_VALUES = 1e-4
+# The reason a pair compared on the rows both sides hold gives (compare/engine.py)
+ROWS_TAKEN = "rows in another order than torch's, or among more rows: compared on the rows " \
+    "both hold"
 
 
 def sums_difference(t: RecordInfo, m: RecordInfo) -> Optional[float]:
