@@ -5,8 +5,8 @@ U-Net-like classifier and a GroupNorm net that average over space right after th
 small MLPs, a net with an auxiliary head, a Transformer encoder layer, a net running a block
 again in its backward (activation checkpointing), weight- and spectral-normalised conv nets, a
 3-D conv net over video clips, a conv standardising its weight, ports MindSpore has no CPU
-kernels for (mindspore.mint.nn's, InstanceNorm2d), and nets a user might hand over as they
-are: built in float64, torch.compile'd, held as ``self.module``."""
+kernels for (mindspore.mint.nn's, InstanceNorm2d), a mixture-of-experts layer, and nets a user
+might hand over as they are: built in float64, torch.compile'd, held as ``self.module``."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ told by its sketch (compare/inputs.py). Failing those, the message says where to
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -285,26 +285,43 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                      confidence="guess")
 
 
+class _OwnWeight(NamedTuple):
+    weight: np.ndarray
+    bias: Optional[np.ndarray]
+    rows: Tuple[np.ndarray, np.ndarray]       # torch's output and MindSpore's, as rows
+
+
+def _own_weight_and_rows(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                         ms_run: RunReader) -> Optional[_OwnWeight]:
+    """A module's initial weight and bias, each of its output's last width (four or more),
+    and the two outputs as rows of that width, in float64; None where it has no such weight."""
+    weights = initial_weights(torch_run)
+    if weights is None or tuple(t.shape) != tuple(m.shape) or not t.shape:
+        return None
+    width = t.shape[-1]
+    weight, bias = weights.get(f"{t.name}.weight"), weights.get(f"{t.name}.bias")
+    if weight is None or tuple(weight.shape) != (width,) or width < 4 or \
+            (bias is not None and tuple(bias.shape) != (width,)):
+        return None
+    rows = tuple(run.tensor(record).reshape(-1, width).astype(np.float64)
+                 for run, record in ((torch_run, t), (ms_run, m)))
+    return _OwnWeight(weight.astype(np.float64),
+                      None if bias is None else bias.astype(np.float64), rows)
+
+
 def _centred_on_one_side(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                          ms_run: RunReader) -> Optional[Diagnosis]:
     """A norm of the user's own (on either side) whose rows, its weight and bias taken off,
     have a mean of zero on one side and not on the other: a LayerNorm for an RMS norm, or the
     reverse. Hugging Face's T5LayerNorm against a port's cell subtracting the mean was told
     "module computes something different" (a guess)."""
-    weights = initial_weights(torch_run)
-    if GENERIC_OP not in (t.op, m.op) or tuple(t.shape) != tuple(m.shape) or not t.shape or \
-            weights is None:
-        return None
-    weight, bias = weights.get(f"{t.name}.weight"), weights.get(f"{t.name}.bias")
-    width = t.shape[-1]
-    if weight is None or tuple(weight.shape) != (width,) or width < 4 or \
-            not np.all(np.abs(weight) > 0) or \
-            (bias is not None and tuple(bias.shape) != (width,)):
+    own = _own_weight_and_rows(t, m, torch_run, ms_run) \
+        if GENERIC_OP in (t.op, m.op) else None
+    if own is None or not np.all(np.abs(own.weight) > 0):
         return None
     centring = []
-    for run, record in ((torch_run, t), (ms_run, m)):
-        rows = run.tensor(record).reshape(-1, width).astype(np.float64)
-        rows = (rows - (0 if bias is None else bias)) / weight
+    for rows in own.rows:
+        rows = (rows - (0 if own.bias is None else own.bias)) / own.weight
         share = np.abs(rows.mean(axis=1)) / np.maximum(np.sqrt((rows * rows).mean(axis=1)),
                                                        np.finfo(np.float64).tiny)
         centring.append(True if share.max() < CENTRED else
@@ -329,16 +346,10 @@ def _scaled_by_weight_plus_one(t: RecordInfo, m: RecordInfo, torch_run: RunReade
     other by the weight. Gemma's RMSNorm keeps its weight centred on zero (zeros at
     initialisation) and scales by 1 + weight; a port scaling by the weight was told "module
     computes something different" (a guess)."""
-    weights = initial_weights(torch_run)
-    if weights is None or tuple(t.shape) != tuple(m.shape) or not t.shape or \
-            weights.get(f"{t.name}.bias") is not None:
+    own = _own_weight_and_rows(t, m, torch_run, ms_run)
+    if own is None or own.bias is not None:
         return None
-    weight, width = weights.get(f"{t.name}.weight"), t.shape[-1]
-    if weight is None or tuple(weight.shape) != (width,) or width < 4:
-        return None
-    w = weight.astype(np.float64)
-    a, b = (run.tensor(record).reshape(-1, width).astype(np.float64)
-            for run, record in ((torch_run, t), (ms_run, m)))
+    w, (a, b) = own.weight, own.rows
     size = max(float(np.linalg.norm(a)), float(np.linalg.norm(b)))
     for torch_by, port_by, torch_scale, port_scale, ratio in (
             (1 + w, w, "1 + weight", "the weight", "w / (1 + w)"),
