@@ -154,6 +154,15 @@ class RecordInfo:
         return replace(self, name=name, shape=tuple(shape), stored_shape=self.shape, part=part,
                        fp32_flipped=None)
 
+    def positions_kept(self, axis: int, start: int, stop: int) -> "RecordInfo":
+        """This record read at positions ``start:stop`` of ``axis`` alone, under its own name:
+        an output this side computes at more positions than it keeps, which the other side
+        computes alone (compare/window.py)."""
+        shape = list(self.shape)
+        shape[axis] = stop - start
+        return replace(self, shape=tuple(shape), stored_shape=self.shape,
+                       part=Part(start, stop, axis), fp32_flipped=None)
+
     def viewed_as(self, shape: Tuple[int, ...]) -> "RecordInfo":
         """This record read in another shape of as many values in the same order (its size-1
         dimensions elsewhere): mindcv's GlobalAvgPooling output (N, C) as torch's

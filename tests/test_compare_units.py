@@ -1747,3 +1747,27 @@ def test_the_default_loss_reads_classes_last_only_where_torchs_axis_cannot_be_me
     assert not classes_last((2, 10, 8, 8), (2, 8, 8))      # a segmenter's N×C×H×W
     assert not classes_last((2, 10), (2,))                 # a classifier's
     assert not classes_last((2, 5, 5), (2, 5))             # L = V: read as torch reads it
+
+
+def test_a_window_of_positions_is_found_and_its_outside_must_go_unread():
+    """A conv's L + 3 outputs against the first L of them (Mamba's causal conv), to a kernel's
+    rounding: the window is (axis 2, start 0); the same outputs shifted by two positions (a
+    port padding 'same') are the window starting at 2. Shapes differing in the batch axis, or
+    in two axes, or values differing, are none. The positions outside are unread only where
+    their gradient is zero, every one."""
+    from parity.compare import window
+    rng = np.random.default_rng(5)
+    longer = rng.standard_normal((2, 8, 15)).astype(np.float32)
+    assert window.window(longer, longer[..., :12] * np.float32(1 + 1e-7)) == (2, 0)
+    assert window.window(longer, longer[..., 2:14]) == (2, 2)
+    assert window.window(longer, longer[:1]) is None
+    assert window.window(longer, longer[:, :4, :12]) is None
+    off = longer[..., :12].copy()
+    off[1, 3, 5] += 0.05
+    assert window.window(longer, off) is None
+    gradient = rng.standard_normal((2, 8, 15)).astype(np.float32)
+    gradient[..., 12:] = 0
+    assert window.thrown_away(gradient, 2, 0, 12)
+    assert not window.thrown_away(gradient, 2, 2, 12)
+    gradient[0, 0, 14] = 1e-30
+    assert not window.thrown_away(gradient, 2, 0, 12)

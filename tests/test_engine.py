@@ -3096,3 +3096,33 @@ def test_a_port_holding_its_strided_shortcut_first_gets_each_conv_its_weights():
     assert (v1.first_divergence.name, v1.first_divergence.mindspore_name) == \
         ("1.conv1.0", "1.a")
     assert (v1.diagnosis.cause, v1.diagnosis.confidence) == ("conv2d stride differs", "certain")
+
+
+@pytest.mark.parametrize("torch_left, padding", [(False, "left"), (True, "both"), (False, "both")])
+def test_a_causal_conv_keeping_some_of_its_outputs_compares_on_those(torch_left, padding):
+    """Hugging Face's Mamba pads its causal conv on both sides and keeps its first L outputs;
+    a port padding the input on the left alone computes those L (or the reverse). Every record
+    but the conv's output and its gradient matched; those failed "shape differs" and the port
+    was told "conv1d padding differs". Compared on the positions both keep, it passes; a port
+    padding 'same' holds a window of torch's outputs too, but ones torch's loss does not read
+    alone, and still fails."""
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    batch = (rng.standard_normal((4, 3, tiny.SEQUENCE), dtype=np.float32),
+             rng.integers(0, 5, 4))
+    result = parity.check(tiny.torch_causal_conv(torch_left), tiny.ms_causal_conv(padding),
+                          inputs=batch)
+    assert result.passed, result.diagnosis
+    reasons = result.records.set_index(["kind", "name"]).reason
+    windowed = torch_left != (padding == "left")
+    assert [reasons.loc[(kind, "conv")].startswith("one side computes more positions")
+            for kind in ("forward", "grad")] == [windowed] * 2
+    assert any(note.startswith("conv: one side computes more positions along an axis")
+               for note in result.meta.notes) == windowed, result.meta.notes
+    same = parity.check(tiny.torch_causal_conv(torch_left), tiny.ms_causal_conv("same"),
+                        inputs=batch)
+    assert (same.first_divergence.name, same.diagnosis.cause) == \
+        ("conv", "Conv1d pad_mode='same' pads differently")
+    assert "pads 3 positions in all (the odd one at the end)" in same.diagnosis.detail, \
+        same.diagnosis.detail

@@ -4535,3 +4535,45 @@ def torch_tuple_block() -> tnn.Module:
 
 def ms_tuple_block(whole: bool = True) -> msnn.Cell:
     return _MsTupleNet(whole)
+
+
+# A causal 1-D conv, as Hugging Face's Mamba writes it: padded k − 1 on both sides and cut to
+# its first L outputs (``torch_causal_conv``), or over its input padded on the left alone
+# (``left=True``; WaveNet's and TCNs' way). A port may write it either way, or pad 'same'.
+SEQUENCE = 12
+
+
+class _TorchCausalConv(tnn.Module):
+    def __init__(self, left: bool) -> None:
+        super().__init__()
+        self.left = left
+        self.conv = tnn.Conv1d(3, 8, 4, padding=0 if left else 3)
+        self.head = tnn.Linear(8 * SEQUENCE, 5)
+
+    def forward(self, x):
+        if self.left:
+            return self.head(torch.relu(self.conv(tnn.functional.pad(x, (3, 0)))).flatten(1))
+        return self.head(torch.relu(self.conv(x)[..., :SEQUENCE]).flatten(1))
+
+
+class _MsCausalConv(msnn.Cell):
+    def __init__(self, padding: str) -> None:
+        super().__init__()
+        self.padding = padding
+        settings = {"left": {"pad_mode": "valid"}, "both": {"pad_mode": "pad", "padding": 3},
+                    "same": {"pad_mode": "same"}}[padding]
+        self.conv = msnn.Conv1d(3, 8, 4, has_bias=True, **settings)
+        self.head = msnn.Dense(8 * SEQUENCE, 5)
+
+    def construct(self, x):
+        if self.padding == "left":
+            x = ops.pad(x, (3, 0))
+        return self.head(ops.relu(self.conv(x)[..., :SEQUENCE]).flatten(start_dim=1))
+
+
+def torch_causal_conv(left: bool = False) -> tnn.Module:
+    return _TorchCausalConv(left)
+
+
+def ms_causal_conv(padding: str = "both") -> msnn.Cell:
+    return _MsCausalConv(padding)

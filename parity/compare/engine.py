@@ -19,7 +19,7 @@ import numpy as np
 
 from parity import kinks
 from parity.align import align_forward, channels_to_torch_layout, once_for_the_batch, same_order
-from parity.compare import loss, optimizer, reorder, structure, sums
+from parity.compare import loss, optimizer, reorder, structure, sums, window
 from parity.compare.diagnosis import diagnose, step_settings_differ
 from parity.compare.dropping import DropMismatch, drop_mismatches
 from parity.compare.measure import (AnyJob, Helper, Job, Runs, StepCheck, helper_for,
@@ -527,14 +527,11 @@ def _rows_in_another_order(plan: List[_Planned], comparisons: List[Comparison], 
                 m = m.rows_taken(ms_rows)
             if t.shape != m.shape:
                 continue        # as it was, or a gradient of another shape
-            noise = _float64_noise(t) if planned.noise is not None else None
-            measured, _ = measure(runs, Job(t, m, planned.tolerance, noise))
-            read += measured.bytes_read
-            if measured.stats.passed:
-                judged[index] = _structure_checked(planned.pair, dataclasses.replace(
-                    _comparison(planned.pair, comparison.order, measured.stats,
-                                planned.tolerance),
-                    reason=reorder.ROWS_TAKEN))
+            again, bytes_read = _judged_again(planned, comparison, t, m, runs,
+                                              reorder.ROWS_TAKEN)
+            read += bytes_read
+            if again.passed:
+                judged[index] = again
     reordered = {new.name for new, old in zip(judged, comparisons)
                  if new.kind == "forward" and new.passed and not old.passed}
     enclosing = {name: _enclosing(name, reordered, judged) for name in reordered}
@@ -544,6 +541,66 @@ def _rows_in_another_order(plan: List[_Planned], comparisons: List[Comparison], 
     judged = [new if new.name in put_back else old for new, old in zip(judged, comparisons)]
     return judged, {c.name: put_back[c.name] for c in judged
                     if c.kind == "forward" and c.name in put_back}, read
+
+
+def _judged_again(planned: _Planned, comparison: Comparison, t: RecordInfo, m: RecordInfo,
+                  runs: Runs, reason: str) -> Tuple[Comparison, int]:
+    """``planned``'s pair compared again as ``t`` and ``m`` read it, giving ``reason``; and the
+    bytes read."""
+    noise = _float64_noise(t) if planned.noise is not None else None
+    measured, _ = measure(runs, Job(t, m, planned.tolerance, noise))
+    return _structure_checked(planned.pair, dataclasses.replace(
+        _comparison(planned.pair, comparison.order, measured.stats, planned.tolerance),
+        reason=reason)), measured.bytes_read
+
+
+def _positions_kept(plan: List[_Planned], comparisons: List[Comparison], runs: Runs
+                    ) -> Tuple[List[Comparison], List[str], int]:
+    """Failing outputs one side computes at more positions along an axis than the other, the
+    other's a window of them, judged again with their gradients on that window, where the
+    longer side's gradient is zero outside it: nothing after the module reads the rest (Hugging
+    Face's Mamba cuts its causal conv's output to its first L positions, a port pads its input
+    on the left alone; compare/window.py). Also returns the outputs so judged and the bytes
+    read."""
+    judged, kept, read = list(comparisons), [], 0
+    grads = {c.name: index for index, c in enumerate(comparisons) if c.kind == "grad"}
+    for index, (planned, comparison) in enumerate(zip(plan, comparisons)):
+        t, m = planned.pair.torch, planned.pair.mindspore
+        grad = grads.get(comparison.name)
+        if comparison.passed or comparison.kind != "forward" or grad is None or \
+                any((t.stored_shape, m.stored_shape, t.batch_read, m.batch_read)):
+            continue
+        torch_longer = window.differing_axis(t.shape, m.shape) is not None
+        if not torch_longer and window.differing_axis(m.shape, t.shape) is None:
+            continue
+        a, b = runs.torch.tensor(t), runs.mindspore.tensor(m)
+        read += a.nbytes + b.nbytes
+        found = window.window(a, b) if torch_longer else window.window(b, a)
+        grad_pair = plan[grad].pair
+        longer_grad = grad_pair.torch if torch_longer else grad_pair.mindspore
+        if found is None or tuple(longer_grad.shape) != tuple((t if torch_longer else m).shape):
+            continue
+        axis, start = found
+        stop = start + min(a.shape[axis], b.shape[axis])
+        gradient = (runs.torch if torch_longer else runs.mindspore).tensor(longer_grad)
+        read += gradient.nbytes
+        if not window.thrown_away(gradient, axis, start, stop - start):
+            continue
+        for at in (index, grad):
+            pair = plan[at].pair
+            t, m = pair.torch, pair.mindspore
+            if torch_longer:
+                t = t.positions_kept(axis, start, stop)
+            else:
+                m = m.positions_kept(axis, start, stop)
+            again, bytes_read = _judged_again(plan[at], comparisons[at], t, m, runs,
+                                              window.WINDOW_KEPT)
+            read += bytes_read
+            if again.passed:
+                judged[at] = again
+        if judged[index].passed:
+            kept.append(comparison.name)
+    return judged, kept, read
 
 
 def _rows_may_differ(t: RecordInfo, m: RecordInfo) -> bool:
@@ -902,6 +959,8 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
                    for order, p in enumerate(plan)]
     comparisons, reordered, read_for_rows = _rows_in_another_order(
         plan, comparisons, Runs(torch_run, ms_run, initial))
+    comparisons, windowed, read_for_windows = _positions_kept(
+        plan, comparisons, Runs(torch_run, ms_run, initial))
     sites, read_at_sites = _flip_sites(plan, kink_ops, flipped, torch_run)
     if sites:
         comparisons = _allow_for_flips(plan, comparisons, sites)
@@ -910,7 +969,7 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
     comparisons = _allow_for_the_logits(plan, comparisons, torch_run, ms_run)
     comparisons, stepped = _judge_steps(
         plan, comparisons, {index: results[("step", index)].error for index in steps}, config)
-    compared_bytes += read_at_sites + read_for_sums + read_for_rows
+    compared_bytes += read_at_sites + read_for_sums + read_for_rows + read_for_windows
     failing = [(p, c) for p, c in zip(plan, comparisons)
                if not c.passed and p.pair.torch.shape == p.pair.mindspore.shape]
     details = {f"{c.kind}:{c.name}": early_details.get(p.identity) or _detail(*read(p.pair))
@@ -937,6 +996,12 @@ def _compare(torch_run: RunReader, ms_run: RunReader, helper: Optional[Helper], 
                      "expert's tokens otherwise, or running it on every token); compared on the "
                      f"rows both hold, gradients too, where {first_few(enclosing)} "
                      f"put{'s' if len(enclosing) == 1 else ''} them back")
+    if windowed:
+        notes.append(f"{first_few(windowed)}: one side computes more positions along an axis "
+                     "than it keeps (a causal convolution padded on both sides and cut to its "
+                     "first L outputs, as Hugging Face's Mamba writes it, against one padded on "
+                     "the left alone); compared, gradients too, on the positions both keep, "
+                     "nothing after the module reading the others (their gradient is zero)")
     read_at_one = [p.torch.name for p in pairs if p.torch.kind == "forward"
                    and (p.torch.position or p.mindspore.position)]
     if read_at_one:

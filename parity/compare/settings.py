@@ -79,11 +79,14 @@ def settings_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
                        f"pixel. Use pad_mode='pad', padding={padding}.", confidence="certain")
         unlike_torch = _same_padding_unlike_torch(ta, ma)
         if unlike_torch is not None:
+            amount = f"{unlike_torch[0]} positions" if m.op.endswith("1d") else \
+                f"{unlike_torch} rows and columns"
             return Diagnosis(
-                cause="Conv2d pad_mode='same' pads differently",
-                detail=f"MindSpore {m.name} has pad_mode='same' (nn.Conv2d's default), which "
-                       f"pads {unlike_torch} rows and columns in all (the odd one at the "
-                       f"bottom/right), torch {t.name} padding={ta.get('padding')} on each side. "
+                cause=f"{what} pad_mode='same' pads differently",
+                detail=f"MindSpore {m.name} has pad_mode='same' (nn.{what}'s default), which "
+                       f"pads {amount} in all (the odd one at the "
+                       f"{SAME_PADDED_ENDS[m.op[-2:]].removeprefix('the ')}), torch {t.name} "
+                       f"padding={ta.get('padding')} on each side. "
                        f"Use {_explicit_padding(ta.get('padding', 0))}.", confidence="certain")
     padded = _padding_mode_cause(t, m)
     if padded is not None:
