@@ -541,6 +541,19 @@ def _reads_input(ms_record: Optional[RecordInfo], torch_record: Optional[RecordI
     return distance is not None and distance <= 1e-2
 
 
+def _input_read_nowhere_else(torch_record: RecordInfo, ms_record: RecordInfo,
+                             torch_records: Sequence[RecordInfo],
+                             ms_records: Sequence[RecordInfo]) -> bool:
+    """Whether both records' first inputs are sketched and neither is what a module of the
+    other side reads."""
+    if not torch_record.attrs.get("input_sketch") or not ms_record.attrs.get("input_sketch"):
+        return False
+    return not any(_reads_input(ms_record, other) for other in torch_records
+                   if other is not torch_record) and \
+        not any(_reads_input(other, torch_record) for other in ms_records
+                if other is not ms_record)
+
+
 class _Site(NamedTuple):
     """A forward record as the alignment compares it, worked out once: the alignment scores
     every (torch, MindSpore) pair, 33 thousand for ResNet50."""
@@ -672,16 +685,22 @@ def align_forward(torch_records: Sequence[RecordInfo], mindspore_records: Sequen
     pairs = align_sequences(len(torch_records), len(mindspore_records), score)
     # modules their weights pin together that the order kept apart, reading one input:
     # branches run in another order (timm's RepVGG runs its 1×1 branch first, mindcv's its
-    # 3×3: they were left unmatched). A module run at another place reads another input (a
-    # pre-norm layer's norm for a post-norm one's), and stays apart.
+    # 3×3: they were left unmatched). A module run at another place reads another input, one a
+    # module of the other side reads (a pre-norm layer's norm reads what a post-norm layer's
+    # attention does), and stays apart; one whose input no module of the other side reads is
+    # in its place, its input computed otherwise (a port of RWKV's feed-forward computing its
+    # receptance before its value, with ReLU for torch's squared ReLU: its value and torch's
+    # were left apart, and "operations run in another order" was said).
     paired_torch, paired_ms = {i for i, _ in pairs}, {j for _, j in pairs}
     for j, target in enumerate(targets):
         if target is None or j in paired_ms:
             continue
         i = next((i for i, t in enumerate(torch_sites) if i not in paired_torch
                   and target in (t.name, t.base) and t.call == ms_sites[j].call), None)
-        if i is not None and score(i, j) == PINNED and \
-                _reads_input(mindspore_records[j], torch_records[i]):
+        if i is not None and score(i, j) == PINNED and (
+                _reads_input(mindspore_records[j], torch_records[i])
+                or _input_read_nowhere_else(torch_records[i], mindspore_records[j],
+                                            torch_records, mindspore_records)):
             pairs.append((i, j))
             paired_torch.add(i)
     mapping = {mindspore_records[j].name: torch_records[i].name for i, j in pairs}

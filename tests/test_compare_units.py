@@ -1771,3 +1771,21 @@ def test_a_window_of_positions_is_found_and_its_outside_must_go_unread():
     assert not window.thrown_away(gradient, 2, 2, 12)
     gradient[0, 0, 14] = 1e-30
     assert not window.thrown_away(gradient, 2, 0, 12)
+
+
+def test_an_output_shifted_along_an_axis_is_found_with_its_offset():
+    """Token features shifted by one (RWKV's token shift) against shifted by none, or the other
+    way: torch's position i + k is MindSpore's i. Values equal in place, or differing past the
+    shift, are none."""
+    from parity.compare import reorder
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 10, 8)).astype(np.float32)
+    before = np.concatenate([np.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
+    after = np.concatenate([x[:, 1:], np.zeros_like(x[:, :1])], axis=1)
+    assert reorder.shift(before, x) == (1, 1)
+    assert reorder.shift(before, after) == (1, 2)
+    assert reorder.shift(x, before) == (1, -1)
+    assert reorder.shift(x, x * np.float32(1 + 1e-7)) is None
+    off = after.copy()
+    off[1, 4, 2] += 0.05
+    assert reorder.shift(before, off) is None

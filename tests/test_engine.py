@@ -3126,3 +3126,51 @@ def test_a_causal_conv_keeping_some_of_its_outputs_compares_on_those(torch_left,
         ("conv", "Conv1d pad_mode='same' pads differently")
     assert "pads 3 positions in all (the odd one at the end)" in same.diagnosis.detail, \
         same.diagnosis.detail
+
+
+def test_a_module_run_later_whose_input_is_computed_otherwise_is_paired_in_its_place():
+    """RWKV's feed-forward ported computing its receptance before its value (harmless: the
+    correct port passes), with ReLU for torch's squared ReLU: the two values, pinned by their
+    weights, were left apart (each reads another input) and "operations run in another order"
+    was said. No module of either side reads the other's input: the value is in its place."""
+    from tests import tiny
+    result = _checked_on_features(tiny.torch_squared_relu_gated(),
+                                  tiny.ms_squared_relu_gated(squared=False))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("value", "computation between modules differs")
+    assert not result.unmatched
+    assert _checked_on_features(tiny.torch_squared_relu_gated(),
+                                tiny.ms_squared_relu_gated()).passed
+
+
+@pytest.mark.parametrize("taking, off", [("before", 0), ("after", 2), ("none", 1)])
+def test_a_token_shift_taking_another_token_is_told_by_its_offset(taking, off):
+    """RWKV's token shift (torch's ZeroPad2d((0, 0, 1, -1))) ported as a cell of the port's
+    own: the correct one passes; one taking the token after each, or none, was "constantpad2d
+    computes something different" (a guess), "from the same weights" of a module holding none:
+    one averaging two tokens still is, without the weights."""
+    from tests import tiny
+    result = _checked_on_tokens(tiny.torch_token_shift(), tiny.ms_token_shift(taking))
+    assert result.passed == (not off), result.diagnosis
+    if off:
+        assert (result.first_divergence.name, result.diagnosis.cause) == \
+            ("1", "output shifted along an axis")
+        assert f"output at position i of axis 1 is torch's at i + {off}, wherever both hold " \
+            "one" in result.diagnosis.detail, result.diagnosis.detail
+    mean = _checked_on_tokens(tiny.torch_token_shift(), tiny.ms_token_shift("mean"))
+    assert mean.diagnosis.cause == "constantpad2d computes something different"
+    assert "computes otherwise (another formula, padding or offset: it holds no weights)" in \
+        mean.diagnosis.detail, mean.diagnosis.detail
+
+
+def test_a_norm_held_and_never_called_before_one_that_hides_it_is_named():
+    """RWKV's first block normalises its input (pre_ln) before its pre-norm branch (ln1): a
+    port holding pre_ln and never calling it matched at ln1 (a norm of a normed input is that
+    input normed) and failed at ln2, "computation between modules differs"."""
+    from tests import tiny
+    assert _checked_on_features(tiny.torch_pre_normed(), tiny.ms_pre_normed()).passed
+    result = _checked_on_features(tiny.torch_pre_normed(), tiny.ms_pre_normed(False))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("ln2", "operation missing in the port")
+    assert "torch runs pre_ln before it, whose MindSpore cell holds the weights but never ran" \
+        in result.diagnosis.detail, result.diagnosis.detail

@@ -4577,3 +4577,111 @@ def torch_causal_conv(left: bool = False) -> tnn.Module:
 
 def ms_causal_conv(padding: str = "both") -> msnn.Cell:
     return _MsCausalConv(padding)
+
+
+# RWKV's feed-forward: value(relu(key(x))²) gated by sigmoid(receptance(x)). A port computing
+# the receptance before the value runs the same modules in another order, harmlessly.
+class _TorchSquaredReluGated(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.key = tnn.Linear(FEATURES, 2 * FEATURES)
+        self.value = tnn.Linear(2 * FEATURES, FEATURES)
+        self.receptance, self.head = tnn.Linear(FEATURES, FEATURES), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        value = self.value(torch.square(torch.relu(self.key(x))))
+        return self.head(torch.sigmoid(self.receptance(x)) * value)
+
+
+class _MsSquaredReluGated(msnn.Cell):
+    """``squared=False``: the key through a ReLU alone."""
+
+    def __init__(self, squared: bool) -> None:
+        super().__init__()
+        self.squared = squared
+        self.key = msnn.Dense(FEATURES, 2 * FEATURES)
+        self.value = msnn.Dense(2 * FEATURES, FEATURES)
+        self.receptance, self.head = msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        key = ops.relu(self.key(x))
+        gate = ops.sigmoid(self.receptance(x))
+        return self.head(gate * self.value(key * key if self.squared else key))
+
+
+def torch_squared_relu_gated() -> tnn.Module:
+    return _TorchSquaredReluGated()
+
+
+def ms_squared_relu_gated(squared: bool = True) -> msnn.Cell:
+    return _MsSquaredReluGated(squared)
+
+
+# RWKV's token shift: each token mixed with the one before it, torch's ZeroPad2d((0, 0, 1, -1))
+# over (N, T, C) (one zero row before the tokens, the last dropped), a cell of the port's own.
+class _MsTokenShift(msnn.Cell):
+    def __init__(self, taking: str) -> None:
+        super().__init__()
+        self.taking = taking
+
+    def construct(self, x):
+        zeros = ops.zeros_like(x[:, :1])
+        if self.taking == "before":
+            return ops.cat((zeros, x[:, :-1]), axis=1)
+        if self.taking == "mean":
+            return ops.cat((zeros, (x[:, :-1] + x[:, 1:]) / 2), axis=1)
+        return ops.cat((x[:, 1:], zeros), axis=1) if self.taking == "after" else x
+
+
+def torch_token_shift() -> tnn.Module:
+    return tnn.Sequential(tnn.Embedding(VOCABULARY, WIDTH), tnn.ZeroPad2d((0, 0, 1, -1)),
+                          tnn.Flatten(), tnn.Linear(WIDTH * TOKENS, 5))
+
+
+def ms_token_shift(taking: str = "before") -> msnn.Cell:
+    """``taking``: the token before each (torch's), "after" it, "none", or the "mean" of the
+    one before and itself."""
+    return msnn.SequentialCell([msnn.Embedding(VOCABULARY, WIDTH), _MsTokenShift(taking),
+                                msnn.Flatten(), msnn.Dense(WIDTH * TOKENS, 5)])
+
+
+# RWKV's first block: its input normalised (pre_ln), then a pre-norm residual branch (ln1) and
+# a norm before the head (ln2). A port may hold pre_ln and never call it. The features are
+# scaled up (var ≫ eps, as RWKV's embeddings are): ln1 of pre_ln's output is ln1's of its input.
+class _TorchPreNormed(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.pre_ln = tnn.Linear(FEATURES, FEATURES), tnn.LayerNorm(FEATURES)
+        with torch.no_grad():
+            self.embed.weight.mul_(30.0)
+        self.ln1, self.mix = tnn.LayerNorm(FEATURES), tnn.Linear(FEATURES, FEATURES)
+        self.ln2, self.head = tnn.LayerNorm(FEATURES), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        x = self.pre_ln(self.embed(x))
+        return self.head(self.ln2(x + self.mix(self.ln1(x))))
+
+
+class _MsPreNormed(msnn.Cell):
+    def __init__(self, pre_normed: bool) -> None:
+        super().__init__()
+        self.pre_normed = pre_normed
+        self.embed = msnn.Dense(FEATURES, FEATURES)
+        self.pre_ln = msnn.LayerNorm((FEATURES,), epsilon=1e-5)
+        self.ln1 = msnn.LayerNorm((FEATURES,), epsilon=1e-5)
+        self.mix = msnn.Dense(FEATURES, FEATURES)
+        self.ln2, self.head = msnn.LayerNorm((FEATURES,), epsilon=1e-5), msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        x = self.embed(x)
+        if self.pre_normed:
+            x = self.pre_ln(x)
+        return self.head(self.ln2(x + self.mix(self.ln1(x))))
+
+
+def torch_pre_normed() -> tnn.Module:
+    return _TorchPreNormed()
+
+
+def ms_pre_normed(pre_normed: bool = True) -> msnn.Cell:
+    return _MsPreNormed(pre_normed)

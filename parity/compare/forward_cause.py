@@ -207,6 +207,18 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         added = inputs.added_to_input(t, m, torch_run, ms_run, max(ADDED_INPUT, passed_on))
         if added is not None:
             return _added_on_one_side(added, t, m, inputs.forward_holding(t.name, torch_run))
+        skipped = _never_run_before(t, torch_left, torch_run, ms_run)
+        if skipped:
+            return Diagnosis(cause="operation missing in the port",
+                             detail=f"{m.name}'s input already differs from torch's ({fed:.2g} "
+                                    "of its norm) while every module output before it matched, "
+                                    f"and torch runs {', '.join(skipped)} before it, whose "
+                                    f"MindSpore cell{'s' if len(skipped) > 1 else ''} "
+                                    f"{'hold' if len(skipped) > 1 else 'holds'} the weights but "
+                                    f"never ran: the construct does not call "
+                                    f"{'them' if len(skipped) > 1 else 'it'}. The modules "
+                                    "between matched regardless (as a norm does right after "
+                                    "the norm left out).", confidence="likely")
         beside = _rows_read_in_another_order(t, comparisons) + \
             _unpaired_of_other_shapes(t, torch_left, ms_left, torch_run, ms_run)
         return Diagnosis(cause="computation between modules differs",
@@ -235,6 +247,16 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"while its input matched: "
                                 f"{reorder.describe(axis, a.ndim, order)}, inside {m.name}.",
                          confidence="likely")
+    shifted = reorder.shift(a, b)
+    if shifted is not None:
+        axis, k = shifted
+        return Diagnosis(cause="output shifted along an axis",
+                         detail=f"{m.name}'s output at position i of axis {axis} is torch's at "
+                                f"i {'+' if k > 0 else '-'} {abs(k)}, wherever both hold one, "
+                                "while its input matched: it pads, shifts or crops by another "
+                                "offset (an RWKV token shift taking the next token where torch's "
+                                "takes the one before is 2 off; taking none, 1).",
+                         confidence="likely")
     if reorder.shuffled(a, b):
         return Diagnosis(cause="output in another order",
                          detail=f"{m.name} returns torch's values in another order while its "
@@ -243,7 +265,9 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "ported as x.reshape(n, -1, d)), or a transpose over other "
                                 f"axes, inside {m.name}.", confidence="likely")
     if t.op != m.op:
-        return _different_operation(t, m)
+        module = module_of(t.name.partition("#")[0])
+        return _different_operation(t, m, any(r.kind == "weight" and r.name.startswith(
+            f"{module}.") for r in torch_run.records))
     if t.op == m.op == "tanh":
         found = kernels.tanh_cause(first.name, a, b)
         if found is not None:
@@ -946,6 +970,18 @@ def _described(record: RecordInfo) -> str:
     return f"{record.name} ({record.op}{form})" if record.op else record.name
 
 
+def _never_run_before(t: RecordInfo, torch_left: Set[str], torch_run: RunReader,
+                      ms_run: RunReader) -> List[str]:
+    """torch's modules left unpaired that run before ``t`` and whose MindSpore cells, given
+    their weights, never ran. RWKV's first block normalises its input in ``pre_ln`` before its
+    ``ln1``: a port holding but never calling it matched at ``ln1`` (a LayerNorm of a
+    LayerNorm's output, at its initial weights, is that output) and failed at ``ln2``, told
+    "computation between modules differs"."""
+    before = [r.name for r in torch_run.records if r.kind == "forward"
+              and r.name in torch_left and r.order < t.order]
+    return [name for name in before if _holding_but_never_run([name], ms_run)]
+
+
 def _holding_but_never_run(torch_modules: Sequence[str], ms_run: RunReader) -> List[str]:
     """The MindSpore cells given the weights of ``torch_modules`` (record names) that never
     ran (align.cells_never_run)."""
@@ -1041,21 +1077,23 @@ def _unpaired_of_other_shapes(t: RecordInfo, torch_left: Set[str], ms_left: Set[
             "and of other shapes: a table or a tensor the forward uses may be built otherwise.")
 
 
-def _different_operation(t: RecordInfo, m: RecordInfo) -> Diagnosis:
-    """Two modules of different op types whose output is the first to differ. One of a class
-    parity has no op type for ("module": the port's own dense cell, say) is most often that
-    class computing otherwise from the same weights."""
+def _different_operation(t: RecordInfo, m: RecordInfo, weighted: bool) -> Diagnosis:
+    """Two modules of different op types whose output is the first to differ, torch's holding
+    parameters or not (``weighted``). One of a class parity has no op type for ("module": the
+    port's own dense cell, say) is most often that class computing otherwise from the same
+    weights."""
     torch_side, ms_side = ("torch", t, "module", "forward"), ("MindSpore", m, "cell", "construct")
     unknown = [side for side in (torch_side, ms_side) if side[1].op in ("", "module")]
     if len(unknown) == 1:
         own, _, what, method = unknown[0]
         typed_side, typed = (torch_side if unknown[0] is ms_side else ms_side)[:2]
+        how = " from the same weights (a weight used transposed, a bias left out, another " \
+            "formula)" if weighted else " (another formula, padding or offset: it holds no weights)"
         return Diagnosis(cause=f"{typed.op} computes something different",
                          detail=f"{typed_side} {typed.name} is {typed.op}, {own} "
                                 f"{unknown[0][1].name} a {what} of its own class, whose {method} "
-                                "computes otherwise from the same weights (a weight used "
-                                "transposed, a bias left out, another formula); everything "
-                                "before it matched.", confidence="guess")
+                                f"computes otherwise{how}; everything before it matched.",
+                         confidence="guess")
     return Diagnosis(cause="different operation",
                      detail=f"torch {t.name} is {t.op or '?'}, MindSpore {m.name} is "
                             f"{m.op or '?'}; everything before it matched.", confidence="guess")

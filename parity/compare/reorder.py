@@ -147,6 +147,32 @@ def shuffled(a: np.ndarray, b: np.ndarray) -> bool:
         float(np.abs(np.asarray(a) - np.asarray(b)).max()) > SAME_VALUES * scale
 
 
+def shift(a: np.ndarray, b: np.ndarray, most: int = 3) -> Optional[Tuple[int, int]]:
+    """(axis, k), k ≠ 0, where ``b``'s position i along ``axis`` is ``a``'s i + k wherever
+    both hold one (to SAME_VALUES of ``a``'s largest value), at most ``most`` positions off,
+    the positions both hold at least half of the axis; None where there is none. The batch
+    axis is left out. RWKV's token shift pads one position before the tokens and drops the
+    last (torch's ``ZeroPad2d((0, 0, 1, -1))``); a port taking the token after each, or none,
+    holds torch's positions 2 or 1 further on."""
+    if a.shape != b.shape or a.ndim < 2 or a.dtype.kind != "f" or b.dtype.kind != "f" or \
+            not np.isfinite(a).all() or not np.isfinite(b).all():
+        return None
+    scale = float(np.abs(a).max()) if a.size else 0.0
+    if scale == 0:
+        return None
+    for axis in range(1, a.ndim):
+        length = a.shape[axis]
+        for k in sorted(range(-most, most + 1), key=abs):
+            if k == 0 or 2 * (length - abs(k)) < length:
+                continue
+            held = np.take(a, range(max(k, 0), length + min(k, 0)), axis=axis)
+            moved = np.take(b, range(max(-k, 0), length + min(-k, 0)), axis=axis)
+            if float(np.abs(held - moved).max()) <= SAME_VALUES * scale and \
+                    float(np.abs(a - b).max()) > SAME_VALUES * scale:
+                return axis, k
+    return None
+
+
 def _scale_of_the_same_values(a: np.ndarray, b: np.ndarray) -> Optional[float]:
     """The largest magnitude of ``a`` where ``b`` may hold its values in another order (the
     same shape, float, finite, their sums of magnitudes agreeing); None where it cannot (and no
