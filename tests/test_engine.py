@@ -3174,3 +3174,29 @@ def test_a_norm_held_and_never_called_before_one_that_hides_it_is_named():
         ("ln2", "operation missing in the port")
     assert "torch runs pre_ln before it, whose MindSpore cell holds the weights but never ran" \
         in result.diagnosis.detail, result.diagnosis.detail
+
+
+def test_a_model_keeping_bfloat16_constants_and_state_across_calls_is_captured():
+    """Hugging Face's RecurrentGemma could not be captured: its √width, a bfloat16 buffer, was
+    "unsupported ScalarType BFloat16" (told as the model failing on the batch), and its RG-LRU
+    keeps its last state, graph and all, so the observer rerun's backward ran into the first
+    step's freed graph. Its causal LM returns a model output (a dict), recorded now: its
+    logits, capped after its head. The correct port passes; one scaling by float32's √32 is
+    told the bfloat16 constant; one leaving the cap out, the computation after the head."""
+    from tests import tiny
+    import parity
+    rng = np.random.default_rng(0)
+    batch = (rng.standard_normal((4, tiny.FEATURES), dtype=np.float32), rng.integers(0, 5, 4))
+    result = parity.check(tiny.torch_capped_lm(), tiny.ms_capped_lm(), inputs=batch)
+    assert result.passed, result.diagnosis
+    assert ("forward", "lm") in set(zip(result.records.kind, result.records.name))
+    exact = parity.check(tiny.torch_capped_lm(), tiny.ms_capped_lm(float(np.sqrt(np.float32(32)))),
+                         inputs=batch)
+    assert (exact.first_divergence.name, exact.diagnosis.cause) == \
+        ("lm.mix", "input scaled on one side")
+    assert "torch's lm.normalizer is a bfloat16 constant, 5.65625, the rounding of 5.656854" in \
+        exact.diagnosis.detail, exact.diagnosis.detail
+    uncapped = parity.check(tiny.torch_capped_lm(), tiny.ms_capped_lm(capped=False), inputs=batch)
+    assert (uncapped.first_divergence.name, uncapped.diagnosis.cause) == \
+        ("lm", "computation after the module's last part missing")
+    assert "MindSpore's lm returns what torch's lm.head does" in uncapped.diagnosis.detail

@@ -4685,3 +4685,65 @@ def torch_pre_normed() -> tnn.Module:
 
 def ms_pre_normed(pre_normed: bool = True) -> msnn.Cell:
     return _MsPreNormed(pre_normed)
+
+
+# Hugging Face's RecurrentGemma, as far as a capture is concerned: its scale √width (√32 here,
+# 5.65625 in bfloat16) kept as a bfloat16 buffer; a state carried from one call to the next,
+# graph and all (its RG-LRU's recurrent_states, None until the first call); a model output (a
+# dict) holding its logits, capped after its head (tanh(x / 3)·3) in its forward. The port
+# computes the head in its construct from the cell's weights.
+class _TorchCappedLM(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.mix = tnn.Linear(FEATURES, FEATURES), tnn.Linear(FEATURES, FEATURES)
+        self.head = tnn.Linear(FEATURES, 5)
+        self.register_buffer("normalizer", torch.tensor(32 ** 0.5, dtype=torch.bfloat16),
+                             persistent=False)
+        self.state = None
+
+    def forward(self, x):
+        hidden = self.mix(self.embed(x) * self.normalizer.float())
+        if self.state is not None:
+            hidden = hidden + 0 * self.state.sum()
+        self.state = hidden
+        return {"logits": torch.tanh(self.head(hidden) / 3) * 3, "hidden_states": (hidden,)}
+
+
+class _TorchCappedScorer(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lm = _TorchCappedLM()
+
+    def forward(self, x):
+        return self.lm(x)["logits"]
+
+
+class _MsCappedLM(msnn.Cell):
+    def __init__(self, normalizer: float, capped: bool) -> None:
+        super().__init__()
+        self.embed, self.mix = msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, FEATURES)
+        self.head = msnn.Dense(FEATURES, 5)
+        self.normalizer, self.capped = normalizer, capped
+
+    def construct(self, x):
+        hidden = self.mix(self.embed(x) * self.normalizer)
+        logits = ops.matmul(hidden, self.head.weight.T) + self.head.bias
+        return ops.tanh(logits / 3) * 3 if self.capped else logits
+
+
+class _MsCappedScorer(msnn.Cell):
+    def __init__(self, normalizer: float, capped: bool) -> None:
+        super().__init__()
+        self.lm = _MsCappedLM(normalizer, capped)
+
+    def construct(self, x):
+        return self.lm(x)
+
+
+def torch_capped_lm() -> tnn.Module:
+    return _TorchCappedScorer()
+
+
+def ms_capped_lm(normalizer: float = 5.65625, capped: bool = True) -> msnn.Cell:
+    """``normalizer``: torch's √32 in bfloat16, or another (float32's, 5.656854)."""
+    return _MsCappedScorer(normalizer, capped)

@@ -203,10 +203,14 @@ NOT_IN_STATE_DICT = {"persistent": False}
 
 
 def output_names(name: str, outputs: Any) -> List[Tuple[str, Any]]:
-    """(record name, value) per output: ``name`` alone, or ``name.out0``... for tuples.
+    """(record name, value) per output: ``name`` alone, or ``name.out0``... for tuples, and
+    for a dict's tensors in order (a Hugging Face model output: a causal LM's logits, beside
+    the hidden states it may hold as a tuple).
 
     Trailing Nones do not count: torch's attention without weights returns (output, None),
     MindSpore's (output,), and both are the one output ``name``."""
+    if isinstance(outputs, dict):
+        outputs = [value for value in outputs.values() if hasattr(value, "shape")]
     values = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
     while len(values) > 1 and values[-1] is None:
         values.pop()

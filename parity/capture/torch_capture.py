@@ -10,8 +10,8 @@ from collections import Counter, OrderedDict
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
-from typing import (Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Set,
-                    Tuple)
+from typing import (Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional,
+                    Sequence, Set, Tuple)
 
 import numpy as np
 
@@ -80,14 +80,35 @@ def _load_weights(model, path: Path) -> None:
     _restore(model, arrays)
 
 
-def _restore(model, state: Mapping[str, np.ndarray]) -> None:
+def _restore(model, state: Mapping[str, np.ndarray], carried: Carried = ()) -> None:
     """Load these arrays into the model, under the model's own version metadata (which module
     code wrote each entry): torchvision's MNASNet refuses a state dict without it ("version
-    should be set to 1 or 2 instead of None"), and a file's own is not kept."""
+    should be set to 1 or 2 instead of None"), and a file's own is not kept. The attributes
+    ``carried`` (_carried_state) are set back as they were before the first step."""
     import torch
     tensors = OrderedDict((k, torch.from_numpy(v)) for k, v in state.items())
     tensors._metadata = getattr(model.state_dict(), "_metadata", OrderedDict())
     model.load_state_dict(tensors, strict=True)
+    for module, name, value in carried:
+        setattr(module, name, value)
+
+
+# (module, attribute, value before the first step) of each attribute _carried_state found
+Carried = Sequence[Tuple[Any, str, Any]]
+
+
+def _carried_state(model) -> Carried:
+    """Each attribute of the model's modules, outside their parameters and buffers, that is a
+    tensor or None: state a forward may carry to the next call. Hugging Face's RecurrentGemma
+    keeps its RG-LRU's last state, graph and all, in ``self.recurrent_states`` (None until its
+    first call), and the observer rerun's backward ran into the first step's freed graph
+    ("Trying to backward through the graph a second time"). Each rerun starts from these as the
+    first step did."""
+    import torch
+    return [(module, name, value) for module in model.modules()
+            for name, value in vars(module).items()
+            if value is None or (isinstance(value, torch.Tensor)
+                                 and not isinstance(value, torch.nn.Parameter))]
 
 
 def _infer_num_classes(model, inputs: Tuple[np.ndarray, ...]) -> int:
@@ -118,7 +139,7 @@ def _forward_hooks(model, record: Callable[..., None]) -> List:
     import torch
 
     def to_numpy(tensor):
-        return tensor.detach().cpu().numpy() if isinstance(tensor, torch.Tensor) else None
+        return _numpy(tensor) if isinstance(tensor, torch.Tensor) else None
 
     def watch(name: str, tensor, shape=None) -> None:
         if tensor.requires_grad:
@@ -224,13 +245,32 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
     kept = set(no_gradient)
     for name, param in model.named_parameters():
         if not param.requires_grad or name in kept:
-            record(name, "buffer", param.detach().numpy())
+            record(name, "buffer", _numpy(param))
     constants = _non_persistent_buffers(model)
     for name, buffer in model.named_buffers():
         if not is_ignored(name):
-            record(name, "buffer", buffer.detach().numpy(),
-                   **({"attrs": NOT_IN_STATE_DICT} if name in constants else {}))
+            attrs = {**(NOT_IN_STATE_DICT if name in constants else {}),
+                     **_widened_from(buffer)}
+            record(name, "buffer", _numpy(buffer), **({"attrs": attrs} if attrs else {}))
     return no_gradient
+
+
+def _numpy(tensor) -> np.ndarray:
+    """A tensor's values in numpy, bfloat16 and float8 (which numpy lacks) widened to float32,
+    exactly: Hugging Face's RecurrentGemma keeps its embedding scale √width as a bfloat16
+    buffer, and the capture stopped at it ("unsupported ScalarType BFloat16", told as the model
+    failing on the batch)."""
+    tensor = tensor.detach().cpu()
+    return (tensor.float() if _widened_from(tensor) else tensor).numpy()
+
+
+def _widened_from(tensor) -> Dict[str, str]:
+    """{"widened_from": its dtype} where _numpy widens the tensor to float32, else {}."""
+    import torch
+    if tensor.is_floating_point() and tensor.dtype not in (torch.float16, torch.float32,
+                                                           torch.float64):
+        return {"widened_from": str(tensor.dtype).removeprefix("torch.")}
+    return {}
 
 
 def _non_persistent_buffers(model) -> Set[str]:
@@ -326,7 +366,8 @@ REROUNDED_DRAWS = 2
 
 
 def _rerounded_step(model, initial: Mapping[str, np.ndarray], batch: Batch,
-                    config: StepConfig, writer: RunWriter, masks: ReluMasks) -> None:
+                    config: StepConfig, writer: RunWriter, masks: ReluMasks,
+                    carried: Carried) -> None:
     """The float32 step again, REROUNDED_DRAWS times, from trainable weights each one rounding
     off, every record annotated with the farthest it moved (rms(t32' - t32)).
 
@@ -349,11 +390,11 @@ def _rerounded_step(model, initial: Mapping[str, np.ndarray], batch: Batch,
     trainable = [param for param in model.parameters() if param.requires_grad]
     for draw in range(REROUNDED_DRAWS):
         rng = np.random.default_rng((config.seed, draw))
-        _restore(model, initial)
+        _restore(model, initial, carried)
         with torch.no_grad():
             for param in trainable:
                 param.copy_(torch.from_numpy(one_rounding_off(param.detach().numpy(), rng)))
-        moved = {name: value.numpy().copy() for name, value in model.state_dict().items()}
+        moved = {name: _numpy(value).copy() for name, value in model.state_dict().items()}
         with masks.replayed(model), sequential_kernel_sums(model):
             _train_step(model, moved, batch, config, _spread_recorder(writer))
 
@@ -469,7 +510,8 @@ def _float64_by_default() -> Iterator[None]:
 
 
 def _float64_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: StepConfig,
-                  writer: RunWriter, own_process: bool, masks: ReluMasks) -> int:
+                  writer: RunWriter, own_process: bool, masks: ReluMasks,
+                  carried: Carried) -> int:
     """The step again in float64, each float32 record annotated with its noise, by the model
     itself (not a copy: one set of parameters in memory, not two); returns the bytes spilled.
     Its ReLU units are the float32 step's (``masks``).
@@ -486,7 +528,7 @@ def _float64_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config
 
     def step(spilling: ContextManager) -> None:
         model.zero_grad(set_to_none=True)
-        _restore(model, initial)
+        _restore(model, initial, carried)
         with spilling, masks.replayed(model), _float64_by_default():
             _train_step(model.double(), initial, batch, config, _noise_recorder(writer))
 
@@ -584,8 +626,8 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         _own_batch_errors(batch, f"your --input {batch_file}" if batch_file else "your batch")
     with torch.random.fork_rng():       # the probe draws nothing, but a layer it calls might
         in_out = weights_held_in_out(model.named_modules())
-    state = model.state_dict()
-    initial = StateDict({k: v.detach().cpu().numpy().copy() for k, v in state.items()},
+    state, carried = model.state_dict(), _carried_state(model)
+    initial = StateDict({k: _numpy(v).copy() for k, v in state.items()},
                         tied_keys(state))
 
     with RunWriter(out, "torch") as writer, numpy_on_one_thread():
@@ -598,7 +640,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
                                       tee(writer.add, hooked, masks))
 
         def rerun_without_hooks(record: Callable[..., None]) -> None:
-            _restore(model, initial)
+            _restore(model, initial, carried)
             _train_step(model, initial, batch, config, record, hooks=False)
 
         clock.next("observer rerun")
@@ -606,11 +648,13 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
         spilled = 0
         if fp64_reference:
             clock.next("rerounded step")
-            _rerounded_step(model, initial, batch, config, writer, masks)
+            _rerounded_step(model, initial, batch, config, writer, masks, carried)
             clock.next("float64 step")
-            spilled = _float64_step(model, initial, batch, config, writer, own_process, masks)
+            spilled = _float64_step(model, initial, batch, config, writer, own_process, masks,
+                                    carried)
         clock.next("writes")
-        _restore(model, initial)        # leave a caller's model as it came: the rerun stepped it
+        # leave a caller's model as it came: the rerun stepped it
+        _restore(model, initial, carried)
         writer.wait()
         meta = manifest_meta("torch", config, num_classes, factory or type(model).__name__, {},
                              observer, clock, fp64_reference=fp64_reference,

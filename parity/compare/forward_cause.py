@@ -150,6 +150,16 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     if missing_inside:
         outermost = [n for n in missing_inside
                      if not any(n.startswith(other + ".") for other in missing_inside)]
+        returned = _returned_inside(outermost, b, torch_run)
+        if returned is not None:
+            module = module_of(t.name.partition("#")[0])
+            return Diagnosis(cause="computation after the module's last part missing",
+                             detail=f"MindSpore's {module_of(m.name.partition('#')[0])} "
+                                    f"returns what torch's {returned} does, while torch's "
+                                    f"{module} computes more after it in its forward (a soft "
+                                    "cap on the logits, a scale, an activation): the port, "
+                                    f"computing {returned} in its construct, leaves that out.",
+                             confidence="likely")
         return Diagnosis(cause="operation missing in the port",
                          detail=f"torch runs {', '.join(outermost)} inside "
                                 f"{module_of(t.name.partition('#')[0])}; MindSpore's "
@@ -203,7 +213,7 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
             return drawing
         scale = inputs.scale_of_input(t, m, SCALED_FIT)
         if scale is not None:
-            return _scaled_on_one_side(scale, m, f"{where}{before}")
+            return _scaled_on_one_side(scale, m, f"{where}{before}", torch_run)
         added = inputs.added_to_input(t, m, torch_run, ms_run, max(ADDED_INPUT, passed_on))
         if added is not None:
             return _added_on_one_side(added, t, m, inputs.forward_holding(t.name, torch_run))
@@ -265,9 +275,10 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 "ported as x.reshape(n, -1, d)), or a transpose over other "
                                 f"axes, inside {m.name}.", confidence="likely")
     if t.op != m.op:
+        # a layer tied to another holds its weight under that one's name alone
         module = module_of(t.name.partition("#")[0])
-        return _different_operation(t, m, any(r.kind == "weight" and r.name.startswith(
-            f"{module}.") for r in torch_run.records))
+        return _different_operation(t, m, t.op in ("dense", "embedding") or any(
+            r.kind == "weight" and r.name.startswith(f"{module}.") for r in torch_run.records))
     if t.op == m.op == "tanh":
         found = kernels.tanh_cause(first.name, a, b)
         if found is not None:
@@ -471,15 +482,28 @@ def _inside_all_matched(first: Comparison, t: RecordInfo, comparisons: Sequence[
                             "left out).", confidence="likely")
 
 
-def _scaled_on_one_side(scale: float, m: RecordInfo, where: str) -> Diagnosis:
-    """MindSpore's module given torch's input times ``scale``."""
+def _scaled_on_one_side(scale: float, m: RecordInfo, where: str,
+                        torch_run: RunReader) -> Diagnosis:
+    """MindSpore's module given torch's input times ``scale``: a constant one side applies in
+    bfloat16, where torch holds one so (RecurrentGemma's √width), or any other."""
+    rounded = inputs.bfloat16_constant(scale, torch_run)
+    if rounded is not None:
+        name, value, unrounded = rounded
+        return Diagnosis(cause="input scaled on one side",
+                         detail=f"MindSpore's {m.name} is given torch's input times {scale:.7g}, "
+                                f"every module output before it matching: torch's {name} is a "
+                                f"bfloat16 constant, {value:.7g}, the rounding of "
+                                f"{unrounded:.7g}, which the port's scale in {where} is. Scale "
+                                f"by {value:.7g} in the port (torch's rounding).",
+                         confidence="likely")
     larger = max(abs(scale), 1 / abs(scale))
     root = round(larger ** 2)
     named = f" (√{root})" if root >= 2 and abs(larger ** 2 - root) <= 1e-4 * root else ""
-    which = f"torch's is {1 / scale:.4g}{named} times the port's" if abs(scale) < 1 else \
-        f"the port's is {scale:.4g}{named} times torch's"
+    digits = ".4g" if abs(abs(scale) - 1) > 1e-3 else ".7g"     # 1.000107, not 1
+    which = f"torch's is {1 / scale:{digits}}{named} times the port's" if abs(scale) < 1 else \
+        f"the port's is {scale:{digits}}{named} times torch's"
     return Diagnosis(cause="input scaled on one side",
-                     detail=f"MindSpore's {m.name} is given torch's input times {scale:.4g}: "
+                     detail=f"MindSpore's {m.name} is given torch's input times {scale:{digits}}: "
                             f"{which}, every module "
                             "output before it matching. A constant scale one side applies and "
                             f"the other leaves out, or applies otherwise, in {where} is the "
@@ -968,6 +992,24 @@ def _described(record: RecordInfo) -> str:
     form = f", approximate='{record.attrs['approximate']}'" if "approximate" in record.attrs \
         else ""
     return f"{record.name} ({record.op}{form})" if record.op else record.name
+
+
+def _returned_inside(modules: Sequence[str], b: np.ndarray,
+                     torch_run: RunReader) -> Optional[str]:
+    """The one of torch's ``modules`` (run inside the diverging module, unpaired) whose output
+    is MindSpore's ``b``, to SAME_VALUES of its largest value. RecurrentGemma's causal LM caps
+    its logits after its ``lm_head`` (tanh(x / 30)·30); a port leaving the cap out was told
+    "operation missing in the port", naming the ``lm_head`` it computes in its construct."""
+    for name in modules:
+        record = torch_run.record(name, "forward")
+        if record is None or tuple(record.shape) != b.shape:
+            continue
+        a = torch_run.tensor(record)
+        scale = float(np.abs(a).max()) if a.size else 0.0
+        if scale and np.isfinite(scale) and \
+                float(np.abs(a - b).max()) <= reorder.SAME_VALUES * scale:
+            return name
+    return None
 
 
 def _never_run_before(t: RecordInfo, torch_left: Set[str], torch_run: RunReader,

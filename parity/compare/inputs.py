@@ -215,19 +215,45 @@ class Added(NamedTuple):
 
 def scale_of_input(t: RecordInfo, m: RecordInfo, within: float) -> Optional[float]:
     """k (not 1) where the module's first input on the MindSpore side is torch's times k: each
-    number of its sketch, norm and projections, is torch's times k, to ``within`` of its norm.
-    Gemma's model multiplies its embeddings by √width before its first layer: a port leaving
-    that out was told "computation between modules differs"."""
+    number of its sketch, norm and projections, is torch's times k, to ``within`` of its norm,
+    and k explains the difference: k is 10⁻³ or more from 1, or the sketches lie ten times
+    closer scaled than as they are. Gemma's model multiplies its embeddings by √width before
+    its first layer: a port leaving that out was told "computation between modules differs";
+    RecurrentGemma's by √width rounded to bfloat16, 1.07·10⁻⁴ from float32's."""
     a, b = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
     if not a or not b or not a[0] or not b[0]:
         return None
     count = min(len(a), len(b))
     torch_sketch, ms_sketch = np.array(a[1:count]), np.array(b[1:count])
     scale = b[0] / a[0] * (1.0 if np.dot(torch_sketch, ms_sketch) >= 0 else -1.0)
-    if abs(scale - 1) <= 1e-3 or \
-            np.abs(ms_sketch - scale * torch_sketch).max() > within * b[0]:
+    scaled = np.abs(ms_sketch - scale * torch_sketch).max()
+    if scale == 1 or scaled > within * b[0] or (
+            abs(scale - 1) <= 1e-3 and np.abs(ms_sketch - torch_sketch).max() < 10 * scaled):
         return None
     return scale
+
+
+def bfloat16_constant(scale: float, run: RunReader) -> Optional[Tuple[str, float, float]]:
+    """(name, value, the value it rounds) of a one-value buffer of torch's kept in bfloat16
+    (widened to float32 in the capture) that is a value rounded to bfloat16 whose unrounded
+    value is the buffer's times ``scale`` or over it: the constant one side scales by in
+    bfloat16, the other in float32."""
+    for record in run.records:
+        if record.kind != "buffer" or record.attrs.get("widened_from") != "bfloat16" or \
+                int(np.prod(record.shape)) != 1:
+            continue
+        value = float(np.asarray(run.tensor(record)).reshape(-1)[0])
+        for unrounded in (value * scale, value / scale):
+            if value != unrounded and _bfloat16(unrounded) == value:
+                return record.name, value, unrounded
+    return None
+
+
+def _bfloat16(value: float) -> float:
+    """``value`` rounded to bfloat16 (to nearest, ties to even), as float."""
+    bits = int(np.array(value, np.float32).view(np.uint32))
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return float(np.array(bits, np.uint32).view(np.float32))
 
 
 def added_to_input(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
