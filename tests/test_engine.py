@@ -3200,3 +3200,32 @@ def test_a_model_keeping_bfloat16_constants_and_state_across_calls_is_captured()
     assert (uncapped.first_divergence.name, uncapped.diagnosis.cause) == \
         ("lm", "computation after the module's last part missing")
     assert "MindSpore's lm returns what torch's lm.head does" in uncapped.diagnosis.detail
+
+
+def test_a_further_output_of_a_compared_module_is_no_operation_the_port_lacks():
+    """A Hugging Face encoder (its output a dict, recorded now) whose layer returns attention
+    weights beside its output, the port's the output alone: the correct port passes, the
+    weights listed unmatched; one holding the final norm and never calling it is told so, the
+    weights not named among what the port lacks."""
+    from tests import tiny
+    correct = _checked_on_features(tiny.torch_dict_encoder(), tiny.ms_dict_encoder())
+    assert correct.passed, correct.diagnosis
+    assert correct.unmatched == {"torch forward": ("encoder.layer.out1",)}
+    result = _checked_on_features(tiny.torch_dict_encoder(), tiny.ms_dict_encoder(False))
+    assert result.diagnosis.cause == "operation missing in the port"
+    assert result.diagnosis.detail.startswith("torch runs encoder.norm (layernorm), encoder ") \
+        and "MindSpore's encoder.norm holds its weights but never ran" in \
+        result.diagnosis.detail, result.diagnosis.detail
+
+
+def test_an_activation_given_the_other_projection_is_told_so():
+    """Mixtral's expert ported as act(w3(x))·w1(x) for act(w1(x))·w3(x): every module output
+    before w2 matched but the two act_fn, left unpaired; it was "computation between modules
+    differs" at w2 (before the 63rd round, "operations run in another order")."""
+    from tests import tiny
+    assert _checked_on_features(tiny.torch_gated_mlp(), tiny.ms_gated_mlp()).passed
+    result = _checked_on_features(tiny.torch_gated_mlp(), tiny.ms_gated_mlp(swapped=True))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("w2", "input taken from another module")
+    assert "torch's act_fn is given the output of w1 (4, 16), MindSpore's act_fn that of w3 " \
+        "(4, 16) (paired with torch's w3)" in result.diagnosis.detail, result.diagnosis.detail

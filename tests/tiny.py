@@ -4747,3 +4747,106 @@ def torch_capped_lm() -> tnn.Module:
 def ms_capped_lm(normalizer: float = 5.65625, capped: bool = True) -> msnn.Cell:
     """``normalizer``: torch's √32 in bfloat16, or another (float32's, 5.656854)."""
     return _MsCappedScorer(normalizer, capped)
+
+
+# A Hugging Face encoder as far as the alignment sees it: a layer returning its output and its
+# attention weights (a port returns the output alone), a final norm, the encoder's output a
+# model output (a dict). A port may hold the norm and never call it.
+class _TorchWeightsToo(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = tnn.Linear(FEATURES, FEATURES)
+
+    def forward(self, x):
+        y = self.proj(x)
+        return y, torch.softmax(y, -1)
+
+
+class _TorchDictEncoder(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer, self.norm = _TorchWeightsToo(), tnn.LayerNorm(FEATURES)
+
+    def forward(self, x):
+        return {"last_hidden_state": self.norm(self.layer(x)[0])}
+
+
+class _TorchDictEncoded(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder, self.head = _TorchDictEncoder(), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        return self.head(self.encoder(x)["last_hidden_state"])
+
+
+class _MsOutputAlone(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = msnn.Dense(FEATURES, FEATURES)
+
+    def construct(self, x):
+        return self.proj(x)
+
+
+class _MsEncoder(msnn.Cell):
+    def __init__(self, normed: bool) -> None:
+        super().__init__()
+        self.normed = normed
+        self.layer = _MsOutputAlone()
+        self.norm = msnn.LayerNorm((FEATURES,), epsilon=1e-5)
+
+    def construct(self, x):
+        h = self.layer(x)
+        return self.norm(h) if self.normed else h
+
+
+class _MsEncoded(msnn.Cell):
+    def __init__(self, normed: bool) -> None:
+        super().__init__()
+        self.encoder, self.head = _MsEncoder(normed), msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        return self.head(self.encoder(x))
+
+
+def torch_dict_encoder() -> tnn.Module:
+    return _TorchDictEncoded()
+
+
+def ms_dict_encoder(normed: bool = True) -> msnn.Cell:
+    return _MsEncoded(normed)
+
+
+# A gated MLP, down(act(w1(x)) · w3(x)), its activation a module (Mixtral's expert); a port may
+# swap the two projections' roles, act(w3(x)) · w1(x).
+class _TorchGatedMLP(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1, self.w3 = tnn.Linear(FEATURES, FEATURES), tnn.Linear(FEATURES, FEATURES)
+        self.act_fn, self.w2 = tnn.SiLU(), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        return self.w2(self.act_fn(self.w1(x)) * self.w3(x))
+
+
+class _MsGatedMLP(msnn.Cell):
+    def __init__(self, swapped: bool) -> None:
+        super().__init__()
+        self.swapped = swapped
+        self.w1, self.w3 = msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, FEATURES)
+        self.act_fn, self.w2 = msnn.SiLU(), msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        if self.swapped:
+            gate = self.act_fn(self.w3(x))
+            return self.w2(gate * self.w1(x))
+        return self.w2(self.act_fn(self.w1(x)) * self.w3(x))
+
+
+def torch_gated_mlp() -> tnn.Module:
+    return _TorchGatedMLP()
+
+
+def ms_gated_mlp(swapped: bool = False) -> msnn.Cell:
+    return _MsGatedMLP(swapped)

@@ -98,7 +98,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return proven
     torch_left, ms_left = (set(unmatched.get(f"{side} forward", ()))
                            for side in ("torch", "mindspore"))
-    torch_idle, ms_idle = (set(idle.get(side, ())) for side in ("torch", "mindspore"))
+    torch_idle, ms_idle = (set(idle.get(side, ())) | _further_outputs(left, comparisons)
+                           for side, left in (("torch", torch_left), ("mindspore", ms_left)))
     kept = _shape_kept(t, m)
     if tuple(t.shape) != tuple(m.shape) and kept is not None:
         (side, keeping), (other, returning) = kept
@@ -137,8 +138,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return reordered
     if gathered is not None:
         return gathered
-    missing_inside = [n for n in unmatched.get("torch forward", ())
-                      if n.startswith(module_of(first.name.partition("#")[0]) + ".")]
+    missing_inside = [n for n in unmatched.get("torch forward", ()) if n not in torch_idle
+                      and n.startswith(module_of(first.name.partition("#")[0]) + ".")]
     a, b = torch_run.tensor(t), ms_run.tensor(m)
     if a.shape == b.shape and a.min() >= 0 and b.min() < 0:
         extra = f" torch calls {', '.join(missing_inside)} there; MindSpore does not." \
@@ -160,11 +161,15 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                     "cap on the logits, a scale, an activation): the port, "
                                     f"computing {returned} in its construct, leaves that out.",
                              confidence="likely")
+        idle = _holding_but_never_run(outermost, ms_run)
+        never_ran = f" MindSpore's {', '.join(idle)} {'holds' if len(idle) == 1 else 'hold'} " \
+            "its weights but never ran: the construct does not call " \
+            f"{'it' if len(idle) == 1 else 'them'}." if idle else ""
         return Diagnosis(cause="operation missing in the port",
                          detail=f"torch runs {', '.join(outermost)} inside "
                                 f"{module_of(t.name.partition('#')[0])}; MindSpore's "
-                                f"{module_of(m.name.partition('#')[0])} runs no counterpart.",
-                         confidence="likely")
+                                f"{module_of(m.name.partition('#')[0])} runs no counterpart."
+                                f"{never_ran}", confidence="likely")
     ids = _other_ids(t, m, torch_run)
     if ids is not None:
         return ids
@@ -217,6 +222,10 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         added = inputs.added_to_input(t, m, torch_run, ms_run, max(ADDED_INPUT, passed_on))
         if added is not None:
             return _added_on_one_side(added, t, m, inputs.forward_holding(t.name, torch_run))
+        fed_otherwise = _unpaired_fed_otherwise(t, torch_left, ms_left, torch_run, ms_run,
+                                                comparisons)
+        if fed_otherwise is not None:
+            return fed_otherwise
         skipped = _never_run_before(t, torch_left, torch_run, ms_run)
         if skipped:
             return Diagnosis(cause="operation missing in the port",
@@ -724,15 +733,16 @@ def _activations_torch_applies_too(extra: Sequence[str], ms_run: RunReader,
 
 
 def _fed_other_outputs(t: RecordInfo, m: RecordInfo, fed: Optional[float], torch_run: RunReader,
-                       ms_run: RunReader, comparisons: Sequence[Comparison]
-                       ) -> Optional[Diagnosis]:
+                       ms_run: RunReader, comparisons: Sequence[Comparison],
+                       unpaired: bool = False) -> Optional[Diagnosis]:
     """A pair of the same operation whose first inputs are the outputs of two modules that are
     no pair (their sketches equal to 10⁻⁶): the port hands it another tensor. Whisper's decoder
     ported to attend over its own states where torch attends over the encoder's was told
     "dense output shape differs: compare their settings (stride, padding, ...)". Looked for
     only where the outputs' shapes or the inputs differ (``fed``, by more than APART of its
-    norm)."""
-    if t.op != m.op or (tuple(t.shape) == tuple(m.shape) and (fed is None or fed <= APART)):
+    norm), or for two modules of one name left ``unpaired``."""
+    if t.op != m.op or (not unpaired and tuple(t.shape) == tuple(m.shape)
+                        and (fed is None or fed <= APART)):
         return None
     sources = [inputs.fed_by(record, run) for record, run in ((t, torch_run), (m, ms_run))]
     if None in sources:
@@ -994,6 +1004,17 @@ def _described(record: RecordInfo) -> str:
     return f"{record.name} ({record.op}{form})" if record.op else record.name
 
 
+def _further_outputs(left: Set[str], comparisons: Sequence[Comparison]) -> Set[str]:
+    """The unpaired outputs among ``left`` of modules another of whose outputs is compared:
+    attention weights (``self_attn.out1``) torch's attention returns beside its output, where a
+    port's returns the output alone, are no operation the port lacks. Whisper's decoder ported
+    without its final norm was told "operation missing in the port" naming its attentions'
+    weights (its record kept since a module's dict output is recorded)."""
+    compared = {c.name for c in comparisons if c.kind == "forward"}
+    return {name for name in left if name != module_of(name) and any(
+        other.startswith(module_of(name) + ".out") for other in compared)}
+
+
 def _returned_inside(modules: Sequence[str], b: np.ndarray,
                      torch_run: RunReader) -> Optional[str]:
     """The one of torch's ``modules`` (run inside the diverging module, unpaired) whose output
@@ -1009,6 +1030,22 @@ def _returned_inside(modules: Sequence[str], b: np.ndarray,
         if scale and np.isfinite(scale) and \
                 float(np.abs(a - b).max()) <= reorder.SAME_VALUES * scale:
             return name
+    return None
+
+
+def _unpaired_fed_otherwise(t: RecordInfo, torch_left: Set[str], ms_left: Set[str],
+                            torch_run: RunReader, ms_run: RunReader,
+                            comparisons: Sequence[Comparison]) -> Optional[Diagnosis]:
+    """A module both sides run before ``t`` under one name and left unpaired, each given the
+    output of another module of a pair (input_taken_otherwise): Mixtral's expert ported with
+    ``act(w3(x)) * w1(x)`` for ``act(w1(x)) * w3(x)`` was told "computation between modules
+    differs" at ``w2``, every module before it matching but the two ``act_fn``."""
+    for name in sorted(torch_left & ms_left):
+        a, b = torch_run.record(name, "forward"), ms_run.record(name, "forward")
+        if a is not None and b is not None and a.order < t.order:
+            found = _fed_other_outputs(a, b, None, torch_run, ms_run, comparisons, unpaired=True)
+            if found is not None:
+                return found
     return None
 
 
