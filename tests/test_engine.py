@@ -3229,3 +3229,22 @@ def test_an_activation_given_the_other_projection_is_told_so():
         ("w2", "input taken from another module")
     assert "torch's act_fn is given the output of w1 (4, 16), MindSpore's act_fn that of w3 " \
         "(4, 16) (paired with torch's w3)" in result.diagnosis.detail, result.diagnosis.detail
+
+
+@pytest.mark.parametrize("bug, told", [
+    ({"reset": False}, "Its difference is largest at position 0 of axis 1 ("),
+    ({"last": False}, "100% of its difference lies at position 7 of axis 1 (of 8)")])
+def test_where_a_module_of_its_own_differs_along_an_axis_is_told(bug, told):
+    """A scan over tokens ported normalising its first input too (RecurrentGemma's RG-LRU
+    without its reset), or leaving out its last step's input: "module computes something
+    different" (a guess) said nothing of where."""
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    import parity
+    batch = (rng.standard_normal((4, tiny.SCAN_TOKENS, tiny.FEATURES), dtype=np.float32),
+             rng.integers(0, 5, 4))
+    assert parity.check(tiny.torch_scan(), tiny.ms_scan(), inputs=batch).passed
+    result = parity.check(tiny.torch_scan(), tiny.ms_scan(**bug), inputs=batch)
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("1", "module computes something different")
+    assert told in result.diagnosis.detail, result.diagnosis.detail

@@ -4850,3 +4850,42 @@ def torch_gated_mlp() -> tnn.Module:
 
 def ms_gated_mlp(swapped: bool = False) -> msnn.Cell:
     return _MsGatedMLP(swapped)
+
+
+# A linear scan over tokens, h_t = 0.8·h_(t-1) + c_t·x_t with c_0 = 1 and c_t = √(1 − 0.64)
+# after (RecurrentGemma's RG-LRU normalises every input but the first, where it resets), in a
+# module of its own. A port may normalise the first too, or leave out the last step's input.
+SCAN_TOKENS = 8
+
+
+def _scanned(x, stack, reset: bool = True, last: bool = True):
+    states, state = [], 0 * x[:, 0]
+    for t in range(x.shape[1]):
+        scale = 1.0 if t == 0 and reset else 0.6
+        state = 0.8 * state + (scale * x[:, t] if last or t < x.shape[1] - 1 else 0 * x[:, t])
+        states.append(state)
+    return stack(states, 1)
+
+
+class _TorchScan(tnn.Module):
+    def forward(self, x):
+        return _scanned(x, torch.stack)
+
+
+class _MsScan(msnn.Cell):
+    def __init__(self, reset: bool, last: bool) -> None:
+        super().__init__()
+        self.reset, self.last = reset, last
+
+    def construct(self, x):
+        return _scanned(x, ops.stack, self.reset, self.last)
+
+
+def torch_scan() -> tnn.Module:
+    return tnn.Sequential(tnn.Linear(FEATURES, FEATURES), _TorchScan(), tnn.Flatten(),
+                          tnn.Linear(SCAN_TOKENS * FEATURES, 5))
+
+
+def ms_scan(reset: bool = True, last: bool = True) -> msnn.Cell:
+    return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES), _MsScan(reset, last),
+                                msnn.Flatten(), msnn.Dense(SCAN_TOKENS * FEATURES, 5)])

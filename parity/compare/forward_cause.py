@@ -313,8 +313,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return Diagnosis(cause=f"{m.op or 'module'} computes something different",
                          detail=f"{size} at {first.name} while every earlier record matched: "
                                 f"compare the construct of MindSpore {m.name} with torch's "
-                                f"forward (padding, eps, an extra or missing op).{other_inputs}",
-                         confidence="guess")
+                                f"forward (padding, eps, an extra or missing op).{other_inputs}"
+                                f"{_where_it_differs(a, b)}", confidence="guess")
     undeclared = _eps_one_side_declares(t, m)
     if undeclared is not None:
         return undeclared
@@ -1047,6 +1047,36 @@ def _unpaired_fed_otherwise(t: RecordInfo, torch_left: Set[str], ms_left: Set[st
             if found is not None:
                 return found
     return None
+
+
+def _where_it_differs(a: np.ndarray, b: np.ndarray) -> str:
+    """A sentence on where along an axis (past the batch axis, 4 positions or more) the
+    difference lies, where it is not spread over the axis: at one position (half of its
+    squared sum or more), or largest at the first and fading at each later one (a scan's first
+    step: RecurrentGemma's RG-LRU ported without its reset at position 0 was "computes
+    something different" with nothing more); else ""."""
+    if a.shape != b.shape or a.ndim < 2:
+        return ""
+    squared = (a.astype(np.float64) - b) ** 2
+    total = float(squared.sum())
+    if not total or not np.isfinite(total):
+        return ""
+    for axis in range(1, a.ndim):
+        length = a.shape[axis]
+        if length < 4:
+            continue
+        share = squared.sum(axis=tuple(i for i in range(a.ndim) if i != axis)) / total
+        top = int(share.argmax())
+        if share[top] >= 0.5:
+            return (f" {share[top]:.0%} of its difference lies at position {top} of axis "
+                    f"{axis} (of {length}): what it does there alone (a border, a first or "
+                    "last token) is the likely place.")
+        if top == 0 and share[0] >= 2 / length and np.all(np.diff(share) <= 0):
+            return (f" Its difference is largest at position 0 of axis {axis} ({share[0]:.0%} "
+                    f"of it, against {1 / length:.0%} spread evenly) and fades at each later "
+                    "one: the first step of a scan along that axis (its initial state, a "
+                    "reset) is the likely place.")
+    return ""
 
 
 def _never_run_before(t: RecordInfo, torch_left: Set[str], torch_run: RunReader,
