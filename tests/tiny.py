@@ -743,13 +743,28 @@ def ms_branched_swapped() -> msnn.Cell:
 # A residual block with stochastic depth on its branch (torchvision's StochasticDepth; the port
 # with a DropPath written as mindcv's), and a net whose port scales by the output of a cell that
 # builds it from constants (no gradient flows to it).
+class SegformerDropPath(tnn.Module):
+    """Hugging Face's copy of timm's DropPath under a model's name (SegFormer's, BEiT's)."""
+
+    def __init__(self, drop_prob: float) -> None:
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x):
+        if self.drop_prob == 0.0 or not self.training:
+            return x
+        keep = 1 - self.drop_prob
+        kept = torch.floor(keep + torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), dtype=x.dtype))
+        return x / keep * kept
+
+
 class _TorchDropPath(tnn.Module):
-    def __init__(self) -> None:
+    def __init__(self, hugging_face: bool = False) -> None:
         from torchvision.ops import StochasticDepth
         super().__init__()
         self.stem = tnn.Conv2d(3, 8, 3, padding=1)
         self.conv = tnn.Conv2d(8, 8, 3, padding=1)
-        self.drop_path = StochasticDepth(0.2, "row")
+        self.drop_path = SegformerDropPath(0.2) if hugging_face else StochasticDepth(0.2, "row")
         self.fc = tnn.Linear(8, 10)
 
     def forward(self, x):
@@ -791,8 +806,8 @@ class _MsDropPath(msnn.Cell):
         return self.fc((y + self.drop_path(self.conv(y))).mean((2, 3)) * self.scale(x))
 
 
-def torch_drop_path() -> tnn.Module:
-    return _TorchDropPath()
+def torch_drop_path(hugging_face: bool = False) -> tnn.Module:
+    return _TorchDropPath(hugging_face)
 
 
 def ms_drop_path() -> msnn.Cell:

@@ -68,7 +68,11 @@ def op_type(module: Any) -> str:
         return OPS[name]
     # a GELU of another name (Hugging Face's GELUActivation, NewGELUActivation): its form is
     # told from what it computes (module_attrs), as for any GELU holding no setting
-    return "gelu" if "gelu" in name.lower() and _computes_alone(module) else "module"
+    if "gelu" in name.lower() and _computes_alone(module):
+        return "gelu"
+    # Hugging Face's model-named copies of timm's DropPath (SegformerDropPath, BeitDropPath):
+    # run at random in the torch step, the port's as identity, they failed a correct SegFormer
+    return "droppath" if name.endswith("DropPath") and hasattr(module, "drop_prob") else "module"
 
 
 def _computes_alone(module: Any) -> bool:
