@@ -3251,3 +3251,17 @@ def test_where_a_module_of_its_own_differs_along_an_axis_is_told(bug, told):
     assert (result.first_divergence.name, result.diagnosis.cause) == \
         ("1", "module computes something different")
     assert told in result.diagnosis.detail, result.diagnosis.detail
+
+
+def test_chunks_of_a_fused_projection_taken_the_other_way_round_are_told_so():
+    """A fused gate and up projection (Phi-3's gate_up_proj), chunked in the forward: a port
+    taking up for gate was told "computation between modules differs" at the activation (as
+    Mamba's port taking its in-projection's halves the other way round, at its conv)."""
+    from tests import tiny
+    assert _checked_on_features(tiny.torch_fused_gate_up(), tiny.ms_fused_gate_up()).passed
+    result = _checked_on_features(tiny.torch_fused_gate_up(), tiny.ms_fused_gate_up(True))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("act_fn", "input taken from another part")
+    assert "torch's act_fn is given part 1 of 2 of gate_up_proj's output along axis 1, " \
+        "MindSpore's act_fn part 2 of its counterpart's" in result.diagnosis.detail, \
+        result.diagnosis.detail

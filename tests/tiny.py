@@ -4904,3 +4904,39 @@ def torch_scan() -> tnn.Module:
 def ms_scan(reset: bool = True, last: bool = True) -> msnn.Cell:
     return msnn.SequentialCell([msnn.Dense(FEATURES, FEATURES), _MsScan(reset, last),
                                 msnn.Flatten(), msnn.Dense(SCAN_TOKENS * FEATURES, 5)])
+
+
+# A gated MLP whose gate and up projections are one fused layer (Phi-3's gate_up_proj), its
+# output chunked in the forward: gate, up = gate_up(x).chunk(2, -1). A port may take the
+# chunks the other way round.
+class _TorchFusedGateUp(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate_up_proj = tnn.Linear(FEATURES, 2 * FEATURES)
+        self.act_fn, self.down_proj = tnn.SiLU(), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, -1)
+        return self.down_proj(self.act_fn(gate) * up)
+
+
+class _MsFusedGateUp(msnn.Cell):
+    def __init__(self, swapped: bool) -> None:
+        super().__init__()
+        self.swapped = swapped
+        self.gate_up_proj = msnn.Dense(FEATURES, 2 * FEATURES)
+        self.act_fn, self.down_proj = msnn.SiLU(), msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        gate, up = ops.chunk(self.gate_up_proj(x), 2, -1)
+        if self.swapped:
+            gate, up = up, gate
+        return self.down_proj(self.act_fn(gate) * up)
+
+
+def torch_fused_gate_up() -> tnn.Module:
+    return _TorchFusedGateUp()
+
+
+def ms_fused_gate_up(swapped: bool = False) -> msnn.Cell:
+    return _MsFusedGateUp(swapped)

@@ -223,7 +223,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         if added is not None:
             return _added_on_one_side(added, t, m, inputs.forward_holding(t.name, torch_run))
         fed_otherwise = _unpaired_fed_otherwise(t, torch_left, ms_left, torch_run, ms_run,
-                                                comparisons)
+                                                comparisons) or \
+            _other_part_taken(t, m, torch_run, ms_run, comparisons)
         if fed_otherwise is not None:
             return fed_otherwise
         skipped = _never_run_before(t, torch_left, torch_run, ms_run)
@@ -1077,6 +1078,36 @@ def _where_it_differs(a: np.ndarray, b: np.ndarray) -> str:
                     "one: the first step of a scan along that axis (its initial state, a "
                     "reset) is the likely place.")
     return ""
+
+
+def _other_part_taken(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+                      comparisons: Sequence[Comparison]) -> Optional[Diagnosis]:
+    """Torch's module given one part of an earlier module's output (of equal parts along an
+    axis), the port's another part of its counterpart's: the port splits that output in
+    another order. Mamba's mixer splits its in-projection into the scan's input and the gate
+    (``hidden, gate = projected.chunk(2, dim=1)``); a port taking them the other way round was
+    told "computation between modules differs" at the conv."""
+    taken = inputs.part_taken(t, torch_run)
+    paired = {c.name: c.mindspore_name for c in comparisons if c.kind == "forward" and c.passed}
+    counterpart = None if taken is None else ms_run.record(paired.get(taken.source, ""),
+                                                           "forward")
+    if counterpart is None or \
+            tuple(counterpart.shape) != tuple(torch_run.record(taken.source, "forward").shape):
+        return None
+    value = ms_run.tensor(counterpart)
+    for index in range(taken.count):
+        other = taken._replace(index=index)
+        if index != taken.index and inputs.is_part_input(value, other, m):
+            how = ", its last two axes swapped" if taken.swapped else ""
+            return Diagnosis(
+                cause="input taken from another part",
+                detail=f"torch's {t.name} is given part {taken.index + 1} of {taken.count} of "
+                       f"{taken.source}'s output along axis {taken.axis}{how}, MindSpore's "
+                       f"{m.name} part {index + 1} of its counterpart's: the port splits that "
+                       "output in another order (a fused projection's chunks taken the other "
+                       f"way round), in {inputs.forward_holding(t.name, torch_run)}.",
+                confidence="likely")
+    return None
 
 
 def _never_run_before(t: RecordInfo, torch_left: Set[str], torch_run: RunReader,

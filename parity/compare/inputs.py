@@ -213,6 +213,58 @@ class Added(NamedTuple):
     table: bool         # a parameter or buffer (a position table), not a module's input or output
 
 
+class PartTaken(NamedTuple):
+    """A module's first input as a part of an earlier module's output: of ``count`` equal parts
+    along ``axis``, the ``index``-th, its last two axes swapped where ``swapped``."""
+
+    source: str
+    axis: int
+    count: int
+    index: int
+    swapped: bool
+
+
+# how many equal parts an output is looked at as (a fused gate and up projection, q, k and v)
+PART_COUNTS = (2, 3, 4)
+# the latest outputs before a module looked in for its input
+PARTS_SEARCHED = 8
+
+
+def part_taken(record: RecordInfo, run: RunReader) -> Optional[PartTaken]:
+    """The part of one of the PARTS_SEARCHED latest outputs before ``record`` that is its first
+    input, told by the input's sketch (to FED_BY of its norm); None where none is."""
+    sketch = record.attrs.get("input_sketch")
+    if not sketch:
+        return None
+    earlier = sorted((r for r in run.records if r.kind == "forward" and r.part is None
+                      and r.order < record.order and r.dtype == "float32"),
+                     key=lambda r: -r.order)[:PARTS_SEARCHED]
+    for source in earlier:
+        value = run.tensor(source)
+        for taken in parts_of(source, value):
+            if is_part_input(value, taken, record):
+                return taken
+    return None
+
+
+def parts_of(source: RecordInfo, value: np.ndarray) -> Iterator[PartTaken]:
+    """Each way part_taken looks at ``source``'s output as parts."""
+    for axis in range(1, value.ndim):
+        for count in PART_COUNTS:
+            if value.shape[axis] % count == 0 and value.shape[axis] > count:
+                for index in range(count):
+                    for swapped in (False, True) if value.ndim >= 3 else (False,):
+                        yield PartTaken(source.name, axis, count, index, swapped)
+
+
+def is_part_input(value: np.ndarray, taken: PartTaken, record: RecordInfo) -> bool:
+    """Whether the part ``taken`` of ``value`` is ``record``'s first input, by its sketch."""
+    size = value.shape[taken.axis] // taken.count
+    part = np.take(value, range(taken.index * size, (taken.index + 1) * size), axis=taken.axis)
+    part = np.ascontiguousarray(np.swapaxes(part, -1, -2) if taken.swapped else part)
+    return _taken_as_first_input(input_sketch(part), record)
+
+
 def scale_of_input(t: RecordInfo, m: RecordInfo, within: float) -> Optional[float]:
     """k (not 1) where the module's first input on the MindSpore side is torch's times k: each
     number of its sketch, norm and projections, is torch's times k, to ``within`` of its norm,
