@@ -253,7 +253,8 @@ def parts_of(source: RecordInfo, value: np.ndarray) -> Iterator[PartTaken]:
         for count in PART_COUNTS:
             if value.shape[axis] % count == 0 and value.shape[axis] > count:
                 for index in range(count):
-                    for swapped in (False, True) if value.ndim >= 3 else (False,):
+                    # tokens by channels held as channels by tokens (Mamba's conv input)
+                    for swapped in (False, True) if value.ndim == 3 else (False,):
                         yield PartTaken(source.name, axis, count, index, swapped)
 
 
