@@ -39,6 +39,20 @@ def _checked_on_features(torch_model, ms_model):
                                 rng.integers(0, 5, 4)))
 
 
+def _bug_named_on_features(pair: str, bug: dict, first: str, cause: str, told: str):
+    """tests.tiny's torch_<pair> against its port ms_<pair>(): it passes; against
+    ms_<pair>(**bug): it fails first at ``first``, its cause ``cause``, its detail telling
+    ``told``. Returns that result."""
+    from tests import tiny
+    torch_model, port = getattr(tiny, f"torch_{pair}"), getattr(tiny, f"ms_{pair}")
+    correct = _checked_on_features(torch_model(), port())
+    assert correct.passed, correct.diagnosis
+    result = _checked_on_features(torch_model(), port(**bug))
+    assert (result.first_divergence.name, result.diagnosis.cause) == (first, cause)
+    assert told in result.diagnosis.detail, result.diagnosis.detail
+    return result
+
+
 def _checked_on_tokens(torch_model, ms_model):
     """parity.check of a pair over 4 sequences of tiny.TOKENS random ids, labels of 5 classes."""
     import parity
@@ -3136,14 +3150,10 @@ def test_a_module_run_later_whose_input_is_computed_otherwise_is_paired_in_its_p
     correct port passes), with ReLU for torch's squared ReLU: the two values, pinned by their
     weights, were left apart (each reads another input) and "operations run in another order"
     was said. No module of either side reads the other's input: the value is in its place."""
-    from tests import tiny
-    result = _checked_on_features(tiny.torch_squared_relu_gated(),
-                                  tiny.ms_squared_relu_gated(squared=False))
-    assert (result.first_divergence.name, result.diagnosis.cause) == \
-        ("value", "computation between modules differs")
+    result = _bug_named_on_features("squared_relu_gated", {"squared": False}, "value",
+                                    "computation between modules differs",
+                                    "value's input already differs from torch's")
     assert not result.unmatched
-    assert _checked_on_features(tiny.torch_squared_relu_gated(),
-                                tiny.ms_squared_relu_gated()).passed
 
 
 @pytest.mark.parametrize("taking, off", [("before", 0), ("after", 2), ("none", 1)])
@@ -3170,13 +3180,9 @@ def test_a_norm_held_and_never_called_before_one_that_hides_it_is_named():
     """RWKV's first block normalises its input (pre_ln) before its pre-norm branch (ln1): a
     port holding pre_ln and never calling it matched at ln1 (a norm of a normed input is that
     input normed) and failed at ln2, "computation between modules differs"."""
-    from tests import tiny
-    assert _checked_on_features(tiny.torch_pre_normed(), tiny.ms_pre_normed()).passed
-    result = _checked_on_features(tiny.torch_pre_normed(), tiny.ms_pre_normed(False))
-    assert (result.first_divergence.name, result.diagnosis.cause) == \
-        ("ln2", "operation missing in the port")
-    assert "torch runs pre_ln before it, whose MindSpore cell holds the weights but never ran" \
-        in result.diagnosis.detail, result.diagnosis.detail
+    _bug_named_on_features("pre_normed", {"pre_normed": False}, "ln2",
+                           "operation missing in the port", "torch runs pre_ln before it, "
+                           "whose MindSpore cell holds the weights but never ran")
 
 
 def test_a_model_keeping_bfloat16_constants_and_state_across_calls_is_captured():
@@ -3225,13 +3231,9 @@ def test_an_activation_given_the_other_projection_is_told_so():
     """Mixtral's expert ported as act(w3(x))·w1(x) for act(w1(x))·w3(x): every module output
     before w2 matched but the two act_fn, left unpaired; it was "computation between modules
     differs" at w2 (before the 63rd round, "operations run in another order")."""
-    from tests import tiny
-    assert _checked_on_features(tiny.torch_gated_mlp(), tiny.ms_gated_mlp()).passed
-    result = _checked_on_features(tiny.torch_gated_mlp(), tiny.ms_gated_mlp(swapped=True))
-    assert (result.first_divergence.name, result.diagnosis.cause) == \
-        ("w2", "input taken from another module")
-    assert "torch's act_fn is given the output of w1 (4, 16), MindSpore's act_fn that of w3 " \
-        "(4, 16) (paired with torch's w3)" in result.diagnosis.detail, result.diagnosis.detail
+    _bug_named_on_features("gated_mlp", {"swapped": True}, "w2", "input taken from another module",
+                           "torch's act_fn is given the output of w1 (4, 16), MindSpore's act_fn "
+                           "that of w3 (4, 16) (paired with torch's w3)")
 
 
 @pytest.mark.parametrize("bug, told", [
@@ -3257,11 +3259,7 @@ def test_chunks_of_a_fused_projection_taken_the_other_way_round_are_told_so():
     """A fused gate and up projection (Phi-3's gate_up_proj), chunked in the forward: a port
     taking up for gate was told "computation between modules differs" at the activation (as
     Mamba's port taking its in-projection's halves the other way round, at its conv)."""
-    from tests import tiny
-    assert _checked_on_features(tiny.torch_fused_gate_up(), tiny.ms_fused_gate_up()).passed
-    result = _checked_on_features(tiny.torch_fused_gate_up(), tiny.ms_fused_gate_up(True))
-    assert (result.first_divergence.name, result.diagnosis.cause) == \
-        ("act_fn", "input taken from another part")
-    assert "torch's act_fn is given part 1 of 2 of gate_up_proj's output along axis 1, " \
-        "MindSpore's act_fn part 2 of its counterpart's" in result.diagnosis.detail, \
-        result.diagnosis.detail
+    _bug_named_on_features("fused_gate_up", {"swapped": True}, "act_fn",
+                           "input taken from another part",
+                           "torch's act_fn is given part 1 of 2 of gate_up_proj's output along "
+                           "axis 1, MindSpore's act_fn part 2 of its counterpart's")
