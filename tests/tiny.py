@@ -4777,7 +4777,7 @@ class _TorchWeightsToo(tnn.Module):
         return y, torch.softmax(y, -1)
 
 
-class _TorchDictEncoder(tnn.Module):
+class _TorchDictEncoderWithWeights(tnn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.layer, self.norm = _TorchWeightsToo(), tnn.LayerNorm(FEATURES)
@@ -4789,7 +4789,7 @@ class _TorchDictEncoder(tnn.Module):
 class _TorchDictEncoded(tnn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.encoder, self.head = _TorchDictEncoder(), tnn.Linear(FEATURES, 5)
+        self.encoder, self.head = _TorchDictEncoderWithWeights(), tnn.Linear(FEATURES, 5)
 
     def forward(self, x):
         return self.head(self.encoder(x)["last_hidden_state"])
@@ -4804,7 +4804,7 @@ class _MsOutputAlone(msnn.Cell):
         return self.proj(x)
 
 
-class _MsEncoder(msnn.Cell):
+class _MsEncoderOutputAlone(msnn.Cell):
     def __init__(self, normed: bool) -> None:
         super().__init__()
         self.normed = normed
@@ -4819,7 +4819,7 @@ class _MsEncoder(msnn.Cell):
 class _MsEncoded(msnn.Cell):
     def __init__(self, normed: bool) -> None:
         super().__init__()
-        self.encoder, self.head = _MsEncoder(normed), msnn.Dense(FEATURES, 5)
+        self.encoder, self.head = _MsEncoderOutputAlone(normed), msnn.Dense(FEATURES, 5)
 
     def construct(self, x):
         return self.head(self.encoder(x))
