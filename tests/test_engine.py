@@ -1709,7 +1709,8 @@ def test_a_module_returning_a_tuple_names_what_its_port_leaves_out():
     assert (result.first_divergence.name, result.diagnosis.cause) == \
         ("block.out0", "operation missing in the port")
     assert result.diagnosis.detail == \
-        "torch runs block.b inside block; MindSpore's block runs no counterpart."
+        "torch runs block.b inside block; MindSpore's block runs no counterpart. MindSpore's " \
+        "block.b holds its weights but never ran: the construct does not call it."
 
 
 def test_an_output_in_another_order_along_no_one_axis_is_named():
@@ -3216,14 +3217,14 @@ def test_a_further_output_of_a_compared_module_is_no_operation_the_port_lacks():
     """A Hugging Face encoder (its output a dict, recorded now) whose layer returns attention
     weights beside its output, the port's the output alone: the correct port passes, the
     weights listed unmatched; one holding the final norm and never calling it is told so, the
-    weights not named among what the port lacks."""
+    weights not named among what the port lacks, nor the encoder returning the norm's output."""
     from tests import tiny
     correct = _checked_on_features(tiny.torch_dict_encoder(), tiny.ms_dict_encoder())
     assert correct.passed, correct.diagnosis
     assert correct.unmatched == {"torch forward": ("encoder.layer.out1",)}
     result = _checked_on_features(tiny.torch_dict_encoder(), tiny.ms_dict_encoder(False))
     assert result.diagnosis.cause == "operation missing in the port"
-    assert result.diagnosis.detail.startswith("torch runs encoder.norm (layernorm), encoder ") \
+    assert result.diagnosis.detail.startswith("torch runs encoder.norm (layernorm) after ") \
         and "MindSpore's encoder.norm holds its weights but never ran" in \
         result.diagnosis.detail, result.diagnosis.detail
 

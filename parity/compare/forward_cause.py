@@ -21,7 +21,8 @@ from parity.compare.settings import (counting_padding, settings_cause, softmax_a
                                      uncounted_padding)
 from parity.compare.structure import declared_eps, op_family
 from parity.errors import first_few
-from parity.records import Comparison, Diagnosis, Part, RecordInfo, module_of, split_part
+from parity.records import (CONTAINER_OPS, Comparison, Diagnosis, Part, RecordInfo, module_of,
+                            split_part)
 from parity.rundir import RunReader, initial_weights
 
 
@@ -693,7 +694,9 @@ def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str],
         before = run.tensor(matched).reshape(-1)
         if all(np.array_equal(run.tensor(r).reshape(-1), before) for r in extra):
             return []
-    return [r.name for r in extra]
+    # a container returning its last module's output (a dict, recorded) computes nothing more
+    return [r.name for i, r in enumerate(extra) if i == 0 or r.op not in CONTAINER_OPS
+            or not np.array_equal(run.tensor(r).reshape(-1), run.tensor(extra[i - 1]).reshape(-1))]
 
 
 def _softmax_torch_applies_too(extra: Sequence[str], t: RecordInfo, ms_run: RunReader) -> bool:
