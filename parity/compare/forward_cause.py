@@ -163,9 +163,7 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                     f"computing {returned} in its construct, leaves that out.",
                              confidence="likely")
         idle = _holding_but_never_run(outermost, ms_run)
-        never_ran = f" MindSpore's {', '.join(idle)} {'holds' if len(idle) == 1 else 'hold'} " \
-            "its weights but never ran: the construct does not call " \
-            f"{'it' if len(idle) == 1 else 'them'}." if idle else ""
+        never_ran = f" {_never_ran(idle, ms_run)}." if idle else ""
         return Diagnosis(cause="operation missing in the port",
                          detail=f"torch runs {', '.join(outermost)} inside "
                                 f"{module_of(t.name.partition('#')[0])}; MindSpore's "
@@ -951,12 +949,7 @@ def _missing_cause(missing: Sequence[str], first: Comparison, t: RecordInfo, m: 
                                 f"its construct there (told from {m.name}'s input).",
                          confidence="likely")
     if idle:
-        them = "it" if len(idle) == 1 else "them"
-        set_aside = set(ms_run.manifest.get("cells_not_run") or ()) & set(idle)
-        why = " (a cell set on a SequentialCell with setattr stays out of the cells it runs)" \
-            if set_aside else ""
-        port = f"MindSpore's {', '.join(idle)} {'holds' if len(idle) == 1 else 'hold'} its " \
-            f"weights but never ran: the construct does not call {them}{why}"
+        port = _never_ran(idle, ms_run)
     else:
         port = "the port leaves it out, or computes it otherwise in its construct"
     nearly = first.rms / first.ref_rms if first.ref_rms else math.inf
@@ -1041,7 +1034,7 @@ def _unpaired_fed_otherwise(t: RecordInfo, torch_left: Set[str], ms_left: Set[st
                             torch_run: RunReader, ms_run: RunReader,
                             comparisons: Sequence[Comparison]) -> Optional[Diagnosis]:
     """A module both sides run before ``t`` under one name and left unpaired, each given the
-    output of another module of a pair (input_taken_otherwise): Mixtral's expert ported with
+    output of another module of a pair (_fed_other_outputs): Mixtral's expert ported with
     ``act(w3(x)) * w1(x)`` for ``act(w1(x)) * w3(x)`` was told "computation between modules
     differs" at ``w2``, every module before it matching but the two ``act_fn``."""
     for name in sorted(torch_left & ms_left):
@@ -1123,6 +1116,16 @@ def _never_run_before(t: RecordInfo, torch_left: Set[str], torch_run: RunReader,
     before = [r.name for r in torch_run.records if r.kind == "forward"
               and r.name in torch_left and r.order < t.order]
     return [name for name in before if _holding_but_never_run([name], ms_run)]
+
+
+def _never_ran(cells: Sequence[str], ms_run: RunReader) -> str:
+    """The port's ``cells``, given torch's weights, that never ran, in words."""
+    them = "it" if len(cells) == 1 else "them"
+    set_aside = set(ms_run.manifest.get("cells_not_run") or ()) & set(cells)
+    why = " (a cell set on a SequentialCell with setattr stays out of the cells it runs)" \
+        if set_aside else ""
+    return f"MindSpore's {', '.join(cells)} {'holds' if len(cells) == 1 else 'hold'} its " \
+        f"weights but never ran: the construct does not call {them}{why}"
 
 
 def _holding_but_never_run(torch_modules: Sequence[str], ms_run: RunReader) -> List[str]:
