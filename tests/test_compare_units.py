@@ -1789,3 +1789,16 @@ def test_an_output_shifted_along_an_axis_is_found_with_its_offset():
     off = after.copy()
     off[1, 4, 2] += 0.05
     assert reorder.shift(before, off) is None
+
+
+def test_bfloat16_rounding_is_torchs():
+    """The rounding a one-value bfloat16 buffer is told by (compare/inputs.py) is torch's: to
+    nearest, ties to even, over values of every magnitude and the ties themselves."""
+    import torch
+
+    from parity.compare.inputs import _bfloat16
+    rng = np.random.default_rng(7)
+    values = np.concatenate([rng.standard_normal(2000) * 10.0 ** rng.integers(-8, 8, 2000),
+                             (np.arange(1, 200) * 2 + 1) * 2.0 ** -8 + 1])     # x.5 ulp ties
+    rounded = torch.tensor(values, dtype=torch.float32).to(torch.bfloat16).float().numpy()
+    assert [_bfloat16(float(v)) for v in values] == [float(r) for r in rounded]
