@@ -226,12 +226,20 @@ def _load_torch_file(path: Path) -> StateDict:
                      tied_keys(state_dict))
 
 
-def _as_numpy(path: Path, name: str, tensor) -> np.ndarray:
+def widened_from(tensor) -> Dict[str, str]:
+    """{"widened_from": its dtype} for a float tensor of a dtype numpy lacks (bfloat16, float8),
+    which is read widened to float32, exactly; else {}."""
     import torch
-    tensor = tensor.detach().cpu()
     if tensor.is_floating_point() and tensor.dtype not in (torch.float16, torch.float32,
                                                            torch.float64):
-        tensor = tensor.float()     # bfloat16, float8: exactly
+        return {"widened_from": str(tensor.dtype).removeprefix("torch.")}
+    return {}
+
+
+def _as_numpy(path: Path, name: str, tensor) -> np.ndarray:
+    tensor = tensor.detach().cpu()
+    if widened_from(tensor):
+        tensor = tensor.float()
     try:
         return tensor.numpy().copy()
     except (TypeError, RuntimeError) as error:     # quantized tensors, say

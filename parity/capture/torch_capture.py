@@ -35,7 +35,7 @@ from parity.records import RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunWriter, SafetensorsFile, same_bytes
 from parity.weights import (MAX_PROBLEMS_LISTED, StateDict, class_count_hint, is_ignored,
                             load_state_dict, outer_prefix, save_state_dict_bytes, tied_keys,
-                            without_prefix)
+                            widened_from, without_prefix)
 
 BLOCK = 1 << 18     # elements per float64 block: temporaries stay small
 M_MMAP_THRESHOLD = -3       # glibc's mallopt parameter (malloc.h)
@@ -250,7 +250,7 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
     for name, buffer in model.named_buffers():
         if not is_ignored(name):
             attrs = {**(NOT_IN_STATE_DICT if name in constants else {}),
-                     **_widened_from(buffer)}
+                     **widened_from(buffer)}
             record(name, "buffer", _numpy(buffer), **({"attrs": attrs} if attrs else {}))
     return no_gradient
 
@@ -261,16 +261,7 @@ def _numpy(tensor) -> np.ndarray:
     buffer, and the capture stopped at it ("unsupported ScalarType BFloat16", told as the model
     failing on the batch)."""
     tensor = tensor.detach().cpu()
-    return (tensor.float() if _widened_from(tensor) else tensor).numpy()
-
-
-def _widened_from(tensor) -> Dict[str, str]:
-    """{"widened_from": its dtype} where _numpy widens the tensor to float32, else {}."""
-    import torch
-    if tensor.is_floating_point() and tensor.dtype not in (torch.float16, torch.float32,
-                                                           torch.float64):
-        return {"widened_from": str(tensor.dtype).removeprefix("torch.")}
-    return {}
+    return (tensor.float() if widened_from(tensor) else tensor).numpy()
 
 
 def _non_persistent_buffers(model) -> Set[str]:

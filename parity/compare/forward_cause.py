@@ -688,13 +688,14 @@ def _unmatched_just_before(m: RecordInfo, run: RunReader, unmatched: Set[str],
             matched = record
             break
         extra.insert(0, record)
+    values = [run.tensor(r).reshape(-1) for r in extra]
     if matched is not None and extra:
         before = run.tensor(matched).reshape(-1)
-        if all(np.array_equal(run.tensor(r).reshape(-1), before) for r in extra):
+        if all(np.array_equal(value, before) for value in values):
             return []
     # a container returning its last module's output (a dict, recorded) computes nothing more
     return [r.name for i, r in enumerate(extra) if i == 0 or r.op not in CONTAINER_OPS
-            or not np.array_equal(run.tensor(r).reshape(-1), run.tensor(extra[i - 1]).reshape(-1))]
+            or not np.array_equal(values[i], values[i - 1])]
 
 
 def _softmax_torch_applies_too(extra: Sequence[str], t: RecordInfo, ms_run: RunReader) -> bool:
