@@ -142,9 +142,8 @@ def shuffled(a: np.ndarray, b: np.ndarray) -> bool:
     scale = _scale_of_the_same_values(a, b) if a.size >= 2 else None
     if scale is None:
         return False
-    apart = float(np.abs(np.sort(a, axis=None) - np.sort(b, axis=None)).max())
-    return apart <= SAME_VALUES * scale and \
-        float(np.abs(np.asarray(a) - np.asarray(b)).max()) > SAME_VALUES * scale
+    return alike(np.sort(a, axis=None), np.sort(b, axis=None), scale) and \
+        not alike(np.asarray(a), np.asarray(b), scale)
 
 
 def shift(a: np.ndarray, b: np.ndarray, most: int = 3) -> Optional[Tuple[int, int]]:
@@ -158,7 +157,7 @@ def shift(a: np.ndarray, b: np.ndarray, most: int = 3) -> Optional[Tuple[int, in
             not np.isfinite(a).all() or not np.isfinite(b).all():
         return None
     scale = float(np.abs(a).max()) if a.size else 0.0
-    if scale == 0:
+    if scale == 0 or alike(a, b, scale):
         return None
     for axis in range(1, a.ndim):
         length = a.shape[axis]
@@ -167,10 +166,15 @@ def shift(a: np.ndarray, b: np.ndarray, most: int = 3) -> Optional[Tuple[int, in
                 continue
             held = np.take(a, range(max(k, 0), length + min(k, 0)), axis=axis)
             moved = np.take(b, range(max(-k, 0), length + min(-k, 0)), axis=axis)
-            if float(np.abs(held - moved).max()) <= SAME_VALUES * scale and \
-                    float(np.abs(a - b).max()) > SAME_VALUES * scale:
+            if alike(held, moved, scale):
                 return axis, k
     return None
+
+
+def alike(a: np.ndarray, b: np.ndarray, scale: float) -> bool:
+    """Whether ``a`` and ``b`` are the same values, to SAME_VALUES of ``scale`` (the largest
+    value): one computation's float32 rounding against another's."""
+    return float(np.abs(a - b).max()) <= SAME_VALUES * scale
 
 
 def _scale_of_the_same_values(a: np.ndarray, b: np.ndarray) -> Optional[float]:

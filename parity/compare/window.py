@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from parity.compare.reorder import SAME_VALUES
+from parity.compare.reorder import alike
 
 # The reason a pair compared on the positions both sides keep gives (compare/engine.py)
 WINDOW_KEPT = "one side computes more positions than it keeps: compared on the positions " \
@@ -34,7 +34,8 @@ def differing_axis(longer: Tuple[int, ...], shorter: Tuple[int, ...]) -> Optiona
 
 def window(longer: np.ndarray, shorter: np.ndarray) -> Optional[Tuple[int, int]]:
     """(axis, start) where ``shorter`` is ``longer``'s positions ``start:start + n`` along
-    ``axis``, to SAME_VALUES of ``longer``'s largest value (the first such start); else None."""
+    ``axis``, alike to ``longer``'s largest value (reorder.alike; the first such start); else
+    None."""
     axis = differing_axis(longer.shape, shorter.shape)
     if axis is None or longer.dtype.kind != "f" or shorter.dtype.kind != "f" or \
             not shorter.size or not np.isfinite(longer).all() or not np.isfinite(shorter).all():
@@ -44,8 +45,7 @@ def window(longer: np.ndarray, shorter: np.ndarray) -> Optional[Tuple[int, int]]
         return None
     kept = shorter.shape[axis]
     for start in range(longer.shape[axis] - kept + 1):
-        taken = np.take(longer, range(start, start + kept), axis=axis)
-        if float(np.abs(taken - shorter).max()) <= SAME_VALUES * scale:
+        if alike(np.take(longer, range(start, start + kept), axis=axis), shorter, scale):
             return axis, start
     return None
 
