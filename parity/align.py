@@ -127,20 +127,21 @@ def once_for_the_batch(shape: Sequence[int], other: Sequence[int]) -> bool:
         1 in (shape[0], other[0])
 
 
-def same_order(shape: Sequence[int], other: Sequence[int]) -> bool:
+def same_order(shape: Sequence[int], other: Sequence[int], first_merged: bool = False) -> bool:
     """Whether two shapes hold as many values in one order: one is the other with runs of
     adjacent dimensions merged, or with size-1 dimensions (layout). torchvision's Swin keeps
-    its tokens as (N, H, W, C), mindcv's as (N, H·W, C). The first dimension is never merged:
-    mindcv's SwinV2 attends over 8×8 windows, (N·64, 64, C) at a 64×64 map, which is not
-    torchvision's (N, 64, 64, C) in another shape (its attention was paired with the port's
-    and failed, "input in another order"); nor is an index flattened, (N², ) for (N, N). A
-    conv's weight over a whole map, (out, in, k, k), holds a dense layer's over it flattened,
+    its tokens as (N, H, W, C), mindcv's as (N, H·W, C). The first dimension is merged only
+    where ``first_merged`` (two outputs already paired by name; see compare/engine.py's
+    _read_alike): mindcv's SwinV2 attends over 8×8 windows, (N·64, 64, C) at a 64×64 map, which
+    is not torchvision's (N, 64, 64, C) in another shape (its attention was paired with the
+    port's and failed, "input in another order"); nor is an index flattened, (N², ) for (N, N).
+    A conv's weight over a whole map, (out, in, k, k), holds a dense layer's over it flattened,
     (out, in·k·k)."""
     if layout(shape) == layout(other):
         return True
     ends, other_ends = (set(accumulate(s, operator.mul)) for s in (shape, other))
-    return math.prod(shape) == math.prod(other) > 0 and shape[0] == other[0] and \
-        (ends <= other_ends or other_ends <= ends)
+    return math.prod(shape) == math.prod(other) > 0 and \
+        (first_merged or shape[0] == other[0]) and (ends <= other_ends or other_ends <= ends)
 
 
 def split_param(name: str) -> Tuple[str, str]:

@@ -3266,3 +3266,36 @@ def test_chunks_of_a_fused_projection_taken_the_other_way_round_are_told_so():
                            "input taken from another part",
                            "torch's act_fn is given part 1 of 2 of gate_up_proj's output along "
                            "axis 1, MindSpore's act_fn part 2 of its counterpart's")
+
+
+def test_tokens_flattened_on_one_side_and_positions_read_at_another_offset():
+    """Hugging Face's OPT runs each layer's feed-forward on its tokens flattened, (N·L, W), and
+    computes its position ids (offset by 2) inside its position embedding, an nn.Embedding
+    subclass given the attention mask: its correct port, on (N, L, W), failed the LayerNorm
+    ("shape differs"); one reading the table from row 0 was told "output shifted along an
+    axis ... while its input matched"."""
+    from tests import tiny
+    correct = _checked_on_tokens(tiny.torch_flattened_feed_forward(),
+                                 tiny.ms_flattened_feed_forward())
+    assert correct.passed, correct.diagnosis
+    shapes = {c.name: c for c in correct.comparisons if c.name == "final_layer_norm"}
+    assert shapes and all(c.passed for c in shapes.values())
+    result = _checked_on_tokens(tiny.torch_flattened_feed_forward(),
+                                tiny.ms_flattened_feed_forward(offset=0))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("embed_positions", "embedding ids differ")
+    assert "every id 2 lower in the port (torch's rows 2 to 7, MindSpore's 0 to 5)" in \
+        result.diagnosis.detail, result.diagnosis.detail
+
+
+def test_a_bias_torch_hands_to_the_attention_and_the_port_builds_is_named():
+    """Hugging Face's BLOOM hands each attention its ALiBi bias; a port building it with
+    another slope was told only that the attention's forward computes otherwise."""
+    from tests import tiny
+    correct = _checked_on_tokens(tiny.torch_alibi(), tiny.ms_alibi())
+    assert correct.passed, correct.diagnosis
+    result = _checked_on_tokens(tiny.torch_alibi(), tiny.ms_alibi(slope=0.25))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("self_attention.dense", "computation between modules differs")
+    assert "Torch's self_attention is given alibi (float32, (1, 1, 6)), which MindSpore's " \
+        "self_attention is not" in result.diagnosis.detail, result.diagnosis.detail

@@ -4940,3 +4940,119 @@ def torch_fused_gate_up() -> tnn.Module:
 
 def ms_fused_gate_up(swapped: bool = False) -> msnn.Cell:
     return _MsFusedGateUp(swapped)
+
+
+# Hugging Face's OPT, as far as a capture is concerned: its learned positions an nn.Embedding
+# subclass given the attention mask (float ones), computing its ids inside with an offset of 2;
+# each layer's feed-forward run on the tokens of all samples flattened, (N·L, W).
+POSITION_OFFSET = 2
+
+
+class _TorchOffsetPositions(tnn.Embedding):
+    def __init__(self) -> None:
+        super().__init__(TOKENS + POSITION_OFFSET, WIDTH)
+
+    def forward(self, mask):
+        return super().forward((torch.cumsum(mask, 1) * mask - 1).long() + POSITION_OFFSET)
+
+
+class _TorchFlattenedFeedForward(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed_tokens, self.embed_positions = tnn.Embedding(VOCABULARY, WIDTH), \
+            _TorchOffsetPositions()
+        self.final_layer_norm, self.fc1 = tnn.LayerNorm(WIDTH), tnn.Linear(WIDTH, WIDTH)
+        self.head = tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, ids):
+        x = self.embed_tokens(ids) + self.embed_positions(torch.ones(ids.shape))
+        shape = x.shape
+        x = x.reshape(-1, WIDTH)
+        x = (x + self.fc1(self.final_layer_norm(x))).view(shape)
+        return self.head(x.flatten(1))
+
+
+class _MsFlattenedFeedForward(msnn.Cell):
+    def __init__(self, offset: int) -> None:
+        super().__init__()
+        self.offset = offset
+        self.embed_tokens = msnn.Embedding(VOCABULARY, WIDTH)
+        self.embed_positions = msnn.Embedding(TOKENS + POSITION_OFFSET, WIDTH)
+        self.final_layer_norm = msnn.LayerNorm((WIDTH,), epsilon=1e-5)
+        self.fc1, self.head = msnn.Dense(WIDTH, WIDTH), msnn.Dense(WIDTH * TOKENS, 5)
+
+    def construct(self, ids):
+        positions = ops.arange(ids.shape[1]).reshape(1, -1).tile((ids.shape[0], 1)) + self.offset
+        x = self.embed_tokens(ids) + self.embed_positions(positions)
+        x = x + self.fc1(self.final_layer_norm(x))
+        return self.head(x.reshape(x.shape[0], -1))
+
+
+def torch_flattened_feed_forward() -> tnn.Module:
+    return _TorchFlattenedFeedForward()
+
+
+def ms_flattened_feed_forward(offset: int = POSITION_OFFSET) -> msnn.Cell:
+    """``offset``: the first row of the position table read (torch's 2)."""
+    return _MsFlattenedFeedForward(offset)
+
+
+# Hugging Face's BLOOM, as far as a capture is concerned: the model builds each head's ALiBi
+# bias (a slope times the key's position) and hands it to the attention, whose port builds it
+# itself.
+ALIBI_SLOPE = 0.5
+
+
+class _TorchBiasedAttention(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.query_key_value, self.dense = tnn.Linear(WIDTH, 3 * WIDTH), tnn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x, alibi):
+        q, k, v = self.query_key_value(x).chunk(3, dim=-1)
+        scores = q @ k.transpose(1, 2) / math.sqrt(WIDTH) + alibi
+        return self.dense(torch.softmax(scores, -1) @ v)
+
+
+class _TorchAlibi(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.self_attention = tnn.Embedding(VOCABULARY, WIDTH), \
+            _TorchBiasedAttention()
+        self.head = tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, ids):
+        alibi = ALIBI_SLOPE * torch.arange(ids.shape[1], dtype=torch.float32)[None, None, :]
+        return self.head(self.self_attention(self.embed(ids), alibi=alibi).flatten(1))
+
+
+class _MsBiasedAttention(msnn.Cell):
+    def __init__(self, slope: float) -> None:
+        super().__init__()
+        self.query_key_value, self.dense = msnn.Dense(WIDTH, 3 * WIDTH), msnn.Dense(WIDTH, WIDTH)
+        self.alibi = mindspore.Tensor(
+            slope * np.arange(TOKENS, dtype=np.float32)[None, None, :])
+
+    def construct(self, x):
+        q, k, v = ops.chunk(self.query_key_value(x), 3, axis=-1)
+        scores = ops.matmul(q, k.swapaxes(1, 2)) / math.sqrt(WIDTH) + self.alibi
+        return self.dense(ops.matmul(ops.softmax(scores, -1), v))
+
+
+class _MsAlibi(msnn.Cell):
+    def __init__(self, slope: float) -> None:
+        super().__init__()
+        self.embed, self.self_attention = msnn.Embedding(VOCABULARY, WIDTH), \
+            _MsBiasedAttention(slope)
+        self.head = msnn.Dense(WIDTH * TOKENS, 5)
+
+    def construct(self, ids):
+        return self.head(self.self_attention(self.embed(ids)).reshape(ids.shape[0], -1))
+
+
+def torch_alibi() -> tnn.Module:
+    return _TorchAlibi()
+
+
+def ms_alibi(slope: float = ALIBI_SLOPE) -> msnn.Cell:
+    return _MsAlibi(slope)

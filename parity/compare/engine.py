@@ -288,7 +288,10 @@ def _computing_a_leaf(ms_forward: Sequence[RecordInfo], forward: Mapping[str, st
 def _read_alike(torch_record: RecordInfo, ms_record: RecordInfo
                 ) -> Tuple[RecordInfo, RecordInfo]:
     """The two records of a pair, read alike: MindSpore's in torch's shape where the two hold
-    as many values in the same order (align.py pairs such outputs); a module output one side
+    as many values in the same order (align.py pairs such outputs; a pair of one name, its
+    first dimension merged on one side too: Hugging Face's OPT runs each decoder layer's
+    final_layer_norm, fc1 and fc2 on its tokens flattened, (N·L, D), and its correct port
+    failed them, "shape differs"); a module output one side
     computes once for the batch, (1, ...), and the other for each of N samples, (N, ...),
     with its one copy broadcast to N, and the gradient of the N copies summed into one (timm's
     XCiT computes its position encoding once, mindcv's for each sample; timm's ConViT
@@ -298,7 +301,7 @@ def _read_alike(torch_record: RecordInfo, ms_record: RecordInfo
     t_shape, m_shape = torch_record.shape, ms_record.shape
     if t_shape == m_shape:
         return torch_record, ms_record
-    if same_order(m_shape, t_shape):
+    if same_order(m_shape, t_shape, first_merged=torch_record.name == ms_record.name):
         return torch_record, ms_record.viewed_as(t_shape)
     output = torch_record.kind == "forward" or bool(torch_record.attrs.get("activation"))
     every_in_the_port = _axis_left_out(t_shape, m_shape) if output else None

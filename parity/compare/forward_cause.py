@@ -169,7 +169,7 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                 f"{module_of(t.name.partition('#')[0])}; MindSpore's "
                                 f"{module_of(m.name.partition('#')[0])} runs no counterpart."
                                 f"{never_ran}", confidence="likely")
-    ids = _other_ids(t, m, torch_run)
+    ids = _other_ids(t, m, torch_run) or _other_rows_looked_up(t, m, torch_run, ms_run)
     if ids is not None:
         return ids
     masked = _padded_samples_alone(t, m, torch_run, ms_run) or \
@@ -239,7 +239,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                     "between matched regardless (as a norm does right after "
                                     "the norm left out).", confidence="likely")
         beside = _rows_read_in_another_order(t, comparisons) + \
-            _unpaired_of_other_shapes(t, torch_left, ms_left, torch_run, ms_run)
+            _unpaired_of_other_shapes(t, torch_left, ms_left, torch_run, ms_run) + \
+            _given_torch_alone(fed_from, torch_run, ms_run, comparisons)
         return Diagnosis(cause="computation between modules differs",
                          detail=f"{m.name}'s input already differs from torch's ({fed:.2g} of "
                                 "its norm) while every module output before it matched: the "
@@ -788,6 +789,50 @@ def _other_ids(t: RecordInfo, m: RecordInfo, torch_run: RunReader) -> Optional[D
                      confidence="certain")
 
 
+def _rows_held(output: np.ndarray, table: np.ndarray) -> Optional[np.ndarray]:
+    """The index of the table row each vector of an embedding's output is (the first of equal
+    rows), shaped as its ids; None where one is no row of the table."""
+    rows = {row.tobytes(): index for index, row in reversed(list(enumerate(table)))}
+    found = [rows.get(vector.tobytes()) for vector in output.reshape(-1, table.shape[1])]
+    return None if None in found else np.array(found).reshape(output.shape[:-1])
+
+
+def _other_rows_looked_up(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                          ms_run: RunReader) -> Optional[Diagnosis]:
+    """An embedding pair whose outputs are other rows of the one table, told by the rows each
+    holds where the ids of one side are not recorded: Hugging Face's OPT gives its position
+    embedding the attention mask and computes the ids (offset by 2) inside its forward (a
+    module of its own, an nn.Embedding subclass), and a port reading its table from row 0 was
+    told "output shifted along an axis ... while its input matched"."""
+    weights = initial_weights(torch_run) if "embedding" in (t.op, m.op) and \
+        {t.op, m.op} <= {"embedding", GENERIC_OP} else None
+    table = None if weights is None else weights.get(f"{t.name}.weight")
+    if table is None or table.ndim != 2 or tuple(t.shape) != tuple(m.shape) or \
+            tuple(t.shape[-1:]) != table.shape[1:]:
+        return None
+    table = table.astype(np.float32, copy=False)
+    held = [_rows_held(run.tensor(record), table) for run, record in ((torch_run, t),
+                                                                     (ms_run, m))]
+    if held[0] is None or held[1] is None or np.array_equal(held[0], held[1]):
+        return None
+    offset = held[1] - held[0]
+    if np.all(offset == offset.flat[0]):
+        how = (f"every id {abs(int(offset.flat[0]))} {'higher' if offset.flat[0] > 0 else 'lower'}"
+               f" in the port (torch's rows {held[0].min()} to {held[0].max()}, MindSpore's "
+               f"{held[1].min()} to {held[1].max()})")
+    else:
+        at = tuple(int(i) for i in np.argwhere(offset != 0)[0])
+        how = (f"at {np.count_nonzero(offset)} of {offset.size} positions, the first {at}: "
+               f"torch's row {held[0][at]}, MindSpore's {held[1][at]}")
+    return Diagnosis(cause="embedding ids differ",
+                     detail=f"MindSpore's {m.name} looks up other rows of the table than torch's "
+                            f"{t.name}, {how}; told from the rows each output holds, the ids of "
+                            "one side being computed inside it or not integers. Ids computed "
+                            "with another offset (OPT's learned positions start at row 2, "
+                            "RoBERTa's at padding_idx + 1) or in another order are the likely "
+                            "cause.", confidence="certain")
+
+
 def _padded_samples_alone(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                           ms_run: RunReader) -> Optional[Diagnosis]:
     """A module output differing only in the samples a mask input of the batch pads (a further
@@ -1221,6 +1266,25 @@ def _unpaired_of_other_shapes(t: RecordInfo, torch_left: Set[str], ms_left: Set[
     return (f" Before it, {', '.join(apart[:4])}{' ...' if len(apart) > 4 else ''} "
             f"{'were' if len(apart) > 1 else 'was'} left unpaired, named alike on both sides "
             "and of other shapes: a table or a tensor the forward uses may be built otherwise.")
+
+
+def _given_torch_alone(fed: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+                       comparisons: Sequence[Comparison]) -> str:
+    """A sentence naming the float inputs torch's module is given whose forward feeds ``fed``
+    and its MindSpore pair is not, where there are any: the port builds them in its construct
+    (Hugging Face's BLOOM hands each attention its ALiBi bias; ports with the slopes of another
+    formula, or none, were told only that the attention's forward computes otherwise)."""
+    holder = inputs.caller(fed.name, torch_run)
+    ms_holder = next((c.mindspore_name for c in comparisons
+                      if c.kind == "forward" and c.name == holder), None)
+    a = torch_run.record(holder, "forward") if holder else None
+    b = ms_run.record(ms_holder, "forward") if ms_holder else None
+    alone = [] if a is None or b is None else inputs.given_torch_alone(a, b)
+    if not alone:
+        return ""
+    return (f" Torch's {holder} is given {first_few(alone)}, which MindSpore's {ms_holder} is "
+            f"not: the port builds {'them' if len(alone) > 1 else 'it'} itself (a position "
+            "bias such as ALiBi's, a mask); compare with torch's.")
 
 
 def _different_operation(t: RecordInfo, m: RecordInfo, weighted: bool) -> Diagnosis:

@@ -46,15 +46,31 @@ def _parent(name: str) -> str:
     return name.rpartition(".")[0]
 
 
-def forward_holding(name: str, run: RunReader) -> str:
-    """The forward that calls module ``name`` of ``run``: its parent's, or the model's own; its
-    grandparent's where the parent is a list of modules, which has no forward (a numbered
-    module whose parent records nothing: a ModuleList, a CellList). Whisper's encoder ported
-    without its positions was told of "whisper.model.encoder.layers's forward"."""
+def caller(name: str, run: RunReader) -> str:
+    """The module whose forward calls module ``name`` of ``run``: its parent, or the model
+    ("") ; its grandparent where the parent is a list of modules, which has no forward (a
+    numbered module whose parent records nothing: a ModuleList, a CellList). Whisper's encoder
+    ported without its positions was told of "whisper.model.encoder.layers's forward"."""
     parent = _parent(name)
     if parent and name.rpartition(".")[2].isdigit() and run.record(parent, "forward") is None:
         parent = _parent(parent)
+    return parent
+
+
+def forward_holding(name: str, run: RunReader) -> str:
+    """The forward that calls module ``name`` of ``run`` (``caller``), named."""
+    parent = caller(name, run)
     return f"{parent}'s forward" if parent else "the model's own forward"
+
+
+def given_torch_alone(t: RecordInfo, m: RecordInfo) -> List[str]:
+    """Torch's float and boolean inputs of a module past its first that MindSpore's is given
+    none of (of that shape), as "name (dtype, shape)": a mask or a position bias the port builds
+    in the cell itself (Hugging Face's BLOOM hands each attention its ALiBi bias)."""
+    paired = {t_key for t_key, _ in compared_inputs(t, m)}
+    return [f"{key} ({sketch['dtype']}, {tuple(sketch['shape'])})"
+            for key, sketch in (t.attrs.get("other_inputs") or {}).items()
+            if key not in paired and sketch["dtype"].startswith(("float", "bool"))]
 
 
 def outermost(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
