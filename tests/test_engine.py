@@ -3299,3 +3299,26 @@ def test_a_bias_torch_hands_to_the_attention_and_the_port_builds_is_named():
         ("self_attention.dense", "computation between modules differs")
     assert "Torch's self_attention is given alibi (float32, (1, 1, 6)), which MindSpore's " \
         "self_attention is not" in result.diagnosis.detail, result.diagnosis.detail
+
+
+def test_a_fused_projection_split_as_blocks_where_torch_splits_it_head_by_head_is_named():
+    """Hugging Face's BLOOM holds each head's q, k and v together in its fused projection's
+    output; a port splitting it as three blocks was told only that the attention's forward
+    computes otherwise. The first position, attending to itself alone, tells each split."""
+    from tests import tiny
+    correct = _checked_on_tokens(tiny.torch_headwise_qkv(), tiny.ms_headwise_qkv())
+    assert correct.passed, correct.diagnosis
+    result = _checked_on_tokens(tiny.torch_headwise_qkv(), tiny.ms_headwise_qkv(blocks=True))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("dense", "fused projection split otherwise")
+    assert "torch splits the fused q, k, v head by head, (2, 3, 4), the value the third of " \
+        "each head's three; MindSpore as three blocks [q | k | v], the value the third" in \
+        result.diagnosis.detail, result.diagnosis.detail
+
+
+def test_a_further_input_given_otherwise_is_named_by_what_each_side_gives():
+    """Hugging Face's BLOOM hands its attention the residual to add; a port handing it the
+    normed input was told only that input 2 differs, made in the layer's forward."""
+    _bug_named_on_features("residual_given", {"normed_residual": True}, "attention",
+                           "other input differs", "Torch's is embed's output, MindSpore's "
+                           "input_layernorm's output.")

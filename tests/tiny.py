@@ -5056,3 +5056,107 @@ def torch_alibi() -> tnn.Module:
 
 def ms_alibi(slope: float = ALIBI_SLOPE) -> msnn.Cell:
     return _MsAlibi(slope)
+
+
+# Hugging Face's BLOOM and GPT-NeoX hold each head's q, k and v together in their fused
+# projection's output, (heads, 3, head), and attend causally; a port may split it as three
+# blocks [q | k | v].
+class _TorchHeadwiseQkv(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = tnn.Embedding(VOCABULARY, WIDTH)
+        self.query_key_value, self.dense = tnn.Linear(WIDTH, 3 * WIDTH), tnn.Linear(WIDTH, WIDTH)
+        self.head = tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        n, length, _ = x.shape
+        q, k, v = self.query_key_value(x).view(n, length, 2, 3, WIDTH // 2).permute(
+            3, 0, 2, 1, 4)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(WIDTH // 2)
+        scores = scores.masked_fill(torch.ones(length, length).triu(1).bool(), float("-inf"))
+        context = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(n, length, WIDTH)
+        return self.head(self.dense(context).flatten(1))
+
+
+class _MsHeadwiseQkv(msnn.Cell):
+    def __init__(self, blocks: bool) -> None:
+        super().__init__()
+        self.blocks = blocks
+        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.query_key_value = msnn.Dense(WIDTH, 3 * WIDTH)
+        self.dense, self.head = msnn.Dense(WIDTH, WIDTH), msnn.Dense(WIDTH * TOKENS, 5)
+        self.causal = mindspore.Tensor(np.tril(np.ones((TOKENS, TOKENS), bool)))
+
+    def construct(self, ids):
+        x = self.embed(ids)
+        n, length, _ = x.shape
+        fused = self.query_key_value(x)
+        fused = fused.reshape(n, length, 3, 2, WIDTH // 2).transpose(2, 0, 3, 1, 4) \
+            if self.blocks else fused.reshape(n, length, 2, 3, WIDTH // 2).transpose(3, 0, 2, 1, 4)
+        scores = ops.matmul(fused[0], fused[1].swapaxes(-1, -2)) / math.sqrt(WIDTH // 2)
+        scores = ops.where(self.causal, scores, mindspore.Tensor(-1e30, mindspore.float32))
+        context = ops.matmul(ops.softmax(scores, -1), fused[2]).swapaxes(1, 2)
+        return self.head(self.dense(context.reshape(n, length, WIDTH)).reshape(n, -1))
+
+
+def torch_headwise_qkv() -> tnn.Module:
+    return _TorchHeadwiseQkv()
+
+
+def ms_headwise_qkv(blocks: bool = False) -> msnn.Cell:
+    """``blocks``: the fused output split as [q | k | v] (torch's is head by head)."""
+    return _MsHeadwiseQkv(blocks)
+
+
+# Hugging Face's BLOOM hands its attention the residual to add: the layer's input, or the normed
+# input where its config says apply_residual_connection_post_layernorm.
+class _TorchResidualAdding(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dense = tnn.Linear(FEATURES, FEATURES)
+
+    def forward(self, x, residual):
+        return self.dense(x) + residual
+
+
+class _TorchResidualGiven(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.input_layernorm = tnn.Linear(FEATURES, FEATURES), tnn.LayerNorm(FEATURES)
+        self.attention, self.head = _TorchResidualAdding(), tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        x = self.embed(x)
+        return self.head(self.attention(self.input_layernorm(x), x))
+
+
+class _MsResidualAdding(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dense = msnn.Dense(FEATURES, FEATURES)
+
+    def construct(self, x, residual):
+        return self.dense(x) + residual
+
+
+class _MsResidualGiven(msnn.Cell):
+    def __init__(self, normed_residual: bool) -> None:
+        super().__init__()
+        self.normed_residual = normed_residual
+        self.embed = msnn.Dense(FEATURES, FEATURES)
+        self.input_layernorm = msnn.LayerNorm((FEATURES,), epsilon=1e-5)
+        self.attention, self.head = _MsResidualAdding(), msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        x = self.embed(x)
+        normed = self.input_layernorm(x)
+        return self.head(self.attention(normed, normed if self.normed_residual else x))
+
+
+def torch_residual_given() -> tnn.Module:
+    return _TorchResidualGiven()
+
+
+def ms_residual_given(normed_residual: bool = False) -> msnn.Cell:
+    return _MsResidualGiven(normed_residual)

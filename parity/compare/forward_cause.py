@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tup
 import numpy as np
 
 from parity.align import ACTIVATION_OPS, GENERIC_OP, cells_never_run, module_map_from_parameters
-from parity.compare import conditioning, functional, inputs, kernels, reorder
+from parity.compare import attention, conditioning, functional, inputs, kernels, reorder
 from parity.compare.dropping import DropMismatch
 from parity.compare.settings import (counting_padding, settings_cause, softmax_axis,
                                      uncounted_padding)
@@ -238,6 +238,9 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                     f"{'them' if len(skipped) > 1 else 'it'}. The modules "
                                     "between matched regardless (as a norm does right after "
                                     "the norm left out).", confidence="likely")
+        split = attention.fused_split_otherwise(t, m, torch_run, ms_run, comparisons)
+        if split is not None:
+            return split
         beside = _rows_read_in_another_order(t, comparisons) + \
             _unpaired_of_other_shapes(t, torch_left, ms_left, torch_run, ms_run) + \
             _given_torch_alone(fed_from, torch_run, ms_run, comparisons)

@@ -205,9 +205,39 @@ def other_input_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run
     where = f" It is made in {maker}." if outer is t else \
         f" {outer.name} is already given its {input_name(given_first.torch_key)} so: the " \
         f"difference is made in {maker}."
+    sources = [given_as(record.attrs["other_inputs"][key]["values"], record, run)
+               for record, key, run in ((t, first.torch_key, torch_run),
+                                        (m, first.ms_key, ms_run))]
+    if outer is t and None not in sources and sources[0] != sources[1]:
+        where += f" Torch's is {sources[0]}, MindSpore's {sources[1]}."
     return Diagnosis(cause=first.cause,
                      detail=f"{m.name}'s first input matched torch's, but its {which} "
                             f"{first.detail}.{where}", confidence="likely")
+
+
+def given_as(sketch: Optional[List[float]], record: RecordInfo, run: RunReader) -> Optional[str]:
+    """What a further input of ``record`` is, told by its ``sketch``: the first input of a module
+    enclosing it, or the output of one of the PARTS_SEARCHED latest modules before it. A BLOOM
+    port passing its attention the normed input as the residual (torch's
+    apply_residual_connection_post_layernorm, False) was told only that input 2 differs."""
+    if not sketch or not sketch[0]:
+        return None
+    name = record.name.partition("#")[0]
+    while "." in name:
+        name = _parent(name)
+        holder = run.record(name, "forward")
+        distance = None if holder is None else \
+            sketch_distance(holder.attrs.get("input_sketch"), sketch)
+        if distance is not None and distance <= FED_BY:
+            return f"{name}'s input"
+    earlier = sorted((r for r in run.records if r.kind == "forward" and r.part is None
+                      and r.order < record.order and r.dtype == "float32"),
+                     key=lambda r: -r.order)[:PARTS_SEARCHED]
+    for source in earlier:
+        distance = sketch_distance(input_sketch(run.tensor(source)), sketch)
+        if distance is not None and distance <= FED_BY:
+            return f"{source.name}'s output"
+    return None
 
 
 def fed_by(record: RecordInfo, run: RunReader) -> Optional[RecordInfo]:
