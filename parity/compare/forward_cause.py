@@ -1273,10 +1273,11 @@ def _unpaired_of_other_shapes(t: RecordInfo, torch_left: Set[str], ms_left: Set[
 
 def _given_torch_alone(fed: RecordInfo, torch_run: RunReader, ms_run: RunReader,
                        comparisons: Sequence[Comparison]) -> str:
-    """A sentence naming the float inputs torch's module is given whose forward feeds ``fed``
-    and its MindSpore pair is not, where there are any: the port builds them in its construct
-    (Hugging Face's BLOOM hands each attention its ALiBi bias; ports with the slopes of another
-    formula, or none, were told only that the attention's forward computes otherwise)."""
+    """A sentence naming the float and boolean inputs torch's module is given whose forward
+    feeds ``fed`` and its MindSpore pair is not, where there are any: the port builds them in
+    its construct (Hugging Face's BLOOM hands each attention its ALiBi bias; ports with the
+    slopes of another formula, or none, were told only that the attention's forward computes
+    otherwise)."""
     holder = inputs.caller(fed.name, torch_run)
     ms_holder = next((c.mindspore_name for c in comparisons
                       if c.kind == "forward" and c.name == holder), None)

@@ -48,7 +48,7 @@ def _parent(name: str) -> str:
 
 def caller(name: str, run: RunReader) -> str:
     """The module whose forward calls module ``name`` of ``run``: its parent, or the model
-    ("") ; its grandparent where the parent is a list of modules, which has no forward (a
+    (""); its grandparent where the parent is a list of modules, which has no forward (a
     numbered module whose parent records nothing: a ModuleList, a CellList). Whisper's encoder
     ported without its positions was told of "whisper.model.encoder.layers's forward"."""
     parent = _parent(name)
@@ -230,10 +230,7 @@ def given_as(sketch: Optional[List[float]], record: RecordInfo, run: RunReader) 
             sketch_distance(holder.attrs.get("input_sketch"), sketch)
         if distance is not None and distance <= FED_BY:
             return f"{name}'s input"
-    earlier = sorted((r for r in run.records if r.kind == "forward" and r.part is None
-                      and r.order < record.order and r.dtype == "float32"),
-                     key=lambda r: -r.order)[:PARTS_SEARCHED]
-    for source in earlier:
+    for source in latest_outputs(record, run):
         distance = sketch_distance(input_sketch(run.tensor(source)), sketch)
         if distance is not None and distance <= FED_BY:
             return f"{source.name}'s output"
@@ -276,16 +273,21 @@ PART_COUNTS = (2, 3, 4)
 PARTS_SEARCHED = 8
 
 
+def latest_outputs(record: RecordInfo, run: RunReader) -> List[RecordInfo]:
+    """The PARTS_SEARCHED latest float32 module outputs of ``run`` before ``record``, the
+    latest first."""
+    return sorted((r for r in run.records if r.kind == "forward" and r.part is None
+                   and r.order < record.order and r.dtype == "float32"),
+                  key=lambda r: -r.order)[:PARTS_SEARCHED]
+
+
 def part_taken(record: RecordInfo, run: RunReader) -> Optional[PartTaken]:
     """The part of one of the PARTS_SEARCHED latest outputs before ``record`` that is its first
     input, told by the input's sketch (to FED_BY of its norm); None where none is."""
     sketch = record.attrs.get("input_sketch")
     if not sketch:
         return None
-    earlier = sorted((r for r in run.records if r.kind == "forward" and r.part is None
-                      and r.order < record.order and r.dtype == "float32"),
-                     key=lambda r: -r.order)[:PARTS_SEARCHED]
-    for source in earlier:
+    for source in latest_outputs(record, run):
         value = run.tensor(source)
         for taken in parts_of(source, value):
             if is_part_input(value, taken, record):
