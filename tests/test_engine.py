@@ -3322,3 +3322,19 @@ def test_a_further_input_given_otherwise_is_named_by_what_each_side_gives():
     _bug_named_on_features("residual_given", {"normed_residual": True}, "attention",
                            "other input differs", "Torch's is embed's output, MindSpore's "
                            "input_layernorm's output.")
+
+
+def test_a_table_of_the_modules_own_used_otherwise_and_a_cell_returning_its_input_are_told():
+    """DINOv2's embeddings resize their own position table in their forward: a port resizing
+    it otherwise was told only that the forward computes otherwise after (or from) matched
+    parts; now the difference, the same for every sample, names the module's own parameters.
+    A port's layer scale returning its input as given was "module computes something
+    different" (a guess)."""
+    _bug_named_on_features("tabled", {"tiled": True}, "embeddings",
+                           "computation after the last module differs",
+                           "differs from torch's by the same tensor for every sample, and its "
+                           "forward reads parameters of its own (table)")
+    _bug_named_on_features("tabled", {"scaling": False}, "layer_scale",
+                           "module returns its input as given",
+                           "MindSpore's layer_scale returns its input as it was given, while "
+                           "torch's layer_scale computes from it")

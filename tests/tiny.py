@@ -5160,3 +5160,63 @@ def torch_residual_given() -> tnn.Module:
 
 def ms_residual_given(normed_residual: bool = False) -> msnn.Cell:
     return _MsResidualGiven(normed_residual)
+
+
+# DINOv2's embeddings add a position table of their own, resized to the image in their forward,
+# after the modules they run; a port may place or resize the table otherwise. Here the table's
+# 4 values are each repeated 4 times (repeat_interleave), or, in the port, tiled.
+class _TorchTabled(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj, self.norm = tnn.Linear(FEATURES, FEATURES), tnn.LayerNorm(FEATURES)
+        self.table = tnn.Parameter(torch.linspace(-1.0, 1.0, FEATURES // 4))
+
+    def forward(self, x):
+        return self.norm(self.proj(x)) + self.table.repeat_interleave(4)
+
+
+class _MsTabled(msnn.Cell):
+    def __init__(self, tiled: bool) -> None:
+        super().__init__()
+        self.tiled = tiled
+        self.proj = msnn.Dense(FEATURES, FEATURES)
+        self.norm = msnn.LayerNorm((FEATURES,), epsilon=1e-5)
+        self.table = mindspore.Parameter(mindspore.Tensor(np.zeros(FEATURES // 4, np.float32)))
+
+    def construct(self, x):
+        table = ops.tile(self.table, (4,)) if self.tiled else ops.repeat_interleave(self.table, 4)
+        return self.norm(self.proj(x)) + table
+
+
+# DINOv2's layer scale, a module of its own multiplying by its lambda1; a port's may return its
+# input as given (a flag read otherwise).
+class _TorchScaling(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lambda1 = tnn.Parameter(torch.full((FEATURES,), 0.5))
+
+    def forward(self, x):
+        return x * self.lambda1
+
+
+class _MsScaling(msnn.Cell):
+    def __init__(self, scaling: bool) -> None:
+        super().__init__()
+        self.scaling = scaling
+        self.lambda1 = mindspore.Parameter(mindspore.Tensor(np.ones(FEATURES, np.float32)))
+
+    def construct(self, x):
+        return x * self.lambda1 if self.scaling else x
+
+
+def torch_tabled() -> tnn.Module:
+    return tnn.Sequential(OrderedDict(embeddings=_TorchTabled(), layer_scale=_TorchScaling(),
+                                      head=tnn.Linear(FEATURES, 5)))
+
+
+def ms_tabled(tiled: bool = False, scaling: bool = True) -> msnn.Cell:
+    """``tiled``: the table tiled where torch repeats each value; ``scaling``: the layer scale
+    multiplies (else returns its input)."""
+    return msnn.SequentialCell(OrderedDict(embeddings=_MsTabled(tiled),
+                                           layer_scale=_MsScaling(scaling),
+                                           head=msnn.Dense(FEATURES, 5)))

@@ -68,9 +68,19 @@ def given_torch_alone(t: RecordInfo, m: RecordInfo) -> List[str]:
     none of (of that shape), as "name (dtype, shape)": a mask or a position bias the port builds
     in the cell itself (Hugging Face's BLOOM hands each attention its ALiBi bias)."""
     paired = {t_key for t_key, _ in compared_inputs(t, m)}
+    given = [m.attrs.get("input_sketch"), *(sketch["values"] for sketch in
+                                            (m.attrs.get("other_inputs") or {}).values())]
     return [f"{key} ({sketch['dtype']}, {tuple(sketch['shape'])})"
             for key, sketch in (t.attrs.get("other_inputs") or {}).items()
-            if key not in paired and sketch["dtype"].startswith(("float", "bool"))]
+            if key not in paired and sketch["dtype"].startswith(("float", "bool"))
+            and not any(same_values(sketch["values"], other) for other in given)]
+
+
+def same_values(sketch: Optional[List[float]], other: Optional[List[float]]) -> bool:
+    """Whether two sketches are of the same values, to FED_BY of the first's norm (an input
+    passed by keyword on one side and by position on the other)."""
+    distance = sketch_distance(sketch, other)
+    return distance is not None and distance <= FED_BY
 
 
 def outermost(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
@@ -226,15 +236,10 @@ def given_as(sketch: Optional[List[float]], record: RecordInfo, run: RunReader) 
     while "." in name:
         name = _parent(name)
         holder = run.record(name, "forward")
-        distance = None if holder is None else \
-            sketch_distance(holder.attrs.get("input_sketch"), sketch)
-        if distance is not None and distance <= FED_BY:
+        if holder is not None and same_values(holder.attrs.get("input_sketch"), sketch):
             return f"{name}'s input"
-    for source in latest_outputs(record, run):
-        distance = sketch_distance(input_sketch(run.tensor(source)), sketch)
-        if distance is not None and distance <= FED_BY:
-            return f"{source.name}'s output"
-    return None
+    return next((f"{source.name}'s output" for source in latest_outputs(record, run)
+                 if same_values(input_sketch(run.tensor(source)), sketch)), None)
 
 
 def fed_by(record: RecordInfo, run: RunReader) -> Optional[RecordInfo]:
