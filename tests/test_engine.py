@@ -3338,3 +3338,20 @@ def test_a_table_of_the_modules_own_used_otherwise_and_a_cell_returning_its_inpu
                            "module returns its input as given",
                            "MindSpore's layer_scale returns its input as it was given, while "
                            "torch's layer_scale computes from it")
+
+
+@pytest.mark.parametrize("pooled, told", [
+    ("all", "the mean over tokens (x.mean(1))"), ("first", "the first token (x[:, 0])")])
+def test_two_poolings_concatenated_are_told_apart(pooled, told):
+    """DINOv2's classifier reads its class token and the mean of the tokens after it; its model
+    returns its pooled class token last. A port averaging every token, or reading the class
+    token twice, was "computation between modules differs"."""
+    from tests import tiny
+    correct = _checked_on_tokens(tiny.torch_two_pooled(), tiny.ms_two_pooled())
+    assert correct.passed, correct.diagnosis
+    result = _checked_on_tokens(tiny.torch_two_pooled(), tiny.ms_two_pooled(pooled))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("classifier", "pooling between modules differs")
+    assert "torch takes the first token (x[:, 0]) and the mean over the tokens after the " \
+        "first (x[:, 1:].mean(1)), concatenated, MindSpore the first token (x[:, 0]) and " \
+        f"{told}, concatenated" in result.diagnosis.detail, result.diagnosis.detail

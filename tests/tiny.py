@@ -5220,3 +5220,58 @@ def ms_tabled(tiled: bool = False, scaling: bool = True) -> msnn.Cell:
     return msnn.SequentialCell(OrderedDict(embeddings=_MsTabled(tiled),
                                            layer_scale=_MsScaling(scaling),
                                            head=msnn.Dense(FEATURES, 5)))
+
+
+# Hugging Face's DINOv2: its model returns its states and, recorded after them, its pooled class
+# token; its classifier reads the class token and the mean of the tokens after it, concatenated.
+class _TorchStatesAndPooled(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.norm = tnn.Embedding(VOCABULARY, WIDTH), tnn.LayerNorm(WIDTH)
+
+    def forward(self, ids):
+        states = self.norm(self.embed(ids))
+        return states, states[:, 0]
+
+
+class _TorchTwoPooled(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.model, self.classifier = _TorchStatesAndPooled(), tnn.Linear(2 * WIDTH, 5)
+
+    def forward(self, ids):
+        states, _ = self.model(ids)
+        return self.classifier(torch.cat([states[:, 0], states[:, 1:].mean(1)], 1))
+
+
+class _MsStates(msnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.norm = msnn.LayerNorm((WIDTH,), epsilon=1e-5)
+
+    def construct(self, ids):
+        return self.norm(self.embed(ids))
+
+
+class _MsTwoPooled(msnn.Cell):
+    def __init__(self, pooled: str) -> None:
+        super().__init__()
+        self.pooled = pooled
+        self.model, self.classifier = _MsStates(), msnn.Dense(2 * WIDTH, 5)
+
+    def construct(self, ids):
+        states = self.model(ids)
+        pooled = states[:, 1:].mean(1) if self.pooled == "after" else \
+            states.mean(1) if self.pooled == "all" else states[:, 0]
+        return self.classifier(ops.cat((states[:, 0], pooled), axis=1))
+
+
+def torch_two_pooled() -> tnn.Module:
+    return _TorchTwoPooled()
+
+
+def ms_two_pooled(pooled: str = "after") -> msnn.Cell:
+    """``pooled``, beside the class token: the mean of the tokens "after" it (torch's), of
+    "all" of them, or the "first" again."""
+    return _MsTwoPooled(pooled)

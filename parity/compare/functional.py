@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from parity.sketch import PROJECTIONS, SKETCH_PERIOD, input_sketch, sketch_distance
-from parity.records import Diagnosis, RecordInfo
+from parity.records import Diagnosis, RecordInfo, module_of
 from parity.rundir import RunReader
 
 # A sketch this close (relative to the input's norm) is the same input: 100 times the rounding
@@ -164,9 +164,18 @@ def _average_pooled(x: np.ndarray, kernel: int, counted: bool) -> np.ndarray:
     return (sums / counts).astype(np.float32)
 
 
-def _previous_forward(run: RunReader, record: RecordInfo) -> Optional[RecordInfo]:
+def _previous_forward(run: RunReader, record: RecordInfo,
+                      shape: Optional[Tuple[int, ...]] = None) -> Optional[RecordInfo]:
+    """``run``'s latest forward record before ``record``; of ``shape``, where given, if the
+    module whose output that is returns one of it too (Hugging Face's DINOv2 returns its
+    states, then its pooled class token, (N, D), recorded last)."""
     before = [r for r in run.records if r.kind == "forward" and r.order < record.order]
-    return max(before, key=lambda r: r.order) if before else None
+    if not before:
+        return None
+    latest = max(before, key=lambda r: r.order)
+    of_shape = [r for r in before if module_of(r.name) == module_of(latest.name)
+                and shape is not None and tuple(r.shape) == tuple(shape)]
+    return max(of_shape, key=lambda r: r.order) if of_shape else latest
 
 
 def _previous_and_sketches(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
@@ -176,7 +185,8 @@ def _previous_and_sketches(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
     """Each side's previous forward record and this module's input sketch, where both sides
     have them and the previous outputs are float32 of one shape; else None."""
     sketches = t.attrs.get("input_sketch"), m.attrs.get("input_sketch")
-    previous = _previous_forward(torch_run, t), _previous_forward(ms_run, m)
+    ms_previous = _previous_forward(ms_run, m)
+    previous = _previous_forward(torch_run, t, ms_previous and ms_previous.shape), ms_previous
     if None in previous or not all(sketches) or \
             previous[0].shape != previous[1].shape or previous[0].dtype != "float32":
         return None
@@ -225,25 +235,36 @@ TOKEN_POOLS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "the first token (x[:, 0])": lambda x: x[:, 0],
     "the last token (x[:, -1])": lambda x: x[:, -1],
     "the mean over tokens (x.mean(1))": lambda x: x.mean(1, dtype=np.float64),
+    "the mean over the tokens after the first (x[:, 1:].mean(1))":
+        lambda x: x[:, 1:].mean(1, dtype=np.float64),
     "the max over tokens (x.max(1))": lambda x: x.max(1),
 }
+
+
+def _token_pools(values: np.ndarray) -> Dict[str, np.ndarray]:
+    """Each TOKEN_POOLS pooling of ``values`` (batch, tokens, features), and each two of them
+    concatenated along the features (DINOv2's head: its class token and the mean of its
+    patches)."""
+    pooled = {name: np.asarray(pool(values), np.float32) for name, pool in TOKEN_POOLS.items()}
+    pairs = {f"{first} and {second}, concatenated": np.concatenate((a, b), axis=-1)
+             for first, a in pooled.items() for second, b in pooled.items()}
+    return {**pooled, **pairs}
 
 
 def pooling_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                   ms_run: RunReader) -> Optional[Diagnosis]:
     """The tokens each side pools between the previous module, of (batch, tokens, features),
     and this one, where they differ, told from this module's input: ViT's port classifying
-    the mean token for torch's class token was "computation between modules differs"."""
+    the mean token for torch's class token was "computation between modules differs", as was
+    a DINOv2 port reading its class token twice for the class token and the patches' mean."""
     found = _previous_and_sketches(t, m, torch_run, ms_run)
     if found is None or len(found[0][0].shape) != 3:
         return None
     previous, sketches = found
     fits = []
     for run, record, sketch in zip((torch_run, ms_run), previous, sketches):
-        values = run.tensor(record)
-        distances = {name: sketch_distance(
-            sketch, input_sketch(np.ascontiguousarray(pool(values), np.float32)))
-            for name, pool in TOKEN_POOLS.items()}
+        distances = {name: sketch_distance(sketch, input_sketch(np.ascontiguousarray(pooled)))
+                     for name, pooled in _token_pools(run.tensor(record)).items()}
         fits.append({name for name, distance in distances.items()
                      if distance is not None and distance <= SAME_SKETCH})
     if len(fits[0]) != 1 or len(fits[1]) != 1 or fits[0] == fits[1]:
@@ -253,5 +274,6 @@ def pooling_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                      detail=f"between {previous[0].name} and {t.name}, torch takes {torch_pool}, "
                             f"MindSpore {ms_pool} (told from {t.name}'s input on each side): "
                             "a class token read where the port averages, or the other way "
-                            "round.", confidence="likely")
+                            "round, or the class token averaged with the others where it is "
+                            "not.", confidence="likely")
 
