@@ -3355,3 +3355,27 @@ def test_two_poolings_concatenated_are_told_apart(pooled, told):
     assert "torch takes the first token (x[:, 0]) and the mean over the tokens after the " \
         "first (x[:, 1:].mean(1)), concatenated, MindSpore the first token (x[:, 0]) and " \
         f"{told}, concatenated" in result.diagnosis.detail, result.diagnosis.detail
+
+
+def test_a_table_of_its_own_gathered_by_another_index_is_told_by_its_rows():
+    """BEiT's relative position bias gathers a table of its own by an index it builds; a port
+    building the index otherwise was "module computes something different" (a guess)."""
+    from tests import tiny
+    correct = _checked_on_tokens(tiny.torch_biased_scores(), tiny.ms_biased_scores())
+    assert correct.passed, correct.diagnosis
+    result = _checked_on_tokens(tiny.torch_biased_scores(),
+                                tiny.ms_biased_scores(transposed=True))
+    assert (result.first_divergence.name, result.diagnosis.cause) == \
+        ("relative_bias", "table rows read otherwise")
+    assert "reads other rows of relative_bias.table than torch's relative_bias, at 30 of 36 " \
+        "positions, the first (0, 1): torch's row 4, MindSpore's 6" in result.diagnosis.detail, \
+        result.diagnosis.detail
+
+
+def test_a_forward_reading_parameters_of_its_own_names_them():
+    """BEiT's layer scales its attention's output by lambda_1, a parameter of the layer's own:
+    a port leaving it out was told only that the layer's forward computes otherwise."""
+    result = _bug_named_on_features("scaled_residual", {"scaled": False}, "layer",
+                                    "computation after the last module differs", "")
+    assert "layer's forward reads parameters of its own too (lambda_1)" in \
+        result.diagnosis.detail, result.diagnosis.detail

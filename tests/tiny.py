@@ -5275,3 +5275,98 @@ def ms_two_pooled(pooled: str = "after") -> msnn.Cell:
     """``pooled``, beside the class token: the mean of the tokens "after" it (torch's), of
     "all" of them, or the "first" again."""
     return _MsTwoPooled(pooled)
+
+
+# BEiT's relative position bias: a table of its own gathered by a relative-position index it
+# builds, (heads, T, T), added to attention scores; a port may build the index otherwise (here
+# j - i for torch's i - j).
+class _TorchGatheredBias(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = tnn.Parameter(torch.randn(2 * TOKENS - 1, 2))
+        positions = torch.arange(TOKENS)
+        self.index = positions[:, None] - positions[None, :] + TOKENS - 1
+
+    def forward(self):
+        return self.table[self.index].permute(2, 0, 1)
+
+
+class _TorchBiasedScores(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.relative_bias = tnn.Embedding(VOCABULARY, WIDTH), _TorchGatheredBias()
+        self.head = tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        scores = x @ x.transpose(1, 2) / math.sqrt(WIDTH) + self.relative_bias().sum(0)
+        return self.head((torch.softmax(scores, -1) @ x).flatten(1))
+
+
+class _MsGatheredBias(msnn.Cell):
+    def __init__(self, transposed: bool) -> None:
+        super().__init__()
+        self.table = mindspore.Parameter(mindspore.Tensor(np.zeros((2 * TOKENS - 1, 2),
+                                                                   np.float32)))
+        positions = np.arange(TOKENS)
+        index = positions[:, None] - positions[None, :] + TOKENS - 1
+        self.index = mindspore.Tensor((index.T if transposed else index).reshape(-1))
+
+    def construct(self):
+        return ops.gather(self.table, self.index, 0).reshape(TOKENS, TOKENS, 2).transpose(2, 0, 1)
+
+
+class _MsBiasedScores(msnn.Cell):
+    def __init__(self, transposed: bool) -> None:
+        super().__init__()
+        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.relative_bias = _MsGatheredBias(transposed)
+        self.head = msnn.Dense(WIDTH * TOKENS, 5)
+
+    def construct(self, ids):
+        x = self.embed(ids)
+        scores = ops.matmul(x, x.swapaxes(1, 2)) / math.sqrt(WIDTH) + self.relative_bias().sum(0)
+        return self.head(ops.matmul(ops.softmax(scores, -1), x).reshape(x.shape[0], -1))
+
+
+def torch_biased_scores() -> tnn.Module:
+    return _TorchBiasedScores()
+
+
+def ms_biased_scores(transposed: bool = False) -> msnn.Cell:
+    """``transposed``: the relative index j - i where torch's is i - j."""
+    return _MsBiasedScores(transposed)
+
+
+# BEiT's layer multiplies its attention's output by a parameter of its own, lambda_1, in its
+# forward; a port may leave it out.
+class _TorchScaledResidual(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = tnn.Linear(FEATURES, FEATURES)
+        self.lambda_1 = tnn.Parameter(torch.full((FEATURES,), 0.1))
+
+    def forward(self, x):
+        return x + self.lambda_1 * self.fc(x)
+
+
+class _MsScaledResidual(msnn.Cell):
+    def __init__(self, scaled: bool) -> None:
+        super().__init__()
+        self.scaled = scaled
+        self.fc = msnn.Dense(FEATURES, FEATURES)
+        self.lambda_1 = mindspore.Parameter(mindspore.Tensor(np.ones(FEATURES, np.float32)))
+
+    def construct(self, x):
+        return x + (self.lambda_1 * self.fc(x) if self.scaled else self.fc(x))
+
+
+def torch_scaled_residual() -> tnn.Module:
+    return tnn.Sequential(OrderedDict(layer=_TorchScaledResidual(),
+                                      norm=tnn.LayerNorm(FEATURES), head=tnn.Linear(FEATURES, 5)))
+
+
+def ms_scaled_residual(scaled: bool = True) -> msnn.Cell:
+    return msnn.SequentialCell(OrderedDict(layer=_MsScaledResidual(scaled),
+                                           norm=msnn.LayerNorm((FEATURES,), epsilon=1e-5),
+                                           head=msnn.Dense(FEATURES, 5)))

@@ -507,17 +507,25 @@ def _inside_all_matched(first: Comparison, t: RecordInfo, comparisons: Sequence[
                             f"left out).{reads}", confidence="likely")
 
 
-def _own_parameters_read(module: str, comparisons: Sequence[Comparison], a: np.ndarray,
-                         b: np.ndarray) -> str:
-    """A sentence naming ``module``'s own parameters (none of a module it holds), where it has
-    any and its output ``b`` differs from torch's ``a`` by one tensor for every sample."""
-    own = [c.name.rpartition(".")[2] for c in comparisons
-           if c.kind == "weight" and c.name.rpartition(".")[0] == module]
-    if not own or not _same_for_every_sample(a, b):
+def _own_parameters_read(module: str, comparisons: Sequence[Comparison],
+                         a: Optional[np.ndarray] = None, b: Optional[np.ndarray] = None) -> str:
+    """A sentence naming ``module``'s own parameters, where it has any, which its forward reads:
+    the likely cause where its output ``b`` differs from torch's ``a`` by one tensor for every
+    sample (a table of its own resized or added otherwise)."""
+    own = _own_parameters(module, comparisons)
+    if not own:
         return ""
-    return (" Its output differs from torch's by the same tensor for every sample, and its "
-            f"forward reads parameters of its own ({first_few(own)}): how it uses them (a "
-            "table resized, added or concatenated otherwise) is the likely cause.")
+    if a is not None and b is not None and _same_for_every_sample(a, b):
+        return (" Its output differs from torch's by the same tensor for every sample, and its "
+                f"forward reads parameters of its own ({first_few(own)}): how it uses them (a "
+                "table resized, added or concatenated otherwise) is the likely cause.")
+    return f" {module}'s forward reads parameters of its own too ({first_few(own)})."
+
+
+def _own_parameters(module: str, comparisons: Sequence[Comparison]) -> List[str]:
+    """The parameters ``module`` holds itself, not through a module it holds."""
+    return [c.name.rpartition(".")[2] for c in comparisons
+            if c.kind == "weight" and c.name.rpartition(".")[0] == module]
 
 
 def _same_for_every_sample(a: np.ndarray, b: np.ndarray) -> bool:
@@ -851,48 +859,70 @@ def _other_ids(t: RecordInfo, m: RecordInfo, torch_run: RunReader) -> Optional[D
                      confidence="certain")
 
 
-def _rows_held(output: np.ndarray, table: np.ndarray) -> Optional[np.ndarray]:
-    """The index of the table row each vector of an embedding's output is (the first of equal
-    rows), shaped as its ids; None where one is no row of the table."""
+def _rows_held(output: np.ndarray, table: np.ndarray, axis: int) -> Optional[np.ndarray]:
+    """The index of the table row each vector of ``output`` along ``axis`` is (the first of
+    equal rows), shaped as the output without that axis; None where one is no row of it."""
     rows = {row.tobytes(): index for index, row in reversed(list(enumerate(table)))}
-    found = [rows.get(vector.tobytes()) for vector in output.reshape(-1, table.shape[1])]
-    return None if None in found else np.array(found).reshape(output.shape[:-1])
+    vectors = np.ascontiguousarray(np.moveaxis(output, axis, -1))
+    found = []
+    for vector in vectors.reshape(-1, table.shape[1]):
+        index = rows.get(vector.tobytes())
+        if index is None:
+            return None
+        found.append(index)
+    return np.array(found).reshape(vectors.shape[:-1])
 
 
 def _other_rows_looked_up(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                           ms_run: RunReader) -> Optional[Diagnosis]:
-    """An embedding pair whose outputs are other rows of the one table, told by the rows each
-    holds where the ids of one side are not recorded: Hugging Face's OPT gives its position
-    embedding the attention mask and computes the ids (offset by 2) inside its forward (a
-    module of its own, an nn.Embedding subclass), and a port reading its table from row 0 was
-    told "output shifted along an axis ... while its input matched"."""
-    weights = initial_weights(torch_run) if "embedding" in (t.op, m.op) and \
-        {t.op, m.op} <= {"embedding", GENERIC_OP} else None
-    table = None if weights is None else weights.get(f"{t.name}.weight")
-    if table is None or table.ndim != 2 or tuple(t.shape) != tuple(m.shape) or \
-            tuple(t.shape[-1:]) != table.shape[1:]:
+    """A pair whose outputs are other rows of a table the module holds itself (a 2-D parameter
+    of its own, each output vector along an axis one of its rows), told by the rows each holds:
+    the ids or index one side computes inside are not recorded. Hugging Face's OPT gives its
+    position embedding the attention mask and computes the ids (offset by 2) inside its
+    forward (a module of its own, an nn.Embedding subclass), and a port reading its table from
+    row 0 was told "output shifted along an axis ... while its input matched"; BEiT's relative
+    position bias gathers its table by an index it builds, and a port building it otherwise
+    was "module computes something different" (a guess)."""
+    weights = initial_weights(torch_run)
+    if weights is None or tuple(t.shape) != tuple(m.shape) or not t.shape:
         return None
-    table = table.astype(np.float32, copy=False)
-    held = [_rows_held(run.tensor(record), table) for run, record in ((torch_run, t),
-                                                                     (ms_run, m))]
-    if held[0] is None or held[1] is None or np.array_equal(held[0], held[1]):
-        return None
-    offset = held[1] - held[0]
+    module = module_of(t.name.partition("#")[0])
+    for key in weights:
+        if key.rpartition(".")[0] != module or weights[key].ndim != 2:
+            continue
+        table = np.asarray(weights[key], np.float32)
+        for axis in [a for a in reversed(range(len(t.shape))) if t.shape[a] == table.shape[1]]:
+            held = [_rows_held(run.tensor(record), table, axis)
+                    for run, record in ((torch_run, t), (ms_run, m))]
+            if held[0] is not None and held[1] is not None:
+                return None if np.array_equal(held[0], held[1]) else \
+                    _rows_read_otherwise(t, m, key, held[0], held[1])
+    return None
+
+
+def _rows_read_otherwise(t: RecordInfo, m: RecordInfo, table: str, torch_rows: np.ndarray,
+                         ms_rows: np.ndarray) -> Diagnosis:
+    offset = ms_rows - torch_rows
     if np.all(offset == offset.flat[0]):
         how = (f"every id {abs(int(offset.flat[0]))} {'higher' if offset.flat[0] > 0 else 'lower'}"
-               f" in the port (torch's rows {held[0].min()} to {held[0].max()}, MindSpore's "
-               f"{held[1].min()} to {held[1].max()})")
+               f" in the port (torch's rows {torch_rows.min()} to {torch_rows.max()}, "
+               f"MindSpore's {ms_rows.min()} to {ms_rows.max()})")
     else:
         at = tuple(int(i) for i in np.argwhere(offset != 0)[0])
         how = (f"at {np.count_nonzero(offset)} of {offset.size} positions, the first {at}: "
-               f"torch's row {held[0][at]}, MindSpore's {held[1][at]}")
-    return Diagnosis(cause="embedding ids differ",
-                     detail=f"MindSpore's {m.name} looks up other rows of the table than torch's "
-                            f"{t.name}, {how}; told from the rows each output holds, the ids of "
-                            "one side being computed inside it or not integers. Ids computed "
-                            "with another offset (OPT's learned positions start at row 2, "
-                            "RoBERTa's at padding_idx + 1) or in another order are the likely "
-                            "cause.", confidence="certain")
+               f"torch's row {torch_rows[at]}, MindSpore's {ms_rows[at]}")
+    looked_up = "embedding" in (t.op, m.op)
+    return Diagnosis(cause="embedding ids differ" if looked_up else "table rows read otherwise",
+                     detail=f"MindSpore's {m.name} reads other rows of {table} than torch's "
+                            f"{t.name}, {how}; told from the rows each output holds (the "
+                            f"{'ids' if looked_up else 'index'} a module computes inside, or is "
+                            "given as no integers, are not recorded). "
+                            + ("Ids computed with another offset (OPT's learned positions start "
+                               "at row 2, RoBERTa's at padding_idx + 1) or in another order are "
+                               "the likely cause." if looked_up else
+                               "An index built otherwise (a relative-position index without "
+                               "its shift to start from 0, or its rows not weighted apart from "
+                               "its columns) is the likely cause."), confidence="certain")
 
 
 def _padded_samples_alone(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
@@ -1332,22 +1362,24 @@ def _unpaired_of_other_shapes(t: RecordInfo, torch_left: Set[str], ms_left: Set[
 
 def _given_torch_alone(fed: RecordInfo, torch_run: RunReader, ms_run: RunReader,
                        comparisons: Sequence[Comparison]) -> str:
-    """A sentence naming the float and boolean inputs torch's module is given whose forward
+    """Sentences naming the float and boolean inputs torch's module is given whose forward
     feeds ``fed`` and its MindSpore pair is not, where there are any: the port builds them in
     its construct (Hugging Face's BLOOM hands each attention its ALiBi bias; ports with the
     slopes of another formula, or none, were told only that the attention's forward computes
-    otherwise)."""
+    otherwise); and the parameters that module holds itself, which its forward reads (BEiT's
+    layer scales, lambda_1 and lambda_2)."""
     holder = inputs.caller(fed.name, torch_run)
     ms_holder = next((c.mindspore_name for c in comparisons
                       if c.kind == "forward" and c.name == holder), None)
     a = torch_run.record(holder, "forward") if holder else None
     b = ms_run.record(ms_holder, "forward") if ms_holder else None
     alone = [] if a is None or b is None else inputs.given_torch_alone(a, b)
+    reads = _own_parameters_read(holder, comparisons) if holder else ""
     if not alone:
-        return ""
+        return reads
     return (f" Torch's {holder} is given {first_few(alone)}, which MindSpore's {ms_holder} is "
             f"not: the port builds {'them' if len(alone) > 1 else 'it'} itself (a position "
-            "bias such as ALiBi's, a mask); compare with torch's.")
+            f"bias such as ALiBi's, a mask); compare with torch's.{reads}")
 
 
 def _different_operation(t: RecordInfo, m: RecordInfo, weighted: bool) -> Diagnosis:
