@@ -902,16 +902,19 @@ def _other_rows_looked_up(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
 
 def _rows_read_otherwise(t: RecordInfo, m: RecordInfo, table: str, torch_rows: np.ndarray,
                          ms_rows: np.ndarray) -> Diagnosis:
+    """The rows of ``table`` each side's output holds, told apart: by an offset common to all,
+    or where the first differs."""
+    looked_up = "embedding" in (t.op, m.op)
     offset = ms_rows - torch_rows
     if np.all(offset == offset.flat[0]):
-        how = (f"every id {abs(int(offset.flat[0]))} {'higher' if offset.flat[0] > 0 else 'lower'}"
-               f" in the port (torch's rows {torch_rows.min()} to {torch_rows.max()}, "
-               f"MindSpore's {ms_rows.min()} to {ms_rows.max()})")
+        how = (f"every {'id' if looked_up else 'index'} {abs(int(offset.flat[0]))} "
+               f"{'higher' if offset.flat[0] > 0 else 'lower'} in the port (torch's rows "
+               f"{torch_rows.min()} to {torch_rows.max()}, MindSpore's {ms_rows.min()} to "
+               f"{ms_rows.max()})")
     else:
         at = tuple(int(i) for i in np.argwhere(offset != 0)[0])
         how = (f"at {np.count_nonzero(offset)} of {offset.size} positions, the first {at}: "
                f"torch's row {torch_rows[at]}, MindSpore's {ms_rows[at]}")
-    looked_up = "embedding" in (t.op, m.op)
     return Diagnosis(cause="embedding ids differ" if looked_up else "table rows read otherwise",
                      detail=f"MindSpore's {m.name} reads other rows of {table} than torch's "
                             f"{t.name}, {how}; told from the rows each output holds (the "

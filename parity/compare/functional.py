@@ -173,8 +173,10 @@ def _previous_forward(run: RunReader, record: RecordInfo,
     if not before:
         return None
     latest = max(before, key=lambda r: r.order)
+    if shape is None:
+        return latest
     of_shape = [r for r in before if module_of(r.name) == module_of(latest.name)
-                and shape is not None and tuple(r.shape) == tuple(shape)]
+                and tuple(r.shape) == tuple(shape)]
     return max(of_shape, key=lambda r: r.order) if of_shape else latest
 
 
