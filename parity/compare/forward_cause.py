@@ -249,7 +249,7 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
             return split
         beside = _rows_read_in_another_order(t, comparisons) + \
             _unpaired_of_other_shapes(t, torch_left, ms_left, torch_run, ms_run) + \
-            _given_torch_alone(fed_from, torch_run, ms_run, comparisons)
+            _what_the_forward_reads(fed_from, torch_run, ms_run, comparisons)
         return Diagnosis(cause="computation between modules differs",
                          detail=f"{m.name}'s input already differs from torch's ({fed:.2g} of "
                                 "its norm) while every module output before it matched: the "
@@ -1363,7 +1363,7 @@ def _unpaired_of_other_shapes(t: RecordInfo, torch_left: Set[str], ms_left: Set[
             "and of other shapes: a table or a tensor the forward uses may be built otherwise.")
 
 
-def _given_torch_alone(fed: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+def _what_the_forward_reads(fed: RecordInfo, torch_run: RunReader, ms_run: RunReader,
                        comparisons: Sequence[Comparison]) -> str:
     """Sentences naming the float and boolean inputs torch's module is given whose forward
     feeds ``fed`` and its MindSpore pair is not, where there are any: the port builds them in

@@ -76,11 +76,12 @@ def given_torch_alone(t: RecordInfo, m: RecordInfo) -> List[str]:
             and not any(same_values(sketch["values"], other) for other in given)]
 
 
-def same_values(sketch: Optional[List[float]], other: Optional[List[float]]) -> bool:
-    """Whether two sketches are of the same values, to FED_BY of the first's norm (an input
-    passed by keyword on one side and by position on the other)."""
+def same_values(sketch: Optional[List[float]], other: Optional[List[float]],
+                within: float = FED_BY) -> bool:
+    """Whether two sketches are of the same values, to ``within`` of the first's norm (an
+    input passed by keyword on one side and by position on the other)."""
     distance = sketch_distance(sketch, other)
-    return distance is not None and distance <= FED_BY
+    return distance is not None and distance <= within
 
 
 def outermost(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
@@ -483,5 +484,4 @@ def _taking(sketch: Optional[List[float]], run: RunReader, within: float) -> Lis
 
 def _taken_as_first_input(sketch: Optional[List[float]], record: RecordInfo,
                           within: float = FED_BY) -> bool:
-    distance = sketch_distance(record.attrs.get("input_sketch"), sketch)
-    return distance is not None and distance <= within
+    return same_values(record.attrs.get("input_sketch"), sketch, within)
