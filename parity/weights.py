@@ -236,12 +236,18 @@ def widened_from(tensor) -> Dict[str, str]:
     return {}
 
 
-def _as_numpy(path: Path, name: str, tensor) -> np.ndarray:
+def tensor_values(tensor) -> np.ndarray:
+    """A torch tensor's values in numpy, a dtype numpy lacks (bfloat16, float8) widened to
+    float32, exactly (widened_from): Hugging Face's RecurrentGemma keeps its embedding scale
+    √width as a bfloat16 buffer, and the capture stopped at it ("unsupported ScalarType
+    BFloat16", told as the model failing on the batch)."""
     tensor = tensor.detach().cpu()
-    if widened_from(tensor):
-        tensor = tensor.float()
+    return (tensor.float() if widened_from(tensor) else tensor).numpy()
+
+
+def _as_numpy(path: Path, name: str, tensor) -> np.ndarray:
     try:
-        return tensor.numpy().copy()
+        return tensor_values(tensor).copy()
     except (TypeError, RuntimeError) as error:     # quantized tensors, say
         raise ParityInputError(f"{path}: {name} is a {tensor.dtype} tensor, which parity cannot "
                                f"read ({error}); save the weights as float tensors") from None

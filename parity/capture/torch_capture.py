@@ -35,7 +35,7 @@ from parity.records import RecordInfo
 from parity.rundir import INITIAL_WEIGHTS, RunWriter, SafetensorsFile, same_bytes
 from parity.weights import (MAX_PROBLEMS_LISTED, StateDict, class_count_hint, is_ignored,
                             load_state_dict, outer_prefix, save_state_dict_bytes, tied_keys,
-                            widened_from, without_prefix)
+                            tensor_values, widened_from, without_prefix)
 
 BLOCK = 1 << 18     # elements per float64 block: temporaries stay small
 M_MMAP_THRESHOLD = -3       # glibc's mallopt parameter (malloc.h)
@@ -139,7 +139,7 @@ def _forward_hooks(model, record: Callable[..., None]) -> List:
     import torch
 
     def to_numpy(tensor):
-        return _numpy(tensor) if isinstance(tensor, torch.Tensor) else None
+        return tensor_values(tensor) if isinstance(tensor, torch.Tensor) else None
 
     def watch(name: str, tensor, shape=None) -> None:
         if tensor.requires_grad:
@@ -245,23 +245,14 @@ def _train_step(model, initial: Mapping[str, np.ndarray], batch: Batch, config: 
     kept = set(no_gradient)
     for name, param in model.named_parameters():
         if not param.requires_grad or name in kept:
-            record(name, "buffer", _numpy(param))
+            record(name, "buffer", tensor_values(param))
     constants = _non_persistent_buffers(model)
     for name, buffer in model.named_buffers():
         if not is_ignored(name):
             attrs = {**(NOT_IN_STATE_DICT if name in constants else {}),
                      **widened_from(buffer)}
-            record(name, "buffer", _numpy(buffer), **({"attrs": attrs} if attrs else {}))
+            record(name, "buffer", tensor_values(buffer), **({"attrs": attrs} if attrs else {}))
     return no_gradient
-
-
-def _numpy(tensor) -> np.ndarray:
-    """A tensor's values in numpy, bfloat16 and float8 (which numpy lacks) widened to float32,
-    exactly: Hugging Face's RecurrentGemma keeps its embedding scale √width as a bfloat16
-    buffer, and the capture stopped at it ("unsupported ScalarType BFloat16", told as the model
-    failing on the batch)."""
-    tensor = tensor.detach().cpu()
-    return (tensor.float() if widened_from(tensor) else tensor).numpy()
 
 
 def _non_persistent_buffers(model) -> Set[str]:
@@ -385,7 +376,7 @@ def _rerounded_step(model, initial: Mapping[str, np.ndarray], batch: Batch,
         with torch.no_grad():
             for param in trainable:
                 param.copy_(torch.from_numpy(one_rounding_off(param.detach().numpy(), rng)))
-        moved = {name: _numpy(value).copy() for name, value in model.state_dict().items()}
+        moved = {name: tensor_values(value).copy() for name, value in model.state_dict().items()}
         with masks.replayed(model), sequential_kernel_sums(model):
             _train_step(model, moved, batch, config, _spread_recorder(writer))
 
@@ -618,7 +609,7 @@ def capture_torch(config: StepConfig, out: Path, *, factory: str = "", model=Non
     with torch.random.fork_rng():       # the probe draws nothing, but a layer it calls might
         in_out = weights_held_in_out(model.named_modules())
     state, carried = model.state_dict(), _carried_state(model)
-    initial = StateDict({k: _numpy(v).copy() for k, v in state.items()},
+    initial = StateDict({k: tensor_values(v).copy() for k, v in state.items()},
                         tied_keys(state))
 
     with RunWriter(out, "torch") as writer, numpy_on_one_thread():

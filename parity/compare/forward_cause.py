@@ -24,7 +24,6 @@ from parity.errors import first_few
 from parity.records import (CONTAINER_OPS, Comparison, Diagnosis, Part, RecordInfo, module_of,
                             split_part)
 from parity.rundir import RunReader, initial_weights
-from parity.sketch import input_sketch
 
 
 # A module's input differing by this share of its output's relative error or more is taken
@@ -316,7 +315,7 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         inside = _inside_all_matched(first, t, comparisons, a, b)
         if inside is not None:
             return inside
-        unchanged = _returned_as_given(t, m, a, b)
+        unchanged = _returned_as_given(t, m, torch_run, ms_run)
         if unchanged is not None:
             return unchanged
         size = "O(1) error" if first.max_rel > 0.1 else "error well above fp32 noise"
@@ -539,15 +538,13 @@ def _same_for_every_sample(a: np.ndarray, b: np.ndarray) -> bool:
         float(np.max(np.abs(difference - difference[:1]))) <= SAME_FOR_EVERY_SAMPLE * largest
 
 
-def _returned_as_given(t: RecordInfo, m: RecordInfo, a: np.ndarray, b: np.ndarray
-                       ) -> Optional[Diagnosis]:
+def _returned_as_given(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                       ms_run: RunReader) -> Optional[Diagnosis]:
     """A module one side of which returns its first input as it was given (its output's sketch
     the input's, to FED_BY of its norm) and the other does not: the construct or forward skips
     its computation (a flag read otherwise, a branch never taken). A DINOv2 port whose layer
     scales returned their input was "module computes something different" (a guess)."""
-    sides = [inputs.same_values(record.attrs.get("input_sketch"),
-                                input_sketch(np.ascontiguousarray(output, np.float32)))
-             for record, output in ((t, a), (m, b))]
+    sides = [inputs.feeds(t, t, torch_run), inputs.feeds(m, m, ms_run)]
     if sides[0] == sides[1]:
         return None
     skipping, computing = (("MindSpore", m, "construct"), ("torch", t, "forward")) if sides[1] \
