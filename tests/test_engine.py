@@ -3316,6 +3316,42 @@ def test_a_fused_projection_split_as_blocks_where_torch_splits_it_head_by_head_i
         result.diagnosis.detail, result.diagnosis.detail
 
 
+def test_grouped_values_split_or_shared_otherwise_are_named():
+    """Falcon shares each key-value head among a group of query heads and holds each group's
+    queries, key and value together; Llama shares the values of a projection of their own. A
+    port splitting the fused output as blocks, or having query head h read key-value head
+    h % groups (tile) where torch's reads h // (heads / groups), was told only that the
+    attention's forward computes otherwise."""
+    from tests import tiny
+    correct = _checked_on_tokens(tiny.torch_grouped_qkv(), tiny.ms_grouped_qkv())
+    assert correct.passed, correct.diagnosis
+    split = _checked_on_tokens(tiny.torch_grouped_qkv(), tiny.ms_grouped_qkv(blocks=True))
+    assert (split.first_divergence.name, split.diagnosis.cause) == \
+        ("dense", "fused projection split otherwise")
+    assert "torch splits the fused q, k, v group by group, (2, 2 + 2, 2): each group's " \
+        "queries, its key, its value; MindSpore as blocks [q | k | v], 4 query heads and 2 " \
+        "key-value heads of 2, query head h reading key-value head h // (heads / groups)" in \
+        split.diagnosis.detail, split.diagnosis.detail
+    tiled = _checked_on_tokens(tiny.torch_grouped_qkv(), tiny.ms_grouped_qkv(tiled=True))
+    assert (tiled.first_divergence.name, tiled.diagnosis.cause) == \
+        ("dense", "key-value heads shared otherwise")
+    both = _checked_on_tokens(tiny.torch_grouped_qkv(),
+                              tiny.ms_grouped_qkv(blocks=True, tiled=True))
+    assert "MindSpore as blocks [q | k | v], 4 query heads and 2 key-value heads of 2, query " \
+        "head h reading key-value head h % groups" in both.diagnosis.detail, \
+        both.diagnosis.detail
+    correct = _checked_on_tokens(tiny.torch_shared_values(), tiny.ms_shared_values())
+    assert correct.passed, correct.diagnosis
+    tiled = _checked_on_tokens(tiny.torch_shared_values(), tiny.ms_shared_values(tiled=True))
+    assert (tiled.first_divergence.name, tiled.diagnosis.cause) == \
+        ("o_proj", "key-value heads shared otherwise")
+    assert "v_proj's output matched, and o_proj's input differs: torch's query head h reads " \
+        "key-value head h // (heads / groups), as repeat_interleave (torch's repeat_kv, " \
+        "Falcon's broadcast); MindSpore's h % groups, as tile (the values taken from its own " \
+        "projection, 4 query heads and 2 key-value heads of 2)" in tiled.diagnosis.detail, \
+        tiled.diagnosis.detail
+
+
 def test_a_further_input_given_otherwise_is_named_by_what_each_side_gives():
     """Hugging Face's BLOOM hands its attention the residual to add; a port handing it the
     normed input was told only that input 2 differs, made in the layer's forward."""

@@ -5109,6 +5109,135 @@ def ms_headwise_qkv(blocks: bool = False) -> msnn.Cell:
     return _MsHeadwiseQkv(blocks)
 
 
+# Falcon's fused projection shares 2 key-value heads among 4 query heads of 2 and holds each
+# group's queries, key and value together, (groups, 2 + 2, head); Llama's and Gemma's
+# projections of their own share theirs so too, query head h reading key-value head h // 2. A
+# port may split the fused output as blocks [q | k | v], or have head h read h % 2 (tile).
+GROUPS, QUERIES_PER_GROUP = 2, 2
+HEAD_WIDTH = WIDTH // (GROUPS * QUERIES_PER_GROUP)
+
+
+def _torch_causal_context(q, k, v):
+    """Causal attention of q (n, heads, l, head) over k and v (n, groups, l, head), each group
+    read by the query heads next to each other, as (n, l, heads · head)."""
+    k, v = (x.repeat_interleave(QUERIES_PER_GROUP, dim=1) for x in (k, v))
+    length = q.shape[2]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(HEAD_WIDTH)
+    scores = scores.masked_fill(torch.ones(length, length).triu(1).bool(), float("-inf"))
+    return (torch.softmax(scores, -1) @ v).transpose(1, 2).flatten(2)
+
+
+class _TorchGroupedQkv(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = tnn.Embedding(VOCABULARY, WIDTH)
+        self.query_key_value = tnn.Linear(WIDTH, WIDTH + 2 * GROUPS * HEAD_WIDTH, bias=False)
+        self.dense, self.head = tnn.Linear(WIDTH, WIDTH), tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        n, length, _ = x.shape
+        fused = self.query_key_value(x).view(n, length, GROUPS, QUERIES_PER_GROUP + 2, HEAD_WIDTH)
+        q = fused[:, :, :, :QUERIES_PER_GROUP].flatten(2, 3).transpose(1, 2)
+        k, v = (fused[:, :, :, i].transpose(1, 2) for i in (-2, -1))
+        return self.head(self.dense(_torch_causal_context(q, k, v)).flatten(1))
+
+
+class _TorchSharedValues(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = tnn.Embedding(VOCABULARY, WIDTH)
+        self.q_proj = tnn.Linear(WIDTH, WIDTH, bias=False)
+        self.k_proj = tnn.Linear(WIDTH, GROUPS * HEAD_WIDTH, bias=False)
+        self.v_proj = tnn.Linear(WIDTH, GROUPS * HEAD_WIDTH, bias=False)
+        self.o_proj, self.head = tnn.Linear(WIDTH, WIDTH), tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        n, length, _ = x.shape
+        q, k, v = (projection(x).view(n, length, -1, HEAD_WIDTH).transpose(1, 2)
+                   for projection in (self.q_proj, self.k_proj, self.v_proj))
+        return self.head(self.o_proj(_torch_causal_context(q, k, v)).flatten(1))
+
+
+def _ms_causal_context(q, k, v, tiled: bool):
+    """_torch_causal_context in MindSpore; ``tiled``: query head h reads group h % GROUPS."""
+    if tiled:
+        k, v = (ops.tile(x, (1, QUERIES_PER_GROUP, 1, 1)) for x in (k, v))
+    else:
+        k, v = (ops.repeat_interleave(x, QUERIES_PER_GROUP, axis=1) for x in (k, v))
+    length = q.shape[2]
+    scores = ops.matmul(q, k.swapaxes(-1, -2)) / math.sqrt(HEAD_WIDTH)
+    scores = ops.where(mindspore.Tensor(np.tril(np.ones((length, length), bool))), scores,
+                       mindspore.Tensor(-1e30, mindspore.float32))
+    context = ops.matmul(ops.softmax(scores, -1), v).swapaxes(1, 2)
+    return context.reshape(q.shape[0], length, WIDTH)
+
+
+class _MsGroupedQkv(msnn.Cell):
+    def __init__(self, blocks: bool, tiled: bool) -> None:
+        super().__init__()
+        self.blocks, self.tiled = blocks, tiled
+        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.query_key_value = msnn.Dense(WIDTH, WIDTH + 2 * GROUPS * HEAD_WIDTH, has_bias=False)
+        self.dense, self.head = msnn.Dense(WIDTH, WIDTH), msnn.Dense(WIDTH * TOKENS, 5)
+
+    def construct(self, ids):
+        x = self.embed(ids)
+        n, length, _ = x.shape
+        fused = self.query_key_value(x)
+        if self.blocks:
+            q = fused[:, :, :WIDTH].reshape(n, length, -1, HEAD_WIDTH)
+            k, v = (fused[:, :, WIDTH + i * GROUPS * HEAD_WIDTH:
+                          WIDTH + (i + 1) * GROUPS * HEAD_WIDTH].reshape(n, length, GROUPS,
+                                                                        HEAD_WIDTH)
+                    for i in (0, 1))
+        else:
+            fused = fused.reshape(n, length, GROUPS, QUERIES_PER_GROUP + 2, HEAD_WIDTH)
+            q = fused[:, :, :, :QUERIES_PER_GROUP].reshape(n, length, -1, HEAD_WIDTH)
+            k, v = fused[:, :, :, QUERIES_PER_GROUP], fused[:, :, :, QUERIES_PER_GROUP + 1]
+        q, k, v = (t.swapaxes(1, 2) for t in (q, k, v))
+        context = _ms_causal_context(q, k, v, self.tiled)
+        return self.head(self.dense(context).reshape(n, -1))
+
+
+class _MsSharedValues(msnn.Cell):
+    def __init__(self, tiled: bool) -> None:
+        super().__init__()
+        self.tiled = tiled
+        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.q_proj = msnn.Dense(WIDTH, WIDTH, has_bias=False)
+        self.k_proj = msnn.Dense(WIDTH, GROUPS * HEAD_WIDTH, has_bias=False)
+        self.v_proj = msnn.Dense(WIDTH, GROUPS * HEAD_WIDTH, has_bias=False)
+        self.o_proj, self.head = msnn.Dense(WIDTH, WIDTH), msnn.Dense(WIDTH * TOKENS, 5)
+
+    def construct(self, ids):
+        x = self.embed(ids)
+        n, length, _ = x.shape
+        q, k, v = (projection(x).reshape(n, length, -1, HEAD_WIDTH).swapaxes(1, 2)
+                   for projection in (self.q_proj, self.k_proj, self.v_proj))
+        return self.head(self.o_proj(_ms_causal_context(q, k, v, self.tiled)).reshape(n, -1))
+
+
+def torch_grouped_qkv() -> tnn.Module:
+    return _TorchGroupedQkv()
+
+
+def ms_grouped_qkv(blocks: bool = False, tiled: bool = False) -> msnn.Cell:
+    """``blocks``: the fused output split as [q | k | v] (torch's group by group); ``tiled``:
+    query head h reads key-value head h % 2 (torch's h // 2)."""
+    return _MsGroupedQkv(blocks, tiled)
+
+
+def torch_shared_values() -> tnn.Module:
+    return _TorchSharedValues()
+
+
+def ms_shared_values(tiled: bool = False) -> msnn.Cell:
+    """``tiled``: query head h reads key-value head h % 2 (torch's h // 2)."""
+    return _MsSharedValues(tiled)
+
+
 # Hugging Face's BLOOM hands its attention the residual to add: the layer's input, or the normed
 # input where its config says apply_residual_connection_post_layernorm.
 class _TorchResidualAdding(tnn.Module):

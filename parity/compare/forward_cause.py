@@ -243,9 +243,9 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                     f"{'them' if len(skipped) > 1 else 'it'}. The modules "
                                     "between matched regardless (as a norm does right after "
                                     "the norm left out).", confidence="likely")
-        split = attention.fused_split_otherwise(t, m, torch_run, ms_run, comparisons)
-        if split is not None:
-            return split
+        taken = attention.values_taken_otherwise(t, m, torch_run, ms_run, comparisons)
+        if taken is not None:
+            return taken
         beside = _rows_read_in_another_order(t, comparisons) + \
             _unpaired_of_other_shapes(t, torch_left, ms_left, torch_run, ms_run) + \
             _what_the_forward_reads(fed_from, torch_run, ms_run, comparisons)
