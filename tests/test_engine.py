@@ -3352,6 +3352,28 @@ def test_grouped_values_split_or_shared_otherwise_are_named():
         tiled.diagnosis.detail
 
 
+def test_a_cell_read_in_place_of_another_equal_at_the_start_is_told_by_its_gradient():
+    """Falcon normalises its input twice, for the attention and for the MLP; a port calling
+    the first norm for both matched every forward output (the norms are equal at their
+    initial weights), and its first differing gradient was told "a custom bprop, a
+    stop-gradient, or a non-differentiable op"."""
+    result = _bug_named_on_features(
+        "two_norms", {"one_norm": True}, "ln_mlp.weight", "module called in another's place",
+        "MindSpore's ln_mlp holds its weights but never ran: the construct does not call it, "
+        "so its gradient is zero where torch's ln_mlp's is not, and MindSpore calls ln_attn "
+        "more often than torch does")
+    assert result.first_divergence.kind == "grad"
+
+
+def test_a_norm_run_past_a_residual_add_is_told_by_its_input_not_by_the_order():
+    """Falcon normalises its input for the MLP before its attention runs, and adds both to it
+    in parallel; a port adding the attention's output first runs that norm after the
+    attention, on the sum, and was told only "operations run in another order"."""
+    _bug_named_on_features(
+        "two_norms", {"serial": True}, "mlp", "residual added before the module on one side only",
+        "MindSpore's ln_mlp is given torch's input plus attention's output")
+
+
 def test_a_further_input_given_otherwise_is_named_by_what_each_side_gives():
     """Hugging Face's BLOOM hands its attention the residual to add; a port handing it the
     normed input was told only that input 2 differs, made in the layer's forward."""

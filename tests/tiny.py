@@ -5238,6 +5238,53 @@ def ms_shared_values(tiled: bool = False) -> msnn.Cell:
     return _MsSharedValues(tiled)
 
 
+# Falcon's layer normalises its input twice, for the attention and for the MLP, with norms
+# equal at their initial weights, and adds both to it in parallel; a port may call the first
+# norm for both, or add the attention's output before normalising for the MLP.
+class _TorchTwoNorms(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = tnn.Linear(FEATURES, FEATURES)
+        self.ln_attn, self.ln_mlp = tnn.LayerNorm(FEATURES), tnn.LayerNorm(FEATURES)
+        self.attention, self.mlp = tnn.Linear(FEATURES, FEATURES), tnn.Linear(FEATURES, FEATURES)
+        self.head = tnn.Linear(FEATURES, 5)
+
+    def forward(self, x):
+        x = self.embed(x)
+        attention_input, mlp_input = self.ln_attn(x), self.ln_mlp(x)
+        return self.head(x + self.attention(attention_input) + self.mlp(mlp_input))
+
+
+class _MsTwoNorms(msnn.Cell):
+    def __init__(self, one_norm: bool, serial: bool) -> None:
+        super().__init__()
+        self.one_norm, self.serial = one_norm, serial
+        self.embed = msnn.Dense(FEATURES, FEATURES)
+        self.ln_attn = msnn.LayerNorm((FEATURES,), epsilon=1e-5)
+        self.ln_mlp = msnn.LayerNorm((FEATURES,), epsilon=1e-5)
+        self.attention, self.mlp = msnn.Dense(FEATURES, FEATURES), msnn.Dense(FEATURES, FEATURES)
+        self.head = msnn.Dense(FEATURES, 5)
+
+    def construct(self, x):
+        x = self.embed(x)
+        if self.serial:
+            hidden = x + self.attention(self.ln_attn(x))
+            return self.head(hidden + self.mlp(self.ln_mlp(hidden)))
+        attention_input = self.ln_attn(x)
+        mlp_input = self.ln_attn(x) if self.one_norm else self.ln_mlp(x)
+        return self.head(x + self.attention(attention_input) + self.mlp(mlp_input))
+
+
+def torch_two_norms() -> tnn.Module:
+    return _TorchTwoNorms()
+
+
+def ms_two_norms(one_norm: bool = False, serial: bool = False) -> msnn.Cell:
+    """``one_norm``: ln_attn's output read in ln_mlp's place (its cell never called);
+    ``serial``: the MLP's norm given the input plus the attention's output."""
+    return _MsTwoNorms(one_norm, serial)
+
+
 # Hugging Face's BLOOM hands its attention the residual to add: the layer's input, or the normed
 # input where its config says apply_residual_connection_post_layernorm.
 class _TorchResidualAdding(tnn.Module):

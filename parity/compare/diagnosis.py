@@ -20,7 +20,7 @@ from parity.compare import conditioning, inputs, kernels, loss, optimizer, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.conditioning import FEW_VALUES_PER_CHANNEL
 from parity.compare.dropping import DropMismatch
-from parity.compare.forward_cause import forward_cause
+from parity.compare.forward_cause import forward_cause, holding_but_never_run, never_ran
 from parity.compare.settings import settings_cause
 from parity.compare.structure import FROZEN_ON_ONE_SIDE, different_drop_rates, frozen_on_one_side
 from parity.config import SHARED_STEP_SETTINGS, split_state
@@ -244,6 +244,46 @@ def _loss_from_unpaired(ratio: float, unmatched: Dict[str, Tuple[str, ...]],
                "(\"mindspore.name\" = \"torch.name\") to compare them.", confidence="likely")
 
 
+def _called_in_its_place(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                         ms_run: RunReader, unmatched: Dict[str, Tuple[str, ...]]
+                         ) -> Optional[Diagnosis]:
+    """A gradient MindSpore's is zero where torch's is not, of a cell holding torch's weights
+    that never ran, while MindSpore calls a module beside it more often than torch: the port
+    calls that one in its place, both computing the same at the initial weights. Falcon's layer
+    normalises its input twice, for the attention (``ln_attn``) and the MLP (``ln_mlp``): a port
+    calling ``ln_attn`` for both matched every forward output, and its first differing gradient
+    was told "a custom bprop, a stop-gradient, or a non-differentiable op"."""
+    module = t.name.rpartition(".")[0]
+    cells = holding_but_never_run([module], ms_run)
+    if not cells or np.any(ms_run.tensor(m)) or not np.any(torch_run.tensor(t)):
+        return None
+    instead = [name for name in _called_more_often(unmatched, torch_run, ms_run)
+               if name.rpartition(".")[0] == module.rpartition(".")[0]]
+    if not instead:
+        return None
+    return Diagnosis(cause="module called in another's place",
+                     detail=f"{never_ran(cells, ms_run)}, so its gradient is zero where torch's "
+                            f"{module}'s is not, and MindSpore calls {first_few(instead)} more "
+                            "often than torch does: the port reads "
+                            f"{'its' if len(instead) == 1 else 'their'} output in {module}'s "
+                            "place. Both compute the same at the initial weights, so every "
+                            "forward output matched; the gradients tell them apart, and after "
+                            f"one step the forward would too. Call {module} where torch does.",
+                     confidence="likely")
+
+
+def _called_more_often(unmatched: Dict[str, Tuple[str, ...]], torch_run: RunReader,
+                       ms_run: RunReader) -> List[str]:
+    """The modules left unpaired that MindSpore calls more often than torch (their calls are
+    numbered name#0, name#1, …): the same module called where torch calls another."""
+    def calls(run: RunReader, name: str) -> int:
+        return sum(1 for r in run.records if r.kind == "forward" and
+                   r.name.partition("#")[0] == name)
+
+    left = dict.fromkeys(name.partition("#")[0] for name in unmatched.get("mindspore forward", ()))
+    return [name for name in left if calls(ms_run, name) > calls(torch_run, name)]
+
+
 def step_settings_differ(torch_run: RunReader, ms_run: RunReader) -> List[str]:
     """The step settings both captures use that differ between their manifests: two captures
     run apart (``parity capture`` on two machines) with different options."""
@@ -323,7 +363,7 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
             found = _ratio_cause(ratio, ms_config, "gradients", _label_count(torch_run)) or \
                 _loss_targets(torch_run, ms_run) or _next_modules_backward(t, torch_run,
                                                                           comparisons)
-        return found or Diagnosis(
+        return found or _called_in_its_place(t, m, torch_run, ms_run, unmatched) or Diagnosis(
             cause="backward differs while forward matches",
             detail=f"{first.name}'s gradient is the first (in backward order) to differ: a "
                    "custom bprop, a stop-gradient, or a non-differentiable op in the port.",

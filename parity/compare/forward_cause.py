@@ -141,7 +141,11 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     reordered = _reordered(("torch", t, missing, torch_run, torch_left, torch_modules),
                            ("MindSpore", m, extra, ms_run, ms_left, ms_modules))
     if reordered is not None:
-        return reordered
+        within = max(ADDED_INPUT, NOISE_MARGIN * _largest_error_before(first, comparisons))
+        return _residual_before_moved(
+            [(name, _counterpart(name, torch_modules)) for name in missing] +
+            [(_counterpart(name, ms_modules), name) for name in extra],
+            torch_run, ms_run, within) or reordered
     if gathered is not None:
         return gathered
     missing_inside = [n for n in unmatched.get("torch forward", ()) if n not in torch_idle
@@ -167,13 +171,13 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                     "cap on the logits, a scale, an activation): the port, "
                                     f"computing {returned} in its construct, leaves that out.",
                              confidence="likely")
-        idle = _holding_but_never_run(outermost, ms_run)
-        never_ran = f" {_never_ran(idle, ms_run)}." if idle else ""
+        idle = holding_but_never_run(outermost, ms_run)
+        held = f" {never_ran(idle, ms_run)}." if idle else ""
         return Diagnosis(cause="operation missing in the port",
                          detail=f"torch runs {', '.join(outermost)} inside "
                                 f"{module_of(t.name.partition('#')[0])}; MindSpore's "
                                 f"{module_of(m.name.partition('#')[0])} runs no counterpart."
-                                f"{never_ran}", confidence="likely")
+                                f"{held}", confidence="likely")
     ids = _other_ids(t, m, torch_run) or _other_rows_looked_up(t, m, torch_run, ms_run)
     if ids is not None:
         return ids
@@ -470,8 +474,8 @@ def _added_on_one_side(added: inputs.Added, t: RecordInfo, m: RecordInfo, where:
         if added.table else \
         ("residual added before the module on one side only",
          "A residual connection left out (a ResNet block's out + identity), or added at another "
-         "point (GPT-NeoX's attention and MLP, added to the layer's input in parallel, ported "
-         "one after the other)")
+         "point (GPT-NeoX's or Falcon's attention and MLP, added to the layer's input in "
+         "parallel, ported one after the other)")
     return Diagnosis(cause=cause,
                      detail=f"{added.side}'s {adding.name} {given} {other_tensor} plus "
                             f"{added.what} (the two tensors' ±1 projections differ by that "
@@ -1079,7 +1083,7 @@ def _missing_cause(missing: Sequence[str], first: Comparison, t: RecordInfo, m: 
     the same computed in its construct less precisely (its outputs nearly torch's)."""
     described = ", ".join(_described(torch_run.record(name, "forward")) for name in missing)
     ran = f"torch runs {described} after the last output that matched and before {t.name}"
-    idle = _holding_but_never_run(missing, ms_run)
+    idle = holding_but_never_run(missing, ms_run)
     applied = None if idle else functional.applied_activation(ms_run, m)
     if applied not in (None, "nothing"):
         return Diagnosis(cause="activation between modules differs",
@@ -1087,7 +1091,7 @@ def _missing_cause(missing: Sequence[str], first: Comparison, t: RecordInfo, m: 
                                 f"its construct there (told from {m.name}'s input).",
                          confidence="likely")
     if idle:
-        port = _never_ran(idle, ms_run)
+        port = never_ran(idle, ms_run)
     else:
         port = "the port leaves it out, or computes it otherwise in its construct"
     nearly = first.rms / first.ref_rms if first.ref_rms else math.inf
@@ -1252,10 +1256,10 @@ def _never_run_before(t: RecordInfo, torch_left: Set[str], torch_run: RunReader,
     "computation between modules differs"."""
     before = [r.name for r in torch_run.records if r.kind == "forward"
               and r.name in torch_left and r.order < t.order]
-    return [name for name in before if _holding_but_never_run([name], ms_run)]
+    return [name for name in before if holding_but_never_run([name], ms_run)]
 
 
-def _never_ran(cells: Sequence[str], ms_run: RunReader) -> str:
+def never_ran(cells: Sequence[str], ms_run: RunReader) -> str:
     """The port's ``cells``, given torch's weights, that never ran, in words."""
     them = "it" if len(cells) == 1 else "them"
     set_aside = set(ms_run.manifest.get("cells_not_run") or ()) & set(cells)
@@ -1265,7 +1269,7 @@ def _never_ran(cells: Sequence[str], ms_run: RunReader) -> str:
         f"weights but never ran: the construct does not call {them}{why}"
 
 
-def _holding_but_never_run(torch_modules: Sequence[str], ms_run: RunReader) -> List[str]:
+def holding_but_never_run(torch_modules: Sequence[str], ms_run: RunReader) -> List[str]:
     """The MindSpore cells given the weights of ``torch_modules`` (record names) that never
     ran (align.cells_never_run)."""
     never_run = cells_never_run(module_map_from_parameters(ms_run.manifest.get("param_map", {})),
@@ -1299,6 +1303,22 @@ def _reordered(*sides: Tuple[str, RecordInfo, List[str], RunReader, Set[str], Di
                                     "modules in another order (a normalisation before its "
                                     "block on one side and after it on the other, as "
                                     "norm_first sets).", confidence="likely")
+    return None
+
+
+def _residual_before_moved(moved: Sequence[Tuple[str, str]], torch_run: RunReader,
+                           ms_run: RunReader, within: float) -> Optional[Diagnosis]:
+    """Of the modules one side runs at another point (torch's name, MindSpore's), the first
+    whose input on one side is the other's plus a tensor the forward holds there: the port
+    moved it past a residual add. Falcon's layer normalises its input for the MLP before the
+    attention runs, the MLP added in parallel; a port adding the attention's output first runs
+    ``ln_mlp`` after it, on the sum, and was told only that the modules run in another order."""
+    for torch_name, ms_name in moved:
+        t, m = torch_run.record(torch_name, "forward"), ms_run.record(ms_name, "forward")
+        added = None if t is None or m is None else \
+            inputs.added_to_input(t, m, torch_run, ms_run, within)
+        if added is not None:
+            return _added_on_one_side(added, t, m, inputs.forward_holding(t.name, torch_run))
     return None
 
 
