@@ -3352,6 +3352,30 @@ def test_grouped_values_split_or_shared_otherwise_are_named():
         tiled.diagnosis.detail
 
 
+def test_a_bidirectional_attention_split_or_scaled_otherwise_is_told_by_computing_it_again():
+    """timm's ViT reads its fused q, k, v as three blocks and attends over every token, so no
+    position sees itself alone: a port reading it head by head, or leaving the scores
+    unscaled, was told only that the attention's forward computes otherwise. Computed again
+    from the fused output at a few positions, each way, each side's output tells its own."""
+    from tests import tiny
+    correct = _checked_on_tokens(tiny.torch_bidirectional_qkv(), tiny.ms_bidirectional_qkv())
+    assert correct.passed, correct.diagnosis
+    split = _checked_on_tokens(tiny.torch_bidirectional_qkv(),
+                               tiny.ms_bidirectional_qkv(head_by_head=True))
+    assert (split.first_divergence.name, split.diagnosis.cause) == \
+        ("proj", "fused projection split otherwise")
+    assert "torch splits the fused q, k, v as three blocks [q | k | v], 2 heads of 4; " \
+        "MindSpore head by head, (2, 3, 4), each head's q, k, v. Told from the attention " \
+        "computed again from qkv's output at positions 0, 2, 3, 5, with no mask" in \
+        split.diagnosis.detail, split.diagnosis.detail
+    unscaled = _checked_on_tokens(tiny.torch_bidirectional_qkv(),
+                                  tiny.ms_bidirectional_qkv(unscaled=True))
+    assert (unscaled.first_divergence.name, unscaled.diagnosis.cause) == \
+        ("proj", "attention scores scaled otherwise")
+    assert "torch scales q·kᵀ by 1/√head, MindSpore by 1 (q, k, v taken as three blocks " \
+        "[q | k | v], 2 heads of 4)" in unscaled.diagnosis.detail, unscaled.diagnosis.detail
+
+
 def test_a_cell_read_in_place_of_another_equal_at_the_start_is_told_by_its_gradient():
     """Falcon normalises its input twice, for the attention and for the MLP; a port calling
     the first norm for both matched every forward output (the norms are equal at their

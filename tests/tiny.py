@@ -5238,6 +5238,56 @@ def ms_shared_values(tiled: bool = False) -> msnn.Cell:
     return _MsSharedValues(tiled)
 
 
+# timm's ViT attends over every token (no mask), reading its fused output as three blocks
+# [q | k | v], (3, heads, head); a port may read it head by head, or leave the scores unscaled.
+class _TorchBidirectionalQkv(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = tnn.Embedding(VOCABULARY, WIDTH)
+        self.qkv, self.proj = tnn.Linear(WIDTH, 3 * WIDTH), tnn.Linear(WIDTH, WIDTH)
+        self.head = tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        n, length, _ = x.shape
+        q, k, v = self.qkv(x).view(n, length, 3, 2, WIDTH // 2).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(WIDTH // 2)
+        context = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(n, length, WIDTH)
+        return self.head(self.proj(context).flatten(1))
+
+
+class _MsBidirectionalQkv(msnn.Cell):
+    def __init__(self, head_by_head: bool, unscaled: bool) -> None:
+        super().__init__()
+        self.head_by_head, self.unscaled = head_by_head, unscaled
+        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.qkv, self.proj = msnn.Dense(WIDTH, 3 * WIDTH), msnn.Dense(WIDTH, WIDTH)
+        self.head = msnn.Dense(WIDTH * TOKENS, 5)
+
+    def construct(self, ids):
+        x = self.embed(ids)
+        n, length, _ = x.shape
+        fused = self.qkv(x)
+        fused = fused.reshape(n, length, 2, 3, WIDTH // 2).transpose(3, 0, 2, 1, 4) \
+            if self.head_by_head else \
+            fused.reshape(n, length, 3, 2, WIDTH // 2).transpose(2, 0, 3, 1, 4)
+        scores = ops.matmul(fused[0], fused[1].swapaxes(-1, -2))
+        if not self.unscaled:
+            scores = scores / math.sqrt(WIDTH // 2)
+        context = ops.matmul(ops.softmax(scores, -1), fused[2]).swapaxes(1, 2)
+        return self.head(self.proj(context.reshape(n, length, WIDTH)).reshape(n, -1))
+
+
+def torch_bidirectional_qkv() -> tnn.Module:
+    return _TorchBidirectionalQkv()
+
+
+def ms_bidirectional_qkv(head_by_head: bool = False, unscaled: bool = False) -> msnn.Cell:
+    """``head_by_head``: the fused output read as (heads, 3, head) (torch's as three blocks);
+    ``unscaled``: the scores not divided by √head."""
+    return _MsBidirectionalQkv(head_by_head, unscaled)
+
+
 # Falcon's layer normalises its input twice, for the attention and for the MLP, with norms
 # equal at their initial weights, and adds both to it in parallel; a port may call the first
 # norm for both, or add the attention's output before normalising for the MLP.

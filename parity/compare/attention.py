@@ -1,12 +1,12 @@
-"""How a causal attention's forward took its values, told from its first position.
+"""How an attention's forward took q, k and v from the projections before it.
 
 Hugging Face's BLOOM and GPT-NeoX compute q, k and v in one dense layer whose output holds each
 head's three in turn, (heads, 3, head); GPT-2, timm and most ports hold them as three blocks,
 [q | k | v]. Falcon's fused layer shares each key-value head among a group of query heads and
 holds each group's queries, key and value together, (groups, per group + 2, head); Llama and
 Gemma share theirs from projections of their own, head h reading key-value head h // (heads /
-groups) (``repeat_interleave``), where a port may read h % groups (``tile``). A port taking the
-values otherwise fails at the attention's output projection, with every module output before it
+groups) (``repeat_interleave``), where a port may read h % groups (``tile``). A port taking
+them otherwise fails at the attention's output projection, with every module output before it
 matched, and was told only that the forward computes otherwise.
 
 Under a causal mask the first position attends to itself alone: its context is its own value,
@@ -14,15 +14,24 @@ and the output projection there is W·v₀ + b, each head's v₀ some columns of
 projection before it at position 0. Each side's output there is matched against W·v₀ + b for
 each way of taking v₀: from a fused projection as three blocks or group by group (head by head
 without sharing), for each head count and, without sharing, each slot; from a projection of
-the values alone, for each head count; shared either way. Both sides recorded every tensor this
-needs (the projection's output matched; W and b are torch's initial weights), and position 0
-alone is read.
+the values alone, for each head count; shared either way. Rotary positions, which turn q and k
+alone, leave this reading as it is.
+
+Where no mask lets a position see itself alone (timm's ViT), the attention is computed again
+from a fused output of three equal parts at a few positions, for each order of q, k and v in
+it, as blocks or head by head, for each head count, its scores scaled by 1/√head or not, with a
+causal mask or none; each side's output there is matched against each. That tells the split,
+and the scale (GPT-2 ported without it), where no rotary turns q and k.
+
+Both sides recorded every tensor this needs (the projection's output matched; W and b are
+torch's initial weights), and a few positions alone are read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from itertools import permutations
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -149,44 +158,218 @@ def _projections_before(t: RecordInfo, torch_run: RunReader,
     return sorted(before, key=lambda r: -r.order)
 
 
-def values_taken_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
-                           ms_run: RunReader, comparisons: Sequence[Comparison]
-                           ) -> Optional[Diagnosis]:
-    """An output projection (a module holding a weight (out, width) over (N, L, width): a dense
-    layer, or Falcon's subclass of one, recorded as a module of its own) whose input differs, a
-    projection before it matched, each side's first position that of its own way of taking
-    its values from that projection; None where either side's is none of them, or both take
-    the same."""
+# The output projection's columns a prediction is made and matched at, at most: evenly spread,
+# they tell the ways apart as all would, and keep a wide layer's matrix products small.
+OUTPUTS_MATCHED = 64
+
+
+@dataclass(frozen=True, eq=False)
+class OutputProjection:
+    """An attention's output projection as torch's initial weights hold it, at the output
+    columns ``outputs``: its weight in each orientation its shape allows, as (width, outputs)
+    matrices (a dense layer's (out, width) transposed; GPT-2's Conv1D holds (width, out)), and
+    its bias (0 where it has none)."""
+    matrices: List[np.ndarray]
+    offset: Union[np.ndarray, float]
+    width: int
+    outputs: np.ndarray
+
+
+def _output_projection(t: RecordInfo, m: RecordInfo, torch_run: RunReader
+                       ) -> Optional[OutputProjection]:
+    """``t``'s weights as an output projection over (N, L, width), where it holds a 2-D
+    weight of its output's width: a dense layer, or a subclass of one recorded as a module of
+    its own (Falcon's)."""
     weights = initial_weights(torch_run)
     if weights is None or len(t.shape) != 3 or tuple(t.shape) != tuple(m.shape):
         return None
     weight, bias = weights.get(f"{t.name}.weight"), weights.get(f"{t.name}.bias")
-    if weight is None or weight.ndim != 2 or weight.shape[0] != t.shape[2]:
+    width = t.shape[2]
+    if weight is None or weight.ndim != 2 or width not in weight.shape:
         return None
+    outputs = np.unique(np.linspace(0, width - 1, min(OUTPUTS_MATCHED, width)).round()
+                        .astype(int))
     weight = weight.astype(np.float64)
-    offset = 0.0 if bias is None else bias.astype(np.float64)
+    matrices = [w[:, outputs] for w, out in ((weight.T, weight.shape[0]), (weight, weight.shape[1]))
+                if out == width]
+    offset = 0.0 if bias is None else bias.astype(np.float64)[outputs]
+    return OutputProjection(matrices, offset, matrices[0].shape[0], outputs)
+
+
+def values_taken_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                           ms_run: RunReader, comparisons: Sequence[Comparison]
+                           ) -> Optional[Diagnosis]:
+    """An output projection ``t`` whose input differs, a projection before it matched, each
+    side's first position that of its own way of taking its values from that projection; None
+    where either side's is none of them, or both take the same."""
+    out = _output_projection(t, m, torch_run)
+    if out is None:
+        return None
     for projection in _projections_before(t, torch_run, comparisons):
-        ways = ways_of_taking_values(weight.shape[1], projection.shape[2])
+        ways = ways_of_taking_values(out.width, projection.shape[2])
         if len({way.columns.tobytes() for way in ways}) < 2:
             continue
         first = torch_run.tensor(projection)[:, 0].astype(np.float64)
-        predicted = [first[:, way.columns] @ weight.T + offset for way in ways]
-
-        def fitting(run: RunReader, record: RecordInfo) -> List[ValueTaken]:
-            output = run.tensor(record)[:, 0].astype(np.float64)
-            scale = max(float(np.max(np.abs(output))), np.finfo(np.float32).tiny)
-            return [way for way, values in zip(ways, predicted)
-                    if np.max(np.abs(values - output)) <= SPLIT_FIT * scale]
-
-        pairs = [(a, b) for a in fitting(torch_run, t) for b in fitting(ms_run, m)]
-        if not pairs:
-            continue
-        if any(np.array_equal(a.columns, b.columns) for a, b in pairs):
-            return None
-        torch_way, ms_way = max(pairs, key=lambda pair: (pair[0].layout == pair[1].layout,
-                                                         pair[0].heads == pair[1].heads))
-        return _diagnosis(torch_way, ms_way, projection.name, t.name)
+        predicted = [[first[:, way.columns] @ matrix + out.offset for way in ways]
+                     for matrix in out.matrices]
+        for outputs in predicted:
+            pairs = [(a, b) for a in _fitting(ways, outputs, torch_run, t, [0], out.outputs)
+                     for b in _fitting(ways, outputs, ms_run, m, [0], out.outputs)]
+            if not pairs:
+                continue
+            if any(np.array_equal(a.columns, b.columns) for a, b in pairs):
+                return None
+            torch_way, ms_way = max(pairs, key=lambda pair: (pair[0].layout == pair[1].layout,
+                                                             pair[0].heads == pair[1].heads))
+            return _diagnosis(torch_way, ms_way, projection.name, t.name)
     return None
+
+
+Way = TypeVar("Way")
+
+
+def _fitting(ways: Sequence[Way], predicted: Sequence[np.ndarray], run: RunReader,
+             record: RecordInfo, positions: Sequence[int], outputs: np.ndarray,
+             samples: slice = slice(None)) -> List[Way]:
+    """The ways whose predicted output at ``positions`` along axis 1 and columns ``outputs``
+    (of ``samples``) is ``record``'s there, to SPLIT_FIT of its largest value."""
+    output = run.tensor(record)[samples][:, list(positions)][..., outputs].astype(np.float64)
+    scale = max(float(np.max(np.abs(output))), np.finfo(np.float32).tiny)
+    return [way for way, values in zip(ways, predicted)
+            if np.max(np.abs(values.reshape(output.shape) - output)) <= SPLIT_FIT * scale]
+
+
+# The positions along axis 1 an attention is computed again at: the first, the last, and as
+# many more between them.
+RECOMPUTED_POSITIONS = 4
+# The most heads tried: 64 in the largest models (Llama-3-405B has 128 query heads, grouped).
+MOST_HEADS = 128
+SCORE_SCALES: Dict[str, Callable[[int], float]] = {
+    "1/√head": lambda head: head ** -0.5,
+    "1": lambda head: 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Attending:
+    """One way of attending from a fused output of three equal parts: how q, k and v lie in
+    it, head after head (``layout``), the scores' ``scale``, and whether a causal mask hides
+    later positions."""
+    layout: str
+    scale: str
+    causal: bool
+
+
+def _heads_in_slots(fused: np.ndarray) -> Iterator[Tuple[str, str, List[np.ndarray]]]:
+    """For one sample's fused output (L, 3·width), each way of laying it out as three slots
+    of heads: three blocks, or head by head, for each head count. Yields how (the order of q,
+    k and v to fill in, joined by the separator given next) and each slot's (heads, L, head),
+    views of ``fused``."""
+    length, width = fused.shape[0], fused.shape[1] // 3
+    for heads in [h for h in _divisors(width) if h <= MOST_HEADS]:
+        head = width // heads
+        blocks = fused.reshape(length, 3, heads, head)
+        yield (f"as three blocks [{{}}], {heads} heads of {head}", " | ",
+               [np.ascontiguousarray(blocks[:, slot].transpose(1, 0, 2)) for slot in range(3)])
+        if heads > 1:
+            by_head = fused.reshape(length, heads, 3, head)
+            yield (f"head by head, ({heads}, 3, {head}), each head's {{}}", ", ",
+                   [np.ascontiguousarray(by_head[:, :, slot].transpose(1, 0, 2))
+                    for slot in range(3)])
+
+
+def _attended(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray
+              ) -> Dict[Tuple[str, bool], np.ndarray]:
+    """The context at ``positions`` of an attention of q (heads, P, head) over k and v
+    (heads, L, head), for each scale and mask: {(scale, causal): (P, width)}. The values are
+    read once for all of them: at a wide layer's length, reading them is the cost."""
+    scores = q @ k.transpose(0, 2, 1)
+    later = np.arange(k.shape[1])[None, :] > positions[:, None]
+    ways = [(name, causal) for name in SCORE_SCALES for causal in (False, True)]
+    weights = []
+    for name, causal in ways:
+        scaled = scores * SCORE_SCALES[name](q.shape[-1])
+        if causal:
+            scaled = np.where(later, -np.inf, scaled)
+        exp = np.exp(scaled - scaled.max(-1, keepdims=True))
+        weights.append(exp / exp.sum(-1, keepdims=True))
+    count = len(positions)
+    context = np.concatenate(weights, axis=1) @ v
+    return {way: context[:, i * count:(i + 1) * count].transpose(1, 0, 2).reshape(count, -1)
+            for i, way in enumerate(ways)}
+
+
+def attention_computed_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                                 ms_run: RunReader, comparisons: Sequence[Comparison]
+                                 ) -> Optional[Diagnosis]:
+    """An output projection ``t`` whose input differs, a fused projection of three times its
+    width before it matched: the attention computed again from that output at a few positions,
+    each way, each side's output there matched against each. Where torch's and MindSpore's are
+    of one split and mask and another scale, or one scale and mask and another split, that is
+    the cause; None otherwise (rotary positions, a bias on the scores, another mask)."""
+    out = _output_projection(t, m, torch_run)
+    if out is None:
+        return None
+    fused = next((r for r in _projections_before(t, torch_run, comparisons)
+                  if r.shape[2] == 3 * out.width), None)
+    if fused is None:
+        return None
+    length = fused.shape[1]
+    positions = np.unique(np.linspace(0, length - 1, min(RECOMPUTED_POSITIONS, length)).round()
+                          .astype(int))
+    values = torch_run.tensor(fused)[0].astype(np.float64)
+    ways: List[Attending] = []
+    predicted: List[List[np.ndarray]] = [[] for _ in out.matrices]
+    for how, separator, slots in _heads_in_slots(values):
+        for order in permutations(range(3)):
+            q, k, v = (slots[order.index(role)] for role in range(3))
+            said = how.format(separator.join("qkv"[role] for role in order))
+            for (scale, causal), context in _attended(q[:, positions], k, v, positions).items():
+                ways.append(Attending(said, scale, causal))
+                for outputs, matrix in zip(predicted, out.matrices):
+                    outputs.append(context @ matrix + out.offset)
+    for outputs in predicted:
+        torch_ways = _fitting(ways, outputs, torch_run, t, positions, out.outputs, slice(0, 1))
+        ms_ways = _fitting(ways, outputs, ms_run, m, positions, out.outputs, slice(0, 1))
+        if not torch_ways or not ms_ways:
+            continue
+        pairs = [(a, b) for a in torch_ways for b in ms_ways if a.causal == b.causal]
+        if any(a.layout == b.layout and a.scale == b.scale for a, b in pairs):
+            return None
+        scaled = [(a, b) for a, b in pairs if a.layout == b.layout]
+        if scaled:
+            return _scaled_otherwise(*scaled[0], fused.name, t.name, positions)
+        split = [(a, b) for a, b in pairs if a.scale == b.scale]
+        if split:
+            return _split_otherwise(*split[0], fused.name, t.name, positions)
+    return None
+
+
+def _recomputed(a: Attending, fused: str, output: str, positions: np.ndarray) -> str:
+    mask = "with a causal mask" if a.causal else "with no mask"
+    return f"Told from the attention computed again from {fused}'s output at positions " \
+        f"{', '.join(map(str, positions))}, {mask}: there each side's output is its own way's, " \
+        f"projected by {output}."
+
+
+def _scaled_otherwise(torch_way: Attending, ms_way: Attending, fused: str, output: str,
+                      positions: np.ndarray) -> Diagnosis:
+    return Diagnosis(cause="attention scores scaled otherwise",
+                     detail=f"{fused}'s output matched, and {output}'s input differs: torch "
+                            f"scales q·kᵀ by {torch_way.scale}, MindSpore by {ms_way.scale} (q, "
+                            f"k, v taken {torch_way.layout}). "
+                            f"{_recomputed(torch_way, fused, output, positions)} Scale the "
+                            "scores as torch does.", confidence="certain")
+
+
+def _split_otherwise(torch_way: Attending, ms_way: Attending, fused: str, output: str,
+                     positions: np.ndarray) -> Diagnosis:
+    return Diagnosis(cause="fused projection split otherwise",
+                     detail=f"{fused}'s output matched, and {output}'s input differs: torch "
+                            f"splits the fused q, k, v {torch_way.layout}; MindSpore "
+                            f"{ms_way.layout}. {_recomputed(torch_way, fused, output, positions)}"
+                            " Split it as torch does (timm's attention reads [q | k | v] as "
+                            "blocks: reshape(n, l, 3, heads, head)).", confidence="certain")
 
 
 def _diagnosis(torch_way: ValueTaken, ms_way: ValueTaken, projection: str,

@@ -145,7 +145,7 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         return _residual_before_moved(
             [(name, _counterpart(name, torch_modules)) for name in missing] +
             [(_counterpart(name, ms_modules), name) for name in extra],
-            torch_run, ms_run, within) or reordered
+            torch_run, ms_run, ms_modules, within) or reordered
     if gathered is not None:
         return gathered
     missing_inside = [n for n in unmatched.get("torch forward", ()) if n not in torch_idle
@@ -247,7 +247,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                     f"{'them' if len(skipped) > 1 else 'it'}. The modules "
                                     "between matched regardless (as a norm does right after "
                                     "the norm left out).", confidence="likely")
-        taken = attention.values_taken_otherwise(t, m, torch_run, ms_run, comparisons)
+        taken = attention.values_taken_otherwise(t, m, torch_run, ms_run, comparisons) or \
+            attention.attention_computed_otherwise(t, m, torch_run, ms_run, comparisons)
         if taken is not None:
             return taken
         beside = _rows_read_in_another_order(t, comparisons) + \
@@ -1307,16 +1308,23 @@ def _reordered(*sides: Tuple[str, RecordInfo, List[str], RunReader, Set[str], Di
 
 
 def _residual_before_moved(moved: Sequence[Tuple[str, str]], torch_run: RunReader,
-                           ms_run: RunReader, within: float) -> Optional[Diagnosis]:
+                           ms_run: RunReader, ms_modules: Mapping[str, str], within: float
+                           ) -> Optional[Diagnosis]:
     """Of the modules one side runs at another point (torch's name, MindSpore's), the first
-    whose input on one side is the other's plus a tensor the forward holds there: the port
-    moved it past a residual add. Falcon's layer normalises its input for the MLP before the
-    attention runs, the MLP added in parallel; a port adding the attention's output first runs
-    ``ln_mlp`` after it, on the sum, and was told only that the modules run in another order."""
+    that feeds a module of one name on both sides, and whose input on one side is the other's plus
+    a tensor the forward holds there: the port moved it past a residual add. Falcon's layer
+    normalises its input for the MLP before the attention runs, the MLP added in parallel; a
+    port adding the attention's output first runs ``ln_mlp`` after it, on the sum, and was told
+    only that the modules run in another order. A norm feeding the block on one side and
+    normalising its sum on the other (norm_first set otherwise) stays told so."""
     for torch_name, ms_name in moved:
         t, m = torch_run.record(torch_name, "forward"), ms_run.record(ms_name, "forward")
-        added = None if t is None or m is None else \
-            inputs.added_to_input(t, m, torch_run, ms_run, within)
+        if t is None or m is None:
+            continue
+        fed_in_ms = {_counterpart(name, ms_modules) for name in inputs.fed_later(m, ms_run)}
+        if not fed_in_ms.intersection(inputs.fed_later(t, torch_run)):
+            continue
+        added = inputs.added_to_input(t, m, torch_run, ms_run, within)
         if added is not None:
             return _added_on_one_side(added, t, m, inputs.forward_holding(t.name, torch_run))
     return None

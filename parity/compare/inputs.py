@@ -463,8 +463,14 @@ def feeds(source: RecordInfo, record: RecordInfo, run: RunReader) -> bool:
 
 def feeds_a_later_module(source: RecordInfo, run: RunReader) -> bool:
     """Whether a module run after ``source`` takes its output as its first input."""
-    return any(r.order > source.order
-               for r in _taking(input_sketch(run.tensor(source)), run, FED_BY))
+    return bool(fed_later(source, run))
+
+
+def fed_later(source: RecordInfo, run: RunReader) -> List[str]:
+    """The modules run after ``source`` that take its output as their first input (or an
+    output equal to it: two norms at their initial weights)."""
+    return [r.name for r in _taking(input_sketch(run.tensor(source)), run, FED_BY)
+            if r.order > source.order]
 
 
 def taken_by(array: np.ndarray, run: RunReader, up_to: RecordInfo,
