@@ -3376,6 +3376,30 @@ def test_a_bidirectional_attention_split_or_scaled_otherwise_is_told_by_computin
         "[q | k | v], 2 heads of 4)" in unscaled.diagnosis.detail, unscaled.diagnosis.detail
 
 
+@pytest.mark.parametrize("bug, cause, told", [
+    ({"heads": 4}, "attention head count differs",
+     "torch attends in 2 heads of 4, MindSpore in 4 of 2"),
+    ({"unscaled": True}, "attention scores scaled otherwise",
+     "torch scales q·kᵀ by 1/√head, MindSpore by 1"),
+    ({"swapped": True}, "q, k, v read from other projections",
+     "torch takes q from attention.query, k from attention.key, v from attention.value, 2 heads "
+     "of 4; MindSpore q from attention.key, k from attention.query"),
+])
+def test_an_attention_context_computed_otherwise_from_its_own_projections_is_told(bug, cause,
+                                                                                   told):
+    """Hugging Face's ViT returns its attention's context from a module projecting q, k and v
+    each: a port splitting them into other heads, leaving the scores unscaled or swapping q
+    and k was "computation after the last module differs" (naming the value projection)."""
+    from tests import tiny
+    correct = _checked_on_tokens(tiny.torch_separate_qkv(), tiny.ms_separate_qkv())
+    assert correct.passed, correct.diagnosis
+    result = _checked_on_tokens(tiny.torch_separate_qkv(), tiny.ms_separate_qkv(**bug))
+    assert (result.first_divergence.name, result.diagnosis.cause) == ("attention", cause)
+    assert "attention.query, attention.key and attention.value's outputs matched, and " \
+        "attention's output differs" in result.diagnosis.detail, result.diagnosis.detail
+    assert told in result.diagnosis.detail, result.diagnosis.detail
+
+
 def test_a_cell_read_in_place_of_another_equal_at_the_start_is_told_by_its_gradient():
     """Falcon normalises its input twice, for the attention and for the MLP; a port calling
     the first norm for both matched every forward output (the norms are equal at their

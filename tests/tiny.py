@@ -5288,6 +5288,73 @@ def ms_bidirectional_qkv(head_by_head: bool = False, unscaled: bool = False) -> 
     return _MsBidirectionalQkv(head_by_head, unscaled)
 
 
+# Hugging Face's ViT and BERT return the attention's context from a module of its own, which
+# projects q, k and v each; a port may split them into other heads, leave the scores unscaled,
+# or take q from the key projection and k from the query one.
+class _TorchContext(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.query, self.key, self.value = (tnn.Linear(WIDTH, WIDTH) for _ in range(3))
+
+    def forward(self, x):
+        n, length, _ = x.shape
+        q, k, v = (projection(x).view(n, length, 2, WIDTH // 2).transpose(1, 2)
+                   for projection in (self.query, self.key, self.value))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(WIDTH // 2)
+        return (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(n, length, WIDTH)
+
+
+class _TorchSeparateQkv(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.attention = tnn.Embedding(VOCABULARY, WIDTH), _TorchContext()
+        self.dense, self.head = tnn.Linear(WIDTH, WIDTH), tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, ids):
+        return self.head(self.dense(self.attention(self.embed(ids))).flatten(1))
+
+
+class _MsContext(msnn.Cell):
+    def __init__(self, heads: int, unscaled: bool, swapped: bool) -> None:
+        super().__init__()
+        self.heads, self.unscaled, self.swapped = heads, unscaled, swapped
+        self.query, self.key, self.value = (msnn.Dense(WIDTH, WIDTH) for _ in range(3))
+
+    def construct(self, x):
+        n, length, _ = x.shape
+        q, k, v = (projection(x).reshape(n, length, self.heads, -1).swapaxes(1, 2)
+                   for projection in (self.query, self.key, self.value))
+        if self.swapped:
+            q, k = k, q
+        scores = ops.matmul(q, k.swapaxes(-1, -2))
+        if not self.unscaled:
+            scores = scores / math.sqrt(WIDTH // self.heads)
+        return ops.matmul(ops.softmax(scores, -1), v).swapaxes(1, 2).reshape(n, length, WIDTH)
+
+
+class _MsSeparateQkv(msnn.Cell):
+    def __init__(self, heads: int, unscaled: bool, swapped: bool) -> None:
+        super().__init__()
+        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.attention = _MsContext(heads, unscaled, swapped)
+        self.dense, self.head = msnn.Dense(WIDTH, WIDTH), msnn.Dense(WIDTH * TOKENS, 5)
+
+    def construct(self, ids):
+        context = self.attention(self.embed(ids))
+        return self.head(self.dense(context).reshape(context.shape[0], -1))
+
+
+def torch_separate_qkv() -> tnn.Module:
+    return _TorchSeparateQkv()
+
+
+def ms_separate_qkv(heads: int = 2, unscaled: bool = False, swapped: bool = False
+                    ) -> msnn.Cell:
+    """``heads``: the attention's (torch's 2); ``unscaled``: the scores not divided by √head;
+    ``swapped``: q taken from the key projection, k from the query one."""
+    return _MsSeparateQkv(heads, unscaled, swapped)
+
+
 # Falcon's layer normalises its input twice, for the attention and for the MLP, with norms
 # equal at their initial weights, and adds both to it in parallel; a port may call the first
 # norm for both, or add the attention's output before normalising for the MLP.

@@ -148,13 +148,16 @@ def ways_of_taking_values(width: int, source: int) -> List[ValueTaken]:
     return _values_alone(width, source)
 
 
-def _projections_before(t: RecordInfo, torch_run: RunReader,
-                        comparisons: Sequence[Comparison]) -> List[RecordInfo]:
-    """The matched module outputs in the forward calling ``t``, before it, of ``t``'s leading
-    shape: the projections its values may come from, the latest first."""
-    holder = inputs.caller(t.name, torch_run)
-    records = [torch_run.record(c.name, "forward") for c in comparisons
-               if c.kind == "forward" and c.passed and inputs.caller(c.name, torch_run) == holder]
+def _projections_before(t: RecordInfo, holder: str, torch_run: RunReader,
+                        comparisons: Sequence[Comparison], anywhere: bool = False
+                        ) -> List[RecordInfo]:
+    """The matched module outputs before ``t`` of its leading shape that ``holder``'s forward
+    computes itself (``anywhere``: in a module of its, at any depth): the projections its
+    values may come from, the latest first."""
+    inside = [c for c in comparisons if c.name.startswith(holder + ".")] if anywhere else \
+        [c for c in comparisons if inputs.caller(c.name, torch_run) == holder]
+    records = [torch_run.record(c.name, "forward") for c in inside
+               if c.kind == "forward" and c.passed]
     before = [r for r in records if r is not None and r.order < t.order and
               len(r.shape) == 3 and tuple(r.shape[:2]) == tuple(t.shape[:2])]
     return sorted(before, key=lambda r: -r.order)
@@ -207,7 +210,8 @@ def values_taken_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
     out = _output_projection(t, m, torch_run)
     if out is None:
         return None
-    for projection in _projections_before(t, torch_run, comparisons):
+    for projection in _projections_before(t, inputs.caller(t.name, torch_run), torch_run,
+                                          comparisons):
         ways = ways_of_taking_values(out.width, projection.shape[2])
         if len({way.columns.tobytes() for way in ways}) < 2:
             continue
@@ -252,32 +256,55 @@ SCORE_SCALES: Dict[str, Callable[[int], float]] = {
 }
 
 
+BLOCKS, HEAD_BY_HEAD, OWN_PROJECTIONS = "blocks", "head by head", "own projections"
+
+
 @dataclass(frozen=True)
 class Attending:
-    """One way of attending from a fused output of three equal parts: how q, k and v lie in
-    it, head after head (``layout``), the scores' ``scale``, and whether a causal mask hides
-    later positions."""
-    layout: str
+    """One way of attending from the projections before an output projection: how q, k and v
+    lie in them (``arrangement``: a fused output's three blocks, or its heads' three each, or
+    three projections of their own), which slot or projection holds each (``order[slot]``:
+    0, 1, 2 for q, k, v), in how many ``heads``, the scores' ``scale``, and whether a causal
+    mask hides later positions."""
+    arrangement: str
+    order: Tuple[int, ...]
+    heads: int
     scale: str
     causal: bool
 
+    def said(self, sources: Sequence[str], width: int) -> str:
+        """How q, k and v are taken, in words, ``sources`` naming the projections."""
+        head, roles = width // self.heads, ["qkv"[role] for role in self.order]
+        if self.arrangement == BLOCKS:
+            return f"as three blocks [{' | '.join(roles)}], {self.heads} heads of {head}"
+        if self.arrangement == HEAD_BY_HEAD:
+            return f"head by head, ({self.heads}, 3, {head}), each head's {', '.join(roles)}"
+        taken = ", ".join(f"{'qkv'[role]} from {sources[self.order.index(role)]}"
+                          for role in range(3))
+        return f"{taken}, {self.heads} heads of {head}"
 
-def _heads_in_slots(fused: np.ndarray) -> Iterator[Tuple[str, str, List[np.ndarray]]]:
-    """For one sample's fused output (L, 3·width), each way of laying it out as three slots
-    of heads: three blocks, or head by head, for each head count. Yields how (the order of q,
-    k and v to fill in, joined by the separator given next) and each slot's (heads, L, head),
-    views of ``fused``."""
-    length, width = fused.shape[0], fused.shape[1] // 3
+
+def _heads_in_slots(sources: Sequence[np.ndarray], width: int
+                    ) -> Iterator[Tuple[str, int, List[np.ndarray]]]:
+    """For one sample's fused output (L, 3·width), or its three projections (L, width) each,
+    each way of laying them out as three slots of heads: a fused output's three blocks, or its
+    heads' three each, for each head count. Yields (arrangement, heads, each slot's (heads, L,
+    head))."""
+    length = sources[0].shape[0]
     for heads in [h for h in _divisors(width) if h <= MOST_HEADS]:
         head = width // heads
-        blocks = fused.reshape(length, 3, heads, head)
-        yield (f"as three blocks [{{}}], {heads} heads of {head}", " | ",
-               [np.ascontiguousarray(blocks[:, slot].transpose(1, 0, 2)) for slot in range(3)])
+        if len(sources) == 3:
+            yield OWN_PROJECTIONS, heads, [
+                np.ascontiguousarray(x.reshape(length, heads, head).transpose(1, 0, 2))
+                for x in sources]
+            continue
+        blocks = sources[0].reshape(length, 3, heads, head)
+        yield BLOCKS, heads, [np.ascontiguousarray(blocks[:, slot].transpose(1, 0, 2))
+                              for slot in range(3)]
         if heads > 1:
-            by_head = fused.reshape(length, heads, 3, head)
-            yield (f"head by head, ({heads}, 3, {head}), each head's {{}}", ", ",
-                   [np.ascontiguousarray(by_head[:, :, slot].transpose(1, 0, 2))
-                    for slot in range(3)])
+            by_head = sources[0].reshape(length, heads, 3, head)
+            yield HEAD_BY_HEAD, heads, [
+                np.ascontiguousarray(by_head[:, :, slot].transpose(1, 0, 2)) for slot in range(3)]
 
 
 def _attended(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray
@@ -301,77 +328,156 @@ def _attended(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray
             for i, way in enumerate(ways)}
 
 
+def _attention_sources(t: RecordInfo, width: int, holders: Sequence[str], torch_run: RunReader,
+                       comparisons: Sequence[Comparison]) -> List[RecordInfo]:
+    """What the attention before ``t`` reads q, k and v from: the fused projection of three
+    times its ``width`` before it in the first of ``holders``' forward, or the three latest
+    projections of its width before it in the first holder's, or anywhere in the next's
+    (Hugging Face's BERT and ViT project q, k and v in a module beside the one holding their
+    output projection), in the order they ran."""
+    first = _projections_before(t, holders[0], torch_run, comparisons)
+    fused = [r for r in first if r.shape[2] == 3 * width]
+    if fused:
+        return fused[:1]
+    for holder, anywhere in [(holders[0], False)] + [(h, True) for h in holders[1:] if h]:
+        alike = [r for r in _projections_before(t, holder, torch_run, comparisons, anywhere)
+                 if r.shape[2] == width]
+        if len(alike) >= 3:
+            return sorted(alike[:3], key=lambda r: r.order)
+    return []
+
+
 def attention_computed_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                                  ms_run: RunReader, comparisons: Sequence[Comparison]
                                  ) -> Optional[Diagnosis]:
-    """An output projection ``t`` whose input differs, a fused projection of three times its
-    width before it matched: the attention computed again from that output at a few positions,
-    each way, each side's output there matched against each. Where torch's and MindSpore's are
-    of one split and mask and another scale, or one scale and mask and another split, that is
-    the cause; None otherwise (rotary positions, a bias on the scores, another mask)."""
+    """An output projection ``t`` whose input differs, the projections its attention reads
+    matched: see ``_computed_otherwise``."""
     out = _output_projection(t, m, torch_run)
     if out is None:
         return None
-    fused = next((r for r in _projections_before(t, torch_run, comparisons)
-                  if r.shape[2] == 3 * out.width), None)
-    if fused is None:
+    holder = inputs.caller(t.name, torch_run)
+    sources = _attention_sources(t, out.width, [holder, inputs.caller(holder, torch_run)],
+                                 torch_run, comparisons)
+    return _computed_otherwise(t, m, out, sources, True, torch_run, ms_run)
+
+
+def context_computed_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                               ms_run: RunReader, comparisons: Sequence[Comparison]
+                               ) -> Optional[Diagnosis]:
+    """A module returning its attention's context (N, L, width), computed from three
+    projections of its own that matched (Hugging Face's ViTSelfAttention, BERT's): see
+    ``_computed_otherwise``."""
+    if len(t.shape) != 3 or tuple(t.shape) != tuple(m.shape):
         return None
-    length = fused.shape[1]
+    width = t.shape[2]
+    outputs = np.unique(np.linspace(0, width - 1, min(OUTPUTS_MATCHED, width)).round()
+                        .astype(int))
+    sources = _attention_sources(t, width, [t.name], torch_run, comparisons)
+    return _computed_otherwise(t, m, OutputProjection([np.eye(width)[:, outputs]], 0.0, width,
+                                                      outputs),
+                               sources, False, torch_run, ms_run)
+
+
+def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
+                        sources: Sequence[RecordInfo], projected: bool, torch_run: RunReader,
+                        ms_run: RunReader) -> Optional[Diagnosis]:
+    """The attention computed again from ``sources`` at a few positions, each way, and
+    ``out`` applied (``projected``: ``t``'s weights, else none: ``t`` returns the context),
+    each side's output there matched against each. Where torch's and MindSpore's differ in
+    the scale alone, the head count alone, or how q, k and v are taken, that is the cause;
+    None otherwise (rotary positions, a bias on the scores, another mask)."""
+    if not sources:
+        return None
+    length = t.shape[1]
     positions = np.unique(np.linspace(0, length - 1, min(RECOMPUTED_POSITIONS, length)).round()
                           .astype(int))
-    values = torch_run.tensor(fused)[0].astype(np.float64)
+    values = [torch_run.tensor(source)[0].astype(np.float64) for source in sources]
     ways: List[Attending] = []
     predicted: List[List[np.ndarray]] = [[] for _ in out.matrices]
-    for how, separator, slots in _heads_in_slots(values):
+    for arrangement, heads, slots in _heads_in_slots(values, out.width):
         for order in permutations(range(3)):
             q, k, v = (slots[order.index(role)] for role in range(3))
-            said = how.format(separator.join("qkv"[role] for role in order))
             for (scale, causal), context in _attended(q[:, positions], k, v, positions).items():
-                ways.append(Attending(said, scale, causal))
+                ways.append(Attending(arrangement, order, heads, scale, causal))
                 for outputs, matrix in zip(predicted, out.matrices):
                     outputs.append(context @ matrix + out.offset)
     for outputs in predicted:
         torch_ways = _fitting(ways, outputs, torch_run, t, positions, out.outputs, slice(0, 1))
         ms_ways = _fitting(ways, outputs, ms_run, m, positions, out.outputs, slice(0, 1))
-        if not torch_ways or not ms_ways:
-            continue
         pairs = [(a, b) for a in torch_ways for b in ms_ways if a.causal == b.causal]
-        if any(a.layout == b.layout and a.scale == b.scale for a, b in pairs):
-            return None
-        scaled = [(a, b) for a, b in pairs if a.layout == b.layout]
-        if scaled:
-            return _scaled_otherwise(*scaled[0], fused.name, t.name, positions)
-        split = [(a, b) for a, b in pairs if a.scale == b.scale]
-        if split:
-            return _split_otherwise(*split[0], fused.name, t.name, positions)
+        if not pairs or any(a == b for a, b in pairs):
+            continue
+        told = AttentionTold([source.name for source in sources], t.name, projected,
+                             out.width, positions)
+        for differs, cause in ((("scale",), told.scaled), (("heads",), told.heads),
+                               (("arrangement", "order"), told.split)):
+            same = [(a, b) for a, b in pairs
+                    if all(getattr(a, f) == getattr(b, f) for f in _WAY_FIELDS
+                           if f not in differs)]
+            if same:
+                return cause(*same[0])
     return None
 
 
-def _recomputed(a: Attending, fused: str, output: str, positions: np.ndarray) -> str:
-    mask = "with a causal mask" if a.causal else "with no mask"
-    return f"Told from the attention computed again from {fused}'s output at positions " \
-        f"{', '.join(map(str, positions))}, {mask}: there each side's output is its own way's, " \
-        f"projected by {output}."
+_WAY_FIELDS = ("arrangement", "order", "heads", "scale", "causal")
 
 
-def _scaled_otherwise(torch_way: Attending, ms_way: Attending, fused: str, output: str,
-                      positions: np.ndarray) -> Diagnosis:
-    return Diagnosis(cause="attention scores scaled otherwise",
-                     detail=f"{fused}'s output matched, and {output}'s input differs: torch "
-                            f"scales q·kᵀ by {torch_way.scale}, MindSpore by {ms_way.scale} (q, "
-                            f"k, v taken {torch_way.layout}). "
-                            f"{_recomputed(torch_way, fused, output, positions)} Scale the "
-                            "scores as torch does.", confidence="certain")
+@dataclass(frozen=True, eq=False)
+class AttentionTold:
+    """The diagnoses of an attention computed again from ``sources`` at ``positions``, its
+    context of ``width`` returned by ``output``, or projected by it (``projected``)."""
+    sources: Sequence[str]
+    output: str
+    projected: bool
+    width: int
+    positions: np.ndarray
 
+    def _outputs(self) -> str:
+        *rest, last = self.sources
+        return f"{', '.join(rest)} and {last}'s outputs" if rest else f"{last}'s output"
 
-def _split_otherwise(torch_way: Attending, ms_way: Attending, fused: str, output: str,
-                     positions: np.ndarray) -> Diagnosis:
-    return Diagnosis(cause="fused projection split otherwise",
-                     detail=f"{fused}'s output matched, and {output}'s input differs: torch "
-                            f"splits the fused q, k, v {torch_way.layout}; MindSpore "
-                            f"{ms_way.layout}. {_recomputed(torch_way, fused, output, positions)}"
-                            " Split it as torch does (timm's attention reads [q | k | v] as "
-                            "blocks: reshape(n, l, 3, heads, head)).", confidence="certain")
+    def _matched(self) -> str:
+        differs = "input" if self.projected else "output"
+        return f"{self._outputs()} matched, and {self.output}'s {differs} differs"
+
+    def _how(self, way: Attending) -> str:
+        mask = "with a causal mask" if way.causal else "with no mask"
+        projected = f", projected by {self.output}" if self.projected else ""
+        return f"Told from the attention computed again from {self._outputs()} at positions " \
+            f"{', '.join(map(str, self.positions))}, {mask}: there each side's output is its " \
+            f"own way's{projected}."
+
+    def scaled(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
+        return Diagnosis(cause="attention scores scaled otherwise",
+                         detail=f"{self._matched()}: torch scales q·kᵀ by {torch_way.scale}, "
+                                f"MindSpore by {ms_way.scale} (q, k, v taken "
+                                f"{torch_way.said(self.sources, self.width)}). "
+                                f"{self._how(torch_way)} Scale the scores as torch does.",
+                         confidence="certain")
+
+    def heads(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
+        return Diagnosis(cause="attention head count differs",
+                         detail=f"{self._matched()}: torch attends in {torch_way.heads} heads of "
+                                f"{self.width // torch_way.heads}, MindSpore in {ms_way.heads} "
+                                f"of {self.width // ms_way.heads} (q, k, v taken "
+                                f"{torch_way.said(self.sources, self.width)}). "
+                                f"{self._how(torch_way)} Build the port with torch's number of "
+                                "heads.", confidence="certain")
+
+    def split(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
+        if torch_way.arrangement == OWN_PROJECTIONS:
+            return Diagnosis(cause="q, k, v read from other projections",
+                             detail=f"{self._matched()}: torch takes "
+                                    f"{torch_way.said(self.sources, self.width)}; MindSpore "
+                                    f"{ms_way.said(self.sources, self.width)}. "
+                                    f"{self._how(torch_way)}", confidence="certain")
+        return Diagnosis(cause="fused projection split otherwise",
+                         detail=f"{self._matched()}: torch splits the fused q, k, v "
+                                f"{torch_way.said(self.sources, self.width)}; MindSpore "
+                                f"{ms_way.said(self.sources, self.width)}. "
+                                f"{self._how(torch_way)} Split it as torch does (timm's "
+                                "attention reads [q | k | v] as blocks: reshape(n, l, 3, heads, "
+                                "head)).", confidence="certain")
 
 
 def _diagnosis(torch_way: ValueTaken, ms_way: ValueTaken, projection: str,

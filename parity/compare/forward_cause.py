@@ -313,7 +313,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     added = inputs.added_to_output(t, m, torch_run, ms_run, max(ADDED_INPUT, passed_on))
     if added is not None:
         return _added_on_one_side(added, t, m, f"MindSpore's {m.name}", output=True)
-    after_last = _after_its_last_module(first, t, m, comparisons, torch_run, ms_run)
+    after_last = attention.context_computed_otherwise(t, m, torch_run, ms_run, comparisons) or \
+        _after_its_last_module(first, t, m, comparisons, torch_run, ms_run)
     if after_last is not None:
         return after_last
     if first.max_rel > 1e-2:
