@@ -3379,8 +3379,10 @@ def test_a_bidirectional_attention_split_or_scaled_otherwise_is_told_by_computin
 @pytest.mark.parametrize("bug, cause, told", [
     ({"heads": 4}, "attention head count differs",
      "torch attends in 2 heads of 4, MindSpore in 4 of 2"),
-    ({"unscaled": True}, "attention scores scaled otherwise",
-     "torch scales q·kᵀ by 1/√head, MindSpore by 1"),
+    ({"scale": "none"}, "attention scores scaled otherwise",
+     "torch scales q·kᵀ by 1/√head, MindSpore by 1 "),
+    ({"scale": "width"}, "attention scores scaled otherwise",
+     "torch scales q·kᵀ by 1/√head, MindSpore by 1/√(heads · head)"),
     ({"swapped": True}, "q, k, v read from other projections",
      "torch takes q from attention.query, k from attention.key, v from attention.value, 2 heads "
      "of 4; MindSpore q from attention.key, k from attention.query"),
@@ -3388,8 +3390,9 @@ def test_a_bidirectional_attention_split_or_scaled_otherwise_is_told_by_computin
 def test_an_attention_context_computed_otherwise_from_its_own_projections_is_told(bug, cause,
                                                                                    told):
     """Hugging Face's ViT returns its attention's context from a module projecting q, k and v
-    each: a port splitting them into other heads, leaving the scores unscaled or swapping q
-    and k was "computation after the last module differs" (naming the value projection)."""
+    each: a port splitting them into other heads, leaving the scores unscaled (or scaling them
+    by the whole width, as a Whisper port did) or swapping q and k was "computation after the
+    last module differs" (naming the value projection)."""
     from tests import tiny
     correct = _checked_on_tokens(tiny.torch_separate_qkv(), tiny.ms_separate_qkv())
     assert correct.passed, correct.diagnosis

@@ -5289,8 +5289,8 @@ def ms_bidirectional_qkv(head_by_head: bool = False, unscaled: bool = False) -> 
 
 
 # Hugging Face's ViT and BERT return the attention's context from a module of its own, which
-# projects q, k and v each; a port may split them into other heads, leave the scores unscaled,
-# or take q from the key projection and k from the query one.
+# projects q, k and v each; a port may split them into other heads, leave the scores unscaled
+# or scale them by the whole width, or take q from the key projection and k from the query one.
 class _TorchContext(tnn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -5315,9 +5315,10 @@ class _TorchSeparateQkv(tnn.Module):
 
 
 class _MsContext(msnn.Cell):
-    def __init__(self, heads: int, unscaled: bool, swapped: bool) -> None:
+    def __init__(self, heads: int, scale: str, swapped: bool) -> None:
         super().__init__()
-        self.heads, self.unscaled, self.swapped = heads, unscaled, swapped
+        self.heads, self.swapped = heads, swapped
+        self.scale = {"head": (WIDTH // heads) ** -0.5, "none": 1.0, "width": WIDTH ** -0.5}[scale]
         self.query, self.key, self.value = (msnn.Dense(WIDTH, WIDTH) for _ in range(3))
 
     def construct(self, x):
@@ -5326,17 +5327,15 @@ class _MsContext(msnn.Cell):
                    for projection in (self.query, self.key, self.value))
         if self.swapped:
             q, k = k, q
-        scores = ops.matmul(q, k.swapaxes(-1, -2))
-        if not self.unscaled:
-            scores = scores / math.sqrt(WIDTH // self.heads)
+        scores = ops.matmul(q, k.swapaxes(-1, -2)) * self.scale
         return ops.matmul(ops.softmax(scores, -1), v).swapaxes(1, 2).reshape(n, length, WIDTH)
 
 
 class _MsSeparateQkv(msnn.Cell):
-    def __init__(self, heads: int, unscaled: bool, swapped: bool) -> None:
+    def __init__(self, heads: int, scale: str, swapped: bool) -> None:
         super().__init__()
         self.embed = msnn.Embedding(VOCABULARY, WIDTH)
-        self.attention = _MsContext(heads, unscaled, swapped)
+        self.attention = _MsContext(heads, scale, swapped)
         self.dense, self.head = msnn.Dense(WIDTH, WIDTH), msnn.Dense(WIDTH * TOKENS, 5)
 
     def construct(self, ids):
@@ -5348,11 +5347,11 @@ def torch_separate_qkv() -> tnn.Module:
     return _TorchSeparateQkv()
 
 
-def ms_separate_qkv(heads: int = 2, unscaled: bool = False, swapped: bool = False
-                    ) -> msnn.Cell:
-    """``heads``: the attention's (torch's 2); ``unscaled``: the scores not divided by √head;
-    ``swapped``: q taken from the key projection, k from the query one."""
-    return _MsSeparateQkv(heads, unscaled, swapped)
+def ms_separate_qkv(heads: int = 2, scale: str = "head", swapped: bool = False) -> msnn.Cell:
+    """``heads``: the attention's (torch's 2); ``scale``: the scores scaled by 1/√head, not
+    at all ("none"), or by 1/√width ("width"); ``swapped``: q taken from the key projection, k
+    from the query one."""
+    return _MsSeparateQkv(heads, scale, swapped)
 
 
 # Falcon's layer normalises its input twice, for the attention and for the MLP, with norms

@@ -250,9 +250,12 @@ def _fitting(ways: Sequence[Way], predicted: Sequence[np.ndarray], run: RunReade
 RECOMPUTED_POSITIONS = 4
 # The most heads tried (Llama-3-405B has 128 query heads).
 MOST_HEADS = 128
-SCORE_SCALES: Dict[str, Callable[[int], float]] = {
-    "1/√head": lambda head: head ** -0.5,
-    "1": lambda head: 1.0,
+# How the scores q·kᵀ may be scaled, from (head, width): the last, by the attention's whole
+# width, is Whisper ported with the model's width where its heads' belongs.
+SCORE_SCALES: Dict[str, Callable[[int, int], float]] = {
+    "1/√head": lambda head, width: head ** -0.5,
+    "1": lambda head, width: 1.0,
+    "1/√(heads · head)": lambda head, width: width ** -0.5,
 }
 
 
@@ -317,7 +320,7 @@ def _attended(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray
     ways = [(name, causal) for name in SCORE_SCALES for causal in (False, True)]
     weights = []
     for name, causal in ways:
-        scaled = scores * SCORE_SCALES[name](q.shape[-1])
+        scaled = scores * SCORE_SCALES[name](q.shape[-1], q.shape[0] * q.shape[-1])
         if causal:
             scaled = np.where(later, -np.inf, scaled)
         exp = np.exp(scaled - scaled.max(-1, keepdims=True))
