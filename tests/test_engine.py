@@ -43,11 +43,20 @@ def _bug_named_on_features(pair: str, bug: dict, first: str, cause: str, told: s
     """tests.tiny's torch_<pair> against its port ms_<pair>(): it passes; against
     ms_<pair>(**bug): it fails first at ``first``, its cause ``cause``, its detail telling
     ``told``. Returns that result."""
+    return _bug_named(_checked_on_features, pair, bug, first, cause, told)
+
+
+def _bug_named_on_tokens(pair: str, bug: dict, first: str, cause: str, told: str):
+    """_bug_named_on_features for tests.tiny's token-id pairs (_checked_on_tokens)."""
+    return _bug_named(_checked_on_tokens, pair, bug, first, cause, told)
+
+
+def _bug_named(checked, pair: str, bug: dict, first: str, cause: str, told: str):
     from tests import tiny
     torch_model, port = getattr(tiny, f"torch_{pair}"), getattr(tiny, f"ms_{pair}")
-    correct = _checked_on_features(torch_model(), port())
+    correct = checked(torch_model(), port())
     assert correct.passed, correct.diagnosis
-    result = _checked_on_features(torch_model(), port(**bug))
+    result = checked(torch_model(), port(**bug))
     assert (result.first_divergence.name, result.diagnosis.cause) == (first, cause)
     assert told in result.diagnosis.detail, result.diagnosis.detail
     return result
@@ -3316,64 +3325,47 @@ def test_a_fused_projection_split_as_blocks_where_torch_splits_it_head_by_head_i
         result.diagnosis.detail, result.diagnosis.detail
 
 
-def test_grouped_values_split_or_shared_otherwise_are_named():
+@pytest.mark.parametrize("pair, bug, first, cause, told", [
+    ("grouped_qkv", {"blocks": True}, "dense", "fused projection split otherwise",
+     "torch splits the fused q, k, v group by group, (2, 2 + 2, 2): each group's queries, its "
+     "key, its value; MindSpore as blocks [q | k | v], 4 query heads and 2 key-value heads of "
+     "2, query head h reading key-value head h // (heads / groups)"),
+    ("grouped_qkv", {"tiled": True}, "dense", "key-value heads shared otherwise",
+     "torch's query head h reads key-value head h // (heads / groups)"),
+    ("grouped_qkv", {"blocks": True, "tiled": True}, "dense", "fused projection split otherwise",
+     "MindSpore as blocks [q | k | v], 4 query heads and 2 key-value heads of 2, query head h "
+     "reading key-value head h % groups"),
+    ("shared_values", {"tiled": True}, "o_proj", "key-value heads shared otherwise",
+     "v_proj's output matched, and o_proj's input differs: torch's query head h reads "
+     "key-value head h // (heads / groups), as repeat_interleave (torch's repeat_kv, Falcon's "
+     "broadcast); MindSpore's h % groups, as tile (the values taken from its own projection, 4 "
+     "query heads and 2 key-value heads of 2)"),
+])
+def test_grouped_values_split_or_shared_otherwise_are_named(pair, bug, first, cause, told):
     """Falcon shares each key-value head among a group of query heads and holds each group's
     queries, key and value together; Llama shares the values of a projection of their own. A
     port splitting the fused output as blocks, or having query head h read key-value head
     h % groups (tile) where torch's reads h // (heads / groups), was told only that the
     attention's forward computes otherwise."""
-    from tests import tiny
-    correct = _checked_on_tokens(tiny.torch_grouped_qkv(), tiny.ms_grouped_qkv())
-    assert correct.passed, correct.diagnosis
-    split = _checked_on_tokens(tiny.torch_grouped_qkv(), tiny.ms_grouped_qkv(blocks=True))
-    assert (split.first_divergence.name, split.diagnosis.cause) == \
-        ("dense", "fused projection split otherwise")
-    assert "torch splits the fused q, k, v group by group, (2, 2 + 2, 2): each group's " \
-        "queries, its key, its value; MindSpore as blocks [q | k | v], 4 query heads and 2 " \
-        "key-value heads of 2, query head h reading key-value head h // (heads / groups)" in \
-        split.diagnosis.detail, split.diagnosis.detail
-    tiled = _checked_on_tokens(tiny.torch_grouped_qkv(), tiny.ms_grouped_qkv(tiled=True))
-    assert (tiled.first_divergence.name, tiled.diagnosis.cause) == \
-        ("dense", "key-value heads shared otherwise")
-    both = _checked_on_tokens(tiny.torch_grouped_qkv(),
-                              tiny.ms_grouped_qkv(blocks=True, tiled=True))
-    assert "MindSpore as blocks [q | k | v], 4 query heads and 2 key-value heads of 2, query " \
-        "head h reading key-value head h % groups" in both.diagnosis.detail, \
-        both.diagnosis.detail
-    correct = _checked_on_tokens(tiny.torch_shared_values(), tiny.ms_shared_values())
-    assert correct.passed, correct.diagnosis
-    tiled = _checked_on_tokens(tiny.torch_shared_values(), tiny.ms_shared_values(tiled=True))
-    assert (tiled.first_divergence.name, tiled.diagnosis.cause) == \
-        ("o_proj", "key-value heads shared otherwise")
-    assert "v_proj's output matched, and o_proj's input differs: torch's query head h reads " \
-        "key-value head h // (heads / groups), as repeat_interleave (torch's repeat_kv, " \
-        "Falcon's broadcast); MindSpore's h % groups, as tile (the values taken from its own " \
-        "projection, 4 query heads and 2 key-value heads of 2)" in tiled.diagnosis.detail, \
-        tiled.diagnosis.detail
+    _bug_named_on_tokens(pair, bug, first, cause, told)
 
 
-def test_a_bidirectional_attention_split_or_scaled_otherwise_is_told_by_computing_it_again():
+@pytest.mark.parametrize("bug, cause, told", [
+    ({"head_by_head": True}, "fused projection split otherwise",
+     "torch splits the fused q, k, v as three blocks [q | k | v], 2 heads of 4; MindSpore head "
+     "by head, (2, 3, 4), each head's q, k, v. Told from the attention computed again from "
+     "qkv's output at positions 0, 2, 3, 5, with no mask"),
+    ({"unscaled": True}, "attention scores scaled otherwise",
+     "torch scales q·kᵀ by 1/√head, MindSpore by 1 (q, k, v taken as three blocks [q | k | v], "
+     "2 heads of 4)"),
+])
+def test_a_bidirectional_attention_split_or_scaled_otherwise_is_told_by_computing_it_again(
+        bug, cause, told):
     """timm's ViT reads its fused q, k, v as three blocks and attends over every token, so no
     position sees itself alone: a port reading it head by head, or leaving the scores
     unscaled, was told only that the attention's forward computes otherwise. Computed again
     from the fused output at a few positions, each way, each side's output tells its own."""
-    from tests import tiny
-    correct = _checked_on_tokens(tiny.torch_bidirectional_qkv(), tiny.ms_bidirectional_qkv())
-    assert correct.passed, correct.diagnosis
-    split = _checked_on_tokens(tiny.torch_bidirectional_qkv(),
-                               tiny.ms_bidirectional_qkv(head_by_head=True))
-    assert (split.first_divergence.name, split.diagnosis.cause) == \
-        ("proj", "fused projection split otherwise")
-    assert "torch splits the fused q, k, v as three blocks [q | k | v], 2 heads of 4; " \
-        "MindSpore head by head, (2, 3, 4), each head's q, k, v. Told from the attention " \
-        "computed again from qkv's output at positions 0, 2, 3, 5, with no mask" in \
-        split.diagnosis.detail, split.diagnosis.detail
-    unscaled = _checked_on_tokens(tiny.torch_bidirectional_qkv(),
-                                  tiny.ms_bidirectional_qkv(unscaled=True))
-    assert (unscaled.first_divergence.name, unscaled.diagnosis.cause) == \
-        ("proj", "attention scores scaled otherwise")
-    assert "torch scales q·kᵀ by 1/√head, MindSpore by 1 (q, k, v taken as three blocks " \
-        "[q | k | v], 2 heads of 4)" in unscaled.diagnosis.detail, unscaled.diagnosis.detail
+    _bug_named_on_tokens("bidirectional_qkv", bug, "proj", cause, told)
 
 
 @pytest.mark.parametrize("bug, cause, told", [
@@ -3393,14 +3385,9 @@ def test_an_attention_context_computed_otherwise_from_its_own_projections_is_tol
     each: a port splitting them into other heads, leaving the scores unscaled (or scaling them
     by the whole width, as a Whisper port did) or swapping q and k was "computation after the
     last module differs" (naming the value projection)."""
-    from tests import tiny
-    correct = _checked_on_tokens(tiny.torch_separate_qkv(), tiny.ms_separate_qkv())
-    assert correct.passed, correct.diagnosis
-    result = _checked_on_tokens(tiny.torch_separate_qkv(), tiny.ms_separate_qkv(**bug))
-    assert (result.first_divergence.name, result.diagnosis.cause) == ("attention", cause)
+    result = _bug_named_on_tokens("separate_qkv", bug, "attention", cause, told)
     assert "attention.query, attention.key and attention.value's outputs matched, and " \
         "attention's output differs" in result.diagnosis.detail, result.diagnosis.detail
-    assert told in result.diagnosis.detail, result.diagnosis.detail
 
 
 def test_a_cell_read_in_place_of_another_equal_at_the_start_is_told_by_its_gradient():
