@@ -3375,6 +3375,8 @@ def test_a_bidirectional_attention_split_or_scaled_otherwise_is_told_by_computin
      "torch scales q·kᵀ by 1/√head, MindSpore by 1 "),
     ({"scale": "width"}, "attention scores scaled otherwise",
      "torch scales q·kᵀ by 1/√head, MindSpore by 1/√(heads · head)"),
+    ({"scale": "d"}, "attention scores scaled otherwise",
+     "torch scales q·kᵀ by 1/√head, MindSpore by 1/head"),
     ({"swapped": True}, "q, k, v read from other projections",
      "torch takes q from attention.query, k from attention.key, v from attention.value, 2 heads "
      "of 4; MindSpore q from attention.key, k from attention.query"),

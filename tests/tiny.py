@@ -5318,7 +5318,8 @@ class _MsContext(msnn.Cell):
     def __init__(self, heads: int, scale: str, swapped: bool) -> None:
         super().__init__()
         self.heads, self.swapped = heads, swapped
-        self.scale = {"head": (WIDTH // heads) ** -0.5, "none": 1.0, "width": WIDTH ** -0.5}[scale]
+        self.scale = {"head": (WIDTH // heads) ** -0.5, "none": 1.0, "width": WIDTH ** -0.5,
+                      "d": heads / WIDTH}[scale]
         self.query, self.key, self.value = (msnn.Dense(WIDTH, WIDTH) for _ in range(3))
 
     def construct(self, x):
@@ -5349,8 +5350,8 @@ def torch_separate_qkv() -> tnn.Module:
 
 def ms_separate_qkv(heads: int = 2, scale: str = "head", swapped: bool = False) -> msnn.Cell:
     """``heads``: the attention's (torch's 2); ``scale``: the scores scaled by 1/√head, not
-    at all ("none"), or by 1/√width ("width"); ``swapped``: q taken from the key projection, k
-    from the query one."""
+    at all ("none"), by 1/√width ("width") or by 1/head ("d"); ``swapped``: q taken from the
+    key projection, k from the query one."""
     return _MsSeparateQkv(heads, scale, swapped)
 
 

@@ -250,12 +250,14 @@ def _fitting(ways: Sequence[Way], predicted: Sequence[np.ndarray], run: RunReade
 RECOMPUTED_POSITIONS = 4
 # The most heads tried (Llama-3-405B has 128 query heads).
 MOST_HEADS = 128
-# How the scores q·kᵀ may be scaled, from (head, width): the last, by the attention's whole
-# width, is Whisper ported with the model's width where its heads' belongs.
+# How the scores q·kᵀ may be scaled, from (head, width): by the attention's whole width,
+# Whisper ported with the model's width where its heads' belongs; by 1/head, a BERT port
+# dividing by d for √d.
 SCORE_SCALES: Dict[str, Callable[[int, int], float]] = {
     "1/√head": lambda head, width: head ** -0.5,
     "1": lambda head, width: 1.0,
     "1/√(heads · head)": lambda head, width: width ** -0.5,
+    "1/head": lambda head, width: 1.0 / head,
 }
 
 
