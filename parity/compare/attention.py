@@ -29,7 +29,7 @@ torch's initial weights), and a few positions alone are read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from itertools import permutations
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
@@ -71,6 +71,12 @@ def _key_value_heads(groups: int) -> str:
 
 def _divisors(n: int) -> List[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _spread(count: int, length: int) -> np.ndarray:
+    """At most ``count`` indices below ``length``, evenly spread, the first and last among
+    them."""
+    return np.unique(np.linspace(0, length - 1, min(count, length)).round().astype(int))
 
 
 def _heads_reading(starts: Sequence[int], head: int, heads: int, layout: str
@@ -192,8 +198,7 @@ def _output_projection(t: RecordInfo, m: RecordInfo, torch_run: RunReader
     width = t.shape[2]
     if weight is None or weight.ndim != 2 or width not in weight.shape:
         return None
-    outputs = np.unique(np.linspace(0, width - 1, min(OUTPUTS_MATCHED, width)).round()
-                        .astype(int))
+    outputs = _spread(OUTPUTS_MATCHED, width)
     weight = weight.astype(np.float64)
     matrices = [w[:, outputs] for w, out in ((weight.T, weight.shape[0]), (weight, weight.shape[1]))
                 if out == width]
@@ -227,7 +232,7 @@ def values_taken_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
                 return None
             torch_way, ms_way = max(pairs, key=lambda pair: (pair[0].layout == pair[1].layout,
                                                              pair[0].heads == pair[1].heads))
-            return _diagnosis(torch_way, ms_way, projection.name, t.name)
+            return _values_told(torch_way, ms_way, projection.name, t.name)
     return None
 
 
@@ -243,6 +248,37 @@ def _fitting(ways: Sequence[Way], predicted: Sequence[np.ndarray], run: RunReade
     scale = max(float(np.max(np.abs(output))), np.finfo(np.float32).tiny)
     return [way for way, values in zip(ways, predicted)
             if np.max(np.abs(values.reshape(output.shape) - output)) <= SPLIT_FIT * scale]
+
+
+def _values_told(torch_way: ValueTaken, ms_way: ValueTaken, projection: str,
+               output: str) -> Diagnosis:
+    told = "Told at the first position, which a causal attention lets see only itself: there " \
+        f"each side's output is its own value projected by {output}."
+    if torch_way.layout == ms_way.layout:
+        how = " (ops.repeat_interleave(kv, heads // groups, axis=1))" \
+            if torch_way.sharing == REPEATED else ""
+        return Diagnosis(cause="key-value heads shared otherwise",
+                         detail=f"{projection}'s output matched, and {output}'s input differs: "
+                                f"torch's query head h reads key-value head "
+                                f"{torch_way.sharing}; MindSpore's {ms_way.sharing} (the values "
+                                f"taken {torch_way.layout}). {told} Share them as torch does{how}.",
+                         confidence="certain")
+    same = torch_way.sharing == ms_way.sharing
+    shared = f", query head h reading key-value head {torch_way.sharing} on both sides" \
+        if same and torch_way.sharing else ""
+    return Diagnosis(cause="fused projection split otherwise",
+                     detail=f"{projection}'s output matched, and {output}'s input differs: "
+                            f"torch splits the fused q, k, v {_described(torch_way, same)}; "
+                            f"MindSpore {_described(ms_way, same)}{shared}. {told} Split it as "
+                            "torch does (Hugging Face's BLOOM and GPT-NeoX hold each head's q, "
+                            "k, v together: view(n, l, heads, 3, head); Falcon each group's "
+                            "queries, key and value: view(n, l, groups, per group + 2, head)).",
+                     confidence="certain")
+
+
+def _described(way: ValueTaken, same_sharing: bool) -> str:
+    return way.layout + (f", query head h reading key-value head {way.sharing}"
+                         if way.sharing and not same_sharing else "")
 
 
 # The positions along axis 1 an attention is computed again at: the first, the last, and as
@@ -375,12 +411,10 @@ def context_computed_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReade
     if len(t.shape) != 3 or tuple(t.shape) != tuple(m.shape):
         return None
     width = t.shape[2]
-    outputs = np.unique(np.linspace(0, width - 1, min(OUTPUTS_MATCHED, width)).round()
-                        .astype(int))
+    outputs = _spread(OUTPUTS_MATCHED, width)
+    returned = OutputProjection([np.eye(width)[:, outputs]], 0.0, width, outputs)
     sources = _attention_sources(t, width, [t.name], torch_run, comparisons)
-    return _computed_otherwise(t, m, OutputProjection([np.eye(width)[:, outputs]], 0.0, width,
-                                                      outputs),
-                               sources, False, torch_run, ms_run)
+    return _computed_otherwise(t, m, returned, sources, False, torch_run, ms_run)
 
 
 def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
@@ -393,9 +427,7 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
     None otherwise (rotary positions, a bias on the scores, another mask)."""
     if not sources:
         return None
-    length = t.shape[1]
-    positions = np.unique(np.linspace(0, length - 1, min(RECOMPUTED_POSITIONS, length)).round()
-                          .astype(int))
+    positions = _spread(RECOMPUTED_POSITIONS, t.shape[1])
     values = [torch_run.tensor(source)[0].astype(np.float64) for source in sources]
     ways: List[Attending] = []
     predicted: List[List[np.ndarray]] = [[] for _ in out.matrices]
@@ -417,14 +449,11 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
         for differs, cause in ((("scale",), told.scaled), (("heads",), told.heads),
                                (("arrangement", "order"), told.split)):
             same = [(a, b) for a, b in pairs
-                    if all(getattr(a, f) == getattr(b, f) for f in _WAY_FIELDS
-                           if f not in differs)]
+                    if all(getattr(a, f.name) == getattr(b, f.name) for f in fields(Attending)
+                           if f.name not in differs)]
             if same:
                 return cause(*same[0])
     return None
-
-
-_WAY_FIELDS = ("arrangement", "order", "heads", "scale", "causal")
 
 
 @dataclass(frozen=True, eq=False)
@@ -483,34 +512,3 @@ class AttentionTold:
                                 f"{self._how(torch_way)} Split it as torch does (timm's "
                                 "attention reads [q | k | v] as blocks: reshape(n, l, 3, heads, "
                                 "head)).", confidence="certain")
-
-
-def _diagnosis(torch_way: ValueTaken, ms_way: ValueTaken, projection: str,
-               output: str) -> Diagnosis:
-    told = "Told at the first position, which a causal attention lets see only itself: there " \
-        f"each side's output is its own value projected by {output}."
-    if torch_way.layout == ms_way.layout:
-        how = " (ops.repeat_interleave(kv, heads // groups, axis=1))" \
-            if torch_way.sharing == REPEATED else ""
-        return Diagnosis(cause="key-value heads shared otherwise",
-                         detail=f"{projection}'s output matched, and {output}'s input differs: "
-                                f"torch's query head h reads key-value head "
-                                f"{torch_way.sharing}; MindSpore's {ms_way.sharing} (the values "
-                                f"taken {torch_way.layout}). {told} Share them as torch does{how}.",
-                         confidence="certain")
-    same = torch_way.sharing == ms_way.sharing
-    shared = f", query head h reading key-value head {torch_way.sharing} on both sides" \
-        if same and torch_way.sharing else ""
-    return Diagnosis(cause="fused projection split otherwise",
-                     detail=f"{projection}'s output matched, and {output}'s input differs: "
-                            f"torch splits the fused q, k, v {_described(torch_way, same)}; "
-                            f"MindSpore {_described(ms_way, same)}{shared}. {told} Split it as "
-                            "torch does (Hugging Face's BLOOM and GPT-NeoX hold each head's q, "
-                            "k, v together: view(n, l, heads, 3, head); Falcon each group's "
-                            "queries, key and value: view(n, l, groups, per group + 2, head)).",
-                     confidence="certain")
-
-
-def _described(way: ValueTaken, same_sharing: bool) -> str:
-    return way.layout + (f", query head h reading key-value head {way.sharing}"
-                         if way.sharing and not same_sharing else "")
