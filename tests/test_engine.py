@@ -3300,29 +3300,21 @@ def test_tokens_flattened_on_one_side_and_positions_read_at_another_offset():
 def test_a_bias_torch_hands_to_the_attention_and_the_port_builds_is_named():
     """Hugging Face's BLOOM hands each attention its ALiBi bias; a port building it with
     another slope was told only that the attention's forward computes otherwise."""
-    from tests import tiny
-    correct = _checked_on_tokens(tiny.torch_alibi(), tiny.ms_alibi())
-    assert correct.passed, correct.diagnosis
-    result = _checked_on_tokens(tiny.torch_alibi(), tiny.ms_alibi(slope=0.25))
-    assert (result.first_divergence.name, result.diagnosis.cause) == \
-        ("self_attention.dense", "computation between modules differs")
-    assert "Torch's self_attention is given alibi (float32, (1, 1, 6)), which MindSpore's " \
-        "self_attention is not" in result.diagnosis.detail, result.diagnosis.detail
+    _bug_named_on_tokens("alibi", {"slope": 0.25}, "self_attention.dense",
+                         "computation between modules differs",
+                         "Torch's self_attention is given alibi (float32, (1, 1, 6)), which "
+                         "MindSpore's self_attention is not")
 
 
 def test_a_fused_projection_split_as_blocks_where_torch_splits_it_head_by_head_is_named():
     """Hugging Face's BLOOM holds each head's q, k and v together in its fused projection's
     output; a port splitting it as three blocks was told only that the attention's forward
     computes otherwise. The first position, attending to itself alone, tells each split."""
-    from tests import tiny
-    correct = _checked_on_tokens(tiny.torch_headwise_qkv(), tiny.ms_headwise_qkv())
-    assert correct.passed, correct.diagnosis
-    result = _checked_on_tokens(tiny.torch_headwise_qkv(), tiny.ms_headwise_qkv(blocks=True))
-    assert (result.first_divergence.name, result.diagnosis.cause) == \
-        ("dense", "fused projection split otherwise")
-    assert "torch splits the fused q, k, v head by head, (2, 3, 4), the value the third of " \
-        "each head's three; MindSpore as three blocks [q | k | v], the value the third" in \
-        result.diagnosis.detail, result.diagnosis.detail
+    _bug_named_on_tokens("headwise_qkv", {"blocks": True}, "dense",
+                         "fused projection split otherwise",
+                         "torch splits the fused q, k, v head by head, (2, 3, 4), the value the "
+                         "third of each head's three; MindSpore as three blocks [q | k | v], the "
+                         "value the third")
 
 
 @pytest.mark.parametrize("pair, bug, first, cause, told", [
@@ -3444,30 +3436,20 @@ def test_two_poolings_concatenated_are_told_apart(pooled, told):
     """DINOv2's classifier reads its class token and the mean of the tokens after it; its model
     returns its pooled class token last. A port averaging every token, or reading the class
     token twice, was "computation between modules differs"."""
-    from tests import tiny
-    correct = _checked_on_tokens(tiny.torch_two_pooled(), tiny.ms_two_pooled())
-    assert correct.passed, correct.diagnosis
-    result = _checked_on_tokens(tiny.torch_two_pooled(), tiny.ms_two_pooled(pooled))
-    assert (result.first_divergence.name, result.diagnosis.cause) == \
-        ("classifier", "pooling between modules differs")
-    assert "torch takes the first token (x[:, 0]) and the mean over the tokens after the " \
-        "first (x[:, 1:].mean(1)), concatenated, MindSpore the first token (x[:, 0]) and " \
-        f"{told}, concatenated" in result.diagnosis.detail, result.diagnosis.detail
+    _bug_named_on_tokens("two_pooled", {"pooled": pooled}, "classifier",
+                         "pooling between modules differs",
+                         "torch takes the first token (x[:, 0]) and the mean over the tokens "
+                         "after the first (x[:, 1:].mean(1)), concatenated, MindSpore the first "
+                         f"token (x[:, 0]) and {told}, concatenated")
 
 
 def test_a_table_of_its_own_gathered_by_another_index_is_told_by_its_rows():
     """BEiT's relative position bias gathers a table of its own by an index it builds; a port
     building the index otherwise was "module computes something different" (a guess)."""
-    from tests import tiny
-    correct = _checked_on_tokens(tiny.torch_biased_scores(), tiny.ms_biased_scores())
-    assert correct.passed, correct.diagnosis
-    result = _checked_on_tokens(tiny.torch_biased_scores(),
-                                tiny.ms_biased_scores(transposed=True))
-    assert (result.first_divergence.name, result.diagnosis.cause) == \
-        ("relative_bias", "table rows read otherwise")
-    assert "reads other rows of relative_bias.table than torch's relative_bias, at 30 of 36 " \
-        "positions, the first (0, 1): torch's row 4, MindSpore's 6" in result.diagnosis.detail, \
-        result.diagnosis.detail
+    _bug_named_on_tokens("biased_scores", {"transposed": True}, "relative_bias",
+                         "table rows read otherwise",
+                         "reads other rows of relative_bias.table than torch's relative_bias, at "
+                         "30 of 36 positions, the first (0, 1): torch's row 4, MindSpore's 6")
 
 
 def test_a_forward_reading_parameters_of_its_own_names_them():

@@ -1390,7 +1390,7 @@ def _unpaired_of_other_shapes(t: RecordInfo, torch_left: Set[str], ms_left: Set[
 
 
 def _what_the_forward_reads(fed: RecordInfo, torch_run: RunReader, ms_run: RunReader,
-                       comparisons: Sequence[Comparison]) -> str:
+                            comparisons: Sequence[Comparison]) -> str:
     """Sentences naming the float and boolean inputs torch's module is given whose forward
     feeds ``fed`` and its MindSpore pair is not, where there are any: the port builds them in
     its construct (Hugging Face's BLOOM hands each attention its ALiBi bias; ports with the
