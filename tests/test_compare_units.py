@@ -1802,3 +1802,71 @@ def test_bfloat16_rounding_is_torchs():
                              (np.arange(1, 200) * 2 + 1) * 2.0 ** -8 + 1])     # x.5 ulp ties
     rounded = torch.tensor(values, dtype=torch.float32).to(torch.bfloat16).float().numpy()
     assert [_bfloat16(float(v)) for v in values] == [float(r) for r in rounded]
+
+
+def _rotate_half(x):
+    """Hugging Face's Llama: each head's dims as two halves, (-x2, x1)."""
+    first, second = np.split(x, 2, axis=-1)
+    return np.concatenate((-second, first), -1)
+
+
+def _rotate_every_two(x):
+    """GPT-J's: each pair of neighbours (2i, 2i + 1) as (-x[2i + 1], x[2i])."""
+    return np.stack((-x[..., 1::2], x[..., ::2]), -1).reshape(x.shape)
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_torchs_rotary_way_is_its_table_paired_as_its_layout_says(repeated):
+    """A table laid out as cat(freqs, freqs) turns q and k as rotate_half does (Llama); one
+    laid out in pairs, as rotate_every_two does (GPT-J); the other pairing is among the
+    others, as are each whole head at the base the angles imply and no turning at all."""
+    from parity.compare import rotary
+    length, dims, head = 5, 4, 8
+    angles = np.outer(np.arange(length), 10000.0 ** (-np.arange(dims // 2) / (dims // 2)))
+    laid = np.repeat(angles, 2, -1) if repeated else np.concatenate((angles, angles), -1)
+    pairing = _rotate_every_two if repeated else _rotate_half
+    x = np.random.default_rng(0).standard_normal((2, length, head))
+    part = x[..., :dims]
+    expected = np.concatenate((part * np.cos(laid) + pairing(part) * np.sin(laid),
+                               x[..., dims:]), -1)
+    own, others = rotary.rotations((np.cos(laid), np.sin(laid)), head)
+    np.testing.assert_allclose(own.turned(x), expected, atol=1e-12)
+    np.testing.assert_allclose(own.turned(x[:, [1, 3]], np.array([1, 3])), expected[:, [1, 3]],
+                               atol=1e-12)
+    other = _rotate_half if repeated else _rotate_every_two
+    assert any(np.allclose(way.turned(x), np.concatenate(
+        (part * np.cos(laid) + other(part) * np.sin(laid), x[..., dims:]), -1)) for way in others)
+    whole = np.outer(np.arange(length), 10000.0 ** (-np.arange(head // 2) / (head // 2)))
+    whole = np.repeat(whole, 2, -1) if repeated else np.concatenate((whole, whole), -1)
+    assert any(np.allclose(way.turned(x), x * np.cos(whole) + pairing(x) * np.sin(whole))
+               for way in others)
+    assert any(np.array_equal(way.turned(x), x) for way in others)
+    assert [way.said for way in others if "base" in way.said][0].startswith(
+        "turns each head's 8 dims of q and k ")
+
+
+def test_a_table_recorded_is_told_from_a_module_output_alike_by_its_values():
+    """torch's rotary module returns cos then sin of each position's angles (ones and zeros at
+    position 0); an output of the same shape that is no such pair is not taken for one."""
+    from parity.compare import rotary
+
+    class Run:
+        def __init__(self, tensors):
+            self.records = [_forward(name, "", array.shape, order)
+                            for order, (name, array) in enumerate(tensors.items())]
+            self.arrays = tensors
+
+        def tensor(self, record):
+            return self.arrays[record.name]
+
+    angles = np.outer(np.arange(6), [1.0, 0.01]).astype(np.float32)
+    angles = np.concatenate((angles, angles), -1)[None]
+    attention = _forward("o_proj", "dense", (2, 6, 16), 9)
+    recorded = Run({"rotary.out0": np.cos(angles), "rotary.out1": np.sin(angles)})
+    cos, sin = rotary.recorded_table(attention, recorded)
+    np.testing.assert_array_equal(sin, np.sin(angles[0]))
+    assert cos.dtype == np.float64
+    swapped = Run({"rotary.out0": np.sin(angles), "rotary.out1": np.cos(angles)})
+    assert rotary.recorded_table(attention, swapped) is None
+    hidden = Run({"norm": np.ones((1, 6, 4), np.float32), "fc": np.zeros((1, 6, 4), np.float32)})
+    assert rotary.recorded_table(attention, hidden) is None

@@ -3384,6 +3384,37 @@ def test_an_attention_context_computed_otherwise_from_its_own_projections_is_tol
         "attention's output differs" in result.diagnosis.detail, result.diagnosis.detail
 
 
+@pytest.mark.parametrize("bug, cause, told", [
+    ({"turn": "neighbours"}, "rotary positions applied otherwise",
+     "torch turns the first 4 of each head's 8 dims of q and k as two halves, by angles laid out "
+     "as cat(freqs, freqs); MindSpore turns the first 4 of each head's 8 dims of q and k in "
+     "neighbouring pairs, by angles laid out as pairs, repeat_interleave(freqs, 2)"),
+    ({"turn": "whole"}, "rotary positions applied otherwise",
+     "MindSpore turns each head's 8 dims of q and k as two halves, by angles of torch's base, "
+     "10000, laid out as cat(freqs, freqs)"),
+    ({"base": 500000.0}, "rotary positions applied otherwise",
+     "MindSpore turns the first 4 of each head's 8 dims of q and k as two halves, by angles of "
+     "base 500000 (torch's 10000) laid out as cat(freqs, freqs)"),
+    ({"base": 1e6}, "rotary positions applied otherwise",      # 500000 fits too, less closely
+     "MindSpore turns the first 4 of each head's 8 dims of q and k as two halves, by angles of "
+     "base 1000000 (torch's 10000)"),
+    ({"turn": "none"}, "rotary positions applied otherwise",
+     "MindSpore turns no dims of q and k (no rotary positions)"),
+    ({"unscaled": True}, "attention scores scaled otherwise",
+     "torch scales q·kᵀ by 1/√head, MindSpore by 1 "),
+])
+def test_an_attention_turned_by_rotary_positions_otherwise_is_told_by_torchs_table(bug, cause,
+                                                                                  told):
+    """Hugging Face's Llama and GPT-NeoX turn q and k by the cos and sin their rotary module
+    returns; a port computing them in its construct and pairing neighbouring dims (GPT-J's
+    rotate_every_two), turning each whole head for a part, taking another base, leaving the
+    rotation out, or leaving the scores unscaled under it, was told only that the attention's
+    forward computes otherwise. Computed again with torch's table, turned each way, each
+    side's output tells its own."""
+    result = _bug_named_on_tokens("rotary", bug, "self_attn.o_proj", cause, told)
+    assert "with a causal mask" in result.diagnosis.detail, result.diagnosis.detail
+
+
 def test_a_cell_read_in_place_of_another_equal_at_the_start_is_told_by_its_gradient():
     """Falcon normalises its input twice, for the attention and for the MLP; a port calling
     the first norm for both matched every forward output (the norms are equal at their

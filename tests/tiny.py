@@ -5355,6 +5355,121 @@ def ms_separate_qkv(heads: int = 2, scale: str = "head", swapped: bool = False) 
     return _MsSeparateQkv(heads, scale, swapped)
 
 
+# Hugging Face's Llama and GPT-NeoX turn q and k by position with a table their rotary module
+# returns, cos and sin of the angles laid out as cat(freqs, freqs), each head's first dims paired
+# as two halves (rotate_half); GPT-NeoX's over a part of each head. A port computing the table in
+# its construct may pair neighbours as GPT-J does, turn each whole head, take another base,
+# leave the rotation out, or leave the scores unscaled.
+ROTARY_WIDTH, ROTARY_HEADS, ROTARY_DIMS = 16, 2, 4
+
+
+def _rotary_angles(length: int, dims: int, base: float = 10000.0) -> np.ndarray:
+    frequencies = 1.0 / base ** (np.arange(0, dims, 2, dtype=np.float32) / dims)
+    return np.outer(np.arange(length, dtype=np.float32), frequencies).astype(np.float32)
+
+
+class _TorchRotaryEmbedding(tnn.Module):
+    def forward(self, x):
+        angles = torch.from_numpy(_rotary_angles(x.shape[1], ROTARY_DIMS))
+        angles = torch.cat((angles, angles), -1)[None]
+        return angles.cos(), angles.sin()
+
+
+class _TorchRotaryAttention(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
+            tnn.Linear(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(4))
+
+    def forward(self, x, cos, sin):
+        n, length, _ = x.shape
+        q, k, v = (projection(x).view(n, length, ROTARY_HEADS, -1).transpose(1, 2)
+                   for projection in (self.q_proj, self.k_proj, self.v_proj))
+
+        def turned(y):
+            part, rest = y[..., :ROTARY_DIMS], y[..., ROTARY_DIMS:]
+            first, second = part.chunk(2, -1)
+            return torch.cat((part * cos[:, None] + torch.cat((-second, first), -1)
+                              * sin[:, None], rest), -1)
+
+        scores = turned(q) @ turned(k).transpose(-1, -2) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(torch.ones(length, length).triu(1).bool(), float("-inf"))
+        context = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(n, length, -1)
+        return self.o_proj(context)
+
+
+class _TorchRotary(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = tnn.Embedding(VOCABULARY, ROTARY_WIDTH)
+        self.rotary_emb, self.self_attn = _TorchRotaryEmbedding(), _TorchRotaryAttention()
+        self.head = tnn.Linear(ROTARY_WIDTH * TOKENS, 5)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        cos, sin = self.rotary_emb(x)
+        return self.head(self.self_attn(x, cos, sin).flatten(1))
+
+
+class _MsRotaryAttention(msnn.Cell):
+    def __init__(self, turn: str, unscaled: bool, base: float) -> None:
+        super().__init__()
+        self.turn, self.unscaled = turn, unscaled
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
+            msnn.Dense(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(4))
+        self.dims = ROTARY_WIDTH // ROTARY_HEADS if turn == "whole" else ROTARY_DIMS
+        angles = _rotary_angles(TOKENS, self.dims, base)
+        angles = np.repeat(angles, 2, -1) if turn == "neighbours" else \
+            np.concatenate((angles, angles), -1)
+        self.cos, self.sin = mindspore.Tensor(np.cos(angles)), mindspore.Tensor(np.sin(angles))
+        self.causal = mindspore.Tensor(np.tril(np.ones((TOKENS, TOKENS), bool)))
+
+    def turned(self, y):
+        if self.turn == "none":
+            return y
+        part, rest = y[..., :self.dims], y[..., self.dims:]
+        if self.turn == "neighbours":
+            paired = ops.stack((-part[..., 1::2], part[..., ::2]), -1).reshape(part.shape)
+        else:
+            paired = ops.cat((-part[..., self.dims // 2:], part[..., :self.dims // 2]), -1)
+        return ops.cat((part * self.cos + paired * self.sin, rest), -1)
+
+    def construct(self, x):
+        n, length, _ = x.shape
+        q, k, v = (projection(x).reshape(n, length, ROTARY_HEADS, -1).swapaxes(1, 2)
+                   for projection in (self.q_proj, self.k_proj, self.v_proj))
+        scores = ops.matmul(self.turned(q), self.turned(k).swapaxes(-1, -2))
+        if not self.unscaled:
+            scores = scores / math.sqrt(ROTARY_WIDTH // ROTARY_HEADS)
+        scores = ops.where(self.causal, scores, mindspore.Tensor(-1e30, mindspore.float32))
+        context = ops.matmul(ops.softmax(scores, -1), v).swapaxes(1, 2)
+        return self.o_proj(context.reshape(n, length, ROTARY_WIDTH))
+
+
+class _MsRotary(msnn.Cell):
+    def __init__(self, turn: str, unscaled: bool, base: float) -> None:
+        super().__init__()
+        self.embed = msnn.Embedding(VOCABULARY, ROTARY_WIDTH)
+        self.self_attn = _MsRotaryAttention(turn, unscaled, base)
+        self.head = msnn.Dense(ROTARY_WIDTH * TOKENS, 5)
+
+    def construct(self, ids):
+        return self.head(self.self_attn(self.embed(ids)).reshape(ids.shape[0], -1))
+
+
+def torch_rotary() -> tnn.Module:
+    return _TorchRotary()
+
+
+def ms_rotary(turn: str = "halves", unscaled: bool = False, base: float = 10000.0
+              ) -> msnn.Cell:
+    """The port computes its rotary table in the attention's construct. ``turn``: "halves"
+    (torch's), "neighbours" (GPT-J's pairs, the angles laid out to match), "whole" (each whole
+    head, as two halves) or "none"; ``unscaled``: the scores not divided by √head; ``base``:
+    the frequencies' (torch's 10000)."""
+    return _MsRotary(turn, unscaled, base)
+
+
 # Falcon's layer normalises its input twice, for the attention and for the MLP, with norms
 # equal at their initial weights, and adds both to it in parallel; a port may call the first
 # norm for both, or add the attention's output before normalising for the MLP.

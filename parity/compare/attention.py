@@ -21,7 +21,11 @@ Where no mask lets a position see itself alone (timm's ViT), the attention is co
 from a fused output of three equal parts at a few positions, for each order of q, k and v in
 it, as blocks or head by head, for each head count, its scores scaled by 1/√head or not, with a
 causal mask or none; each side's output there is matched against each. That tells the split,
-and the scale (GPT-2 ported without it), where no rotary turns q and k.
+and the scale (GPT-2 ported without it). Where torch recorded a rotary table before the
+attention (a module returning cos and sin of the positions, Hugging Face's ``rotary_emb``),
+q and k are also turned by it, as two halves or neighbouring pairs, by its angles laid out
+either way, or over each whole head, or not at all: that tells the rotation too (a Llama port
+rotating GPT-J's neighbouring pairs).
 
 Both sides recorded every tensor this needs (the projection's output matched; W and b are
 torch's initial weights), and a few positions alone are read.
@@ -29,13 +33,13 @@ torch's initial weights), and a few positions alone are read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from itertools import permutations
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
-from parity.compare import inputs
+from parity.compare import inputs, rotary
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import RunReader, initial_weights
 
@@ -243,11 +247,14 @@ def _fitting(ways: Sequence[Way], predicted: Sequence[np.ndarray], run: RunReade
              record: RecordInfo, positions: Sequence[int], outputs: np.ndarray,
              samples: slice = slice(None)) -> List[Way]:
     """The ways whose predicted output at ``positions`` along axis 1 and columns ``outputs``
-    (of ``samples``) is ``record``'s there, to SPLIT_FIT of its largest value."""
+    (of ``samples``) is ``record``'s there, to SPLIT_FIT of its largest value, the closest
+    first: at a few positions two rotary bases may both fit, the port's to float32 noise."""
     output = run.tensor(record)[samples][:, list(positions)][..., outputs].astype(np.float64)
     scale = max(float(np.max(np.abs(output))), np.finfo(np.float32).tiny)
-    return [way for way, values in zip(ways, predicted)
-            if np.max(np.abs(values.reshape(output.shape) - output)) <= SPLIT_FIT * scale]
+    gaps = [np.max(np.abs(values.reshape(output.shape) - output)) for values in predicted]
+    return [way for gap, _, way in sorted((gap, i, way) for i, (gap, way)
+                                          in enumerate(zip(gaps, ways))
+                                          if gap <= SPLIT_FIT * scale)]
 
 
 def _values_told(torch_way: ValueTaken, ms_way: ValueTaken, projection: str,
@@ -305,13 +312,15 @@ class Attending:
     """One way of attending from the projections before an output projection: how q, k and v
     lie in them (``arrangement``: a fused output's three blocks, or its heads' three each, or
     three projections of their own), which slot or projection holds each (``order[slot]``:
-    0, 1, 2 for q, k, v), in how many ``heads``, the scores' ``scale``, and whether a causal
-    mask hides later positions."""
+    0, 1, 2 for q, k, v), in how many ``heads``, the scores' ``scale``, whether a causal
+    mask hides later positions, and how q and k are turned by position (``rotary``, in words;
+    "" where torch recorded no rotary table)."""
     arrangement: str
     order: Tuple[int, ...]
     heads: int
     scale: str
     causal: bool
+    rotary: str = ""
 
     def said(self, sources: Sequence[str], width: int) -> str:
         """How q, k and v are taken, in words, ``sources`` naming the projections."""
@@ -420,40 +429,84 @@ def context_computed_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReade
 def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
                         sources: Sequence[RecordInfo], projected: bool, torch_run: RunReader,
                         ms_run: RunReader) -> Optional[Diagnosis]:
-    """The attention computed again from ``sources`` at a few positions, each way, and
-    ``out`` applied (``projected``: ``t``'s weights, else none: ``t`` returns the context),
-    each side's output there matched against each. Where torch's and MindSpore's differ in
-    the scale alone, the head count alone, or how q, k and v are taken, that is the cause;
-    None otherwise (rotary positions, a bias on the scores, another mask)."""
+    """The attention computed again from ``sources`` at a few positions, each way, q and k
+    turned by torch's rotary table where it recorded one, and ``out`` applied (``projected``:
+    ``t``'s weights, else none: ``t`` returns the context), each side's output there matched
+    against each. Where MindSpore's fits none, torch's ways are tried again with q and k
+    turned each other way. Where torch's and MindSpore's differ in the scale alone, the head
+    count alone, the turning alone, or how q, k and v are taken, that is the cause; None
+    otherwise (a bias on the scores, another mask)."""
     if not sources:
         return None
     positions = _spread(RECOMPUTED_POSITIONS, t.shape[1])
     values = [torch_run.tensor(source)[0].astype(np.float64) for source in sources]
+    table = rotary.recorded_table(t, torch_run)
+    told = AttentionTold([source.name for source in sources], t.name, projected, out.width,
+                         positions)
+
+    def as_torch_turns(arrangement: str, heads: int, head: int) -> Turnings:
+        return [(rotary.rotations(table, head)[0], ORDERS)]
+
+    ways, predicted = _predicted(values, out, positions, as_torch_turns)
+    for matrix, outputs in zip(out.matrices, predicted):
+        torch_ways = _fitting(ways, outputs, torch_run, t, positions, out.outputs, slice(0, 1))
+        ms_ways = _fitting(ways, outputs, ms_run, m, positions, out.outputs, slice(0, 1))
+        if torch_ways and not ms_ways and table is not None:
+            turned, [turned_outputs] = _predicted(values, replace(out, matrices=[matrix]),
+                                                  positions, _turned_otherwise(torch_ways, table))
+            ms_ways = _fitting(turned, turned_outputs, ms_run, m, positions, out.outputs,
+                               slice(0, 1))
+        found = told.one_apart(torch_ways, ms_ways)
+        if found is not None:
+            return found
+    return None
+
+
+ORDERS = tuple(permutations(range(3)))
+# How q and k may be turned for one arrangement and head count, each way with the orders of
+# q, k and v to try it in.
+Turnings = List[Tuple[rotary.Rotary, Sequence[Tuple[int, ...]]]]
+
+
+def _turned_otherwise(torch_ways: Sequence[Attending], table: rotary.Table
+                      ) -> Callable[[str, int, int], Turnings]:
+    """Torch's arrangements, head counts and orders of q, k and v alone, q and k turned each
+    way other than torch's."""
+    orders: Dict[Tuple[str, int], List[Tuple[int, ...]]] = {}
+    for way in torch_ways:
+        taken = orders.setdefault((way.arrangement, way.heads), [])
+        if way.order not in taken:
+            taken.append(way.order)
+
+    def turns(arrangement: str, heads: int, head: int) -> Turnings:
+        if (arrangement, heads) not in orders:
+            return []
+        return [(other, orders[arrangement, heads]) for other in rotary.rotations(table, head)[1]]
+    return turns
+
+
+def _predicted(values: Sequence[np.ndarray], out: OutputProjection, positions: np.ndarray,
+               turnings: Callable[[str, int, int], Turnings]
+               ) -> Tuple[List[Attending], List[List[np.ndarray]]]:
+    """Each way of attending over ``values`` (one sample's), q and k turned as ``turnings``
+    (arrangement, heads, head) says, computed again at ``positions`` and projected by each of
+    ``out``'s matrices: the ways, and for each matrix their outputs."""
     ways: List[Attending] = []
     predicted: List[List[np.ndarray]] = [[] for _ in out.matrices]
     for arrangement, heads, slots in _heads_in_slots(values, out.width):
-        for order in permutations(range(3)):
-            q, k, v = (slots[order.index(role)] for role in range(3))
-            for (scale, causal), context in _attended(q[:, positions], k, v, positions).items():
-                ways.append(Attending(arrangement, order, heads, scale, causal))
-                for outputs, matrix in zip(predicted, out.matrices):
-                    outputs.append(context @ matrix + out.offset)
-    for outputs in predicted:
-        torch_ways = _fitting(ways, outputs, torch_run, t, positions, out.outputs, slice(0, 1))
-        ms_ways = _fitting(ways, outputs, ms_run, m, positions, out.outputs, slice(0, 1))
-        pairs = [(a, b) for a in torch_ways for b in ms_ways if a.causal == b.causal]
-        if not pairs or any(a == b for a, b in pairs):
-            continue
-        told = AttentionTold([source.name for source in sources], t.name, projected,
-                             out.width, positions)
-        for differs, cause in ((("scale",), told.scaled), (("heads",), told.heads),
-                               (("arrangement", "order"), told.split)):
-            same = [(a, b) for a, b in pairs
-                    if all(getattr(a, f.name) == getattr(b, f.name) for f in fields(Attending)
-                           if f.name not in differs)]
-            if same:
-                return cause(*same[0])
-    return None
+        for turning, orders in turnings(arrangement, heads, out.width // heads):
+            keys: Dict[int, np.ndarray] = {}    # each slot turned, as k, where one is
+            for order in orders:
+                q, k, v = (slots[order.index(role)] for role in range(3))
+                if order.index(1) not in keys:
+                    keys[order.index(1)] = turning.turned(k)
+                k = keys[order.index(1)]
+                for (scale, causal), context in _attended(
+                        turning.turned(q[:, positions], positions), k, v, positions).items():
+                    ways.append(Attending(arrangement, order, heads, scale, causal, turning.said))
+                    for outputs, matrix in zip(predicted, out.matrices):
+                        outputs.append(context @ matrix + out.offset)
+    return ways, predicted
 
 
 @dataclass(frozen=True, eq=False)
@@ -497,6 +550,31 @@ class AttentionTold:
                                 f"{torch_way.said(self.sources, self.width)}). "
                                 f"{self._how(torch_way)} Build the port with torch's number of "
                                 "heads.", confidence="certain")
+
+    def one_apart(self, torch_ways: Sequence[Attending], ms_ways: Sequence[Attending]
+                  ) -> Optional[Diagnosis]:
+        """The cause where a way torch's output fits and one MindSpore's fits, under one mask,
+        differ in one respect alone; None where one way fits both, or no two ways are so."""
+        pairs = [(a, b) for a in torch_ways for b in ms_ways if a.causal == b.causal]
+        if any(a == b for a, b in pairs):
+            return None
+        for differs, cause in ((("scale",), self.scaled), (("heads",), self.heads),
+                               (("rotary",), self.rotated),
+                               (("arrangement", "order"), self.split)):
+            same = [(a, b) for a, b in pairs
+                    if all(getattr(a, f.name) == getattr(b, f.name) for f in fields(Attending)
+                           if f.name not in differs)]
+            if same:
+                return cause(*same[0])
+        return None
+
+    def rotated(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
+        return Diagnosis(cause="rotary positions applied otherwise",
+                         detail=f"{self._matched()}: torch {torch_way.rotary}; MindSpore "
+                                f"{ms_way.rotary} (q, k, v taken "
+                                f"{torch_way.said(self.sources, self.width)}). "
+                                f"{self._how(torch_way)} Rotate q and k as torch does.",
+                         confidence="certain")
 
     def split(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
         if torch_way.arrangement == OWN_PROJECTIONS:

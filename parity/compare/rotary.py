@@ -1,0 +1,143 @@
+"""The ways an attention may turn q and k by position, from the rotary table torch recorded.
+
+Hugging Face's Llama, GPT-NeoX and Falcon build cos and sin of each position's angles in a
+module of their own (``rotary_emb``) and turn each head's first dims by them, pairing dim i
+with dim i + dims/2 (``rotate_half``), the table's angles laid out as cat(freqs, freqs); GPT-J
+pairs neighbours, 2i with 2i + 1, its angles repeated in pairs. A port computing its table in
+its construct may pair the other way, turn another number of dims, take another base, or
+not turn at all. Torch's own way is its table, paired as its layout says; the others are
+built from the angles it holds (the base they imply: θ₁ = base^(−2/dims)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from parity.records import RecordInfo
+from parity.rundir import RunReader
+
+# How a rotary pairs the dims it turns: dim j with dim partner[j], that one taking sign[j].
+HALVES, NEIGHBOURS = "as two halves", "in neighbouring pairs"
+# How its table lays the angles of those pairs out along its last axis.
+ANGLES = {HALVES: "laid out as cat(freqs, freqs)",
+          NEIGHBOURS: "laid out as pairs, repeat_interleave(freqs, 2)"}
+# The bases a rotary's frequencies base^(-2i / dims) commonly take: most models', Llama 3's,
+# Qwen2's.
+BASES = (10000.0, 500000.0, 1000000.0)
+
+Table = Tuple[np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)
+class Rotary:
+    """One way of turning q or k (heads, L, head) by position: its first ``cos.shape[1]``
+    dims, dim j by the angle of column j of ``cos`` and ``sin`` (L, dims), with dim
+    ``partner[j]``, whose sign ``sin`` carries; none where ``cos`` is None. ``said`` in
+    words."""
+    said: str
+    cos: Optional[np.ndarray] = None
+    sin: Optional[np.ndarray] = None
+    partner: Optional[np.ndarray] = None
+
+    def turned(self, x: np.ndarray, positions: Optional[np.ndarray] = None) -> np.ndarray:
+        """``x`` turned, its axis 1 the table's ``positions`` (all of them where None)."""
+        if self.cos is None:
+            return x
+        cos, sin = (self.cos, self.sin) if positions is None else \
+            (self.cos[positions], self.sin[positions])
+        dims = cos.shape[1]
+        part = x[..., :dims]
+        turned = part * cos
+        turned += part[..., self.partner] * sin
+        return turned if dims == x.shape[-1] else np.concatenate([turned, x[..., dims:]], -1)
+
+
+UNNAMED = Rotary("")
+UNTURNED = Rotary("turns no dims of q and k (no rotary positions)")
+
+
+def recorded_table(t: RecordInfo, torch_run: RunReader) -> Optional[Table]:
+    """The latest rotary table torch recorded before ``t``: a module output of one row per
+    position along ``t``'s axis 1 (L, dims), cos of the angles (all ones at position 0), and
+    the sin it returned next (all zeros there, not everywhere); in float64. None where there
+    is none."""
+    length = t.shape[1] if len(t.shape) > 1 else 0
+    shaped = sorted((r for r in torch_run.records
+                     if r.kind == "forward" and r.order < t.order and len(r.shape) >= 2
+                     and r.shape[-2] == length and r.shape[-1] % 2 == 0
+                     and int(np.prod(r.shape[:-2])) == 1), key=lambda r: -r.order)
+    for sin_record, cos_record in zip(shaped, shaped[1:]):
+        if cos_record.shape != sin_record.shape or sin_record.order != cos_record.order + 1:
+            continue
+        cos, sin = (torch_run.tensor(r).reshape(length, -1).astype(np.float64)
+                    for r in (cos_record, sin_record))
+        if np.all(cos[0] == 1) and np.all(sin[0] == 0) and np.any(sin != 0) and \
+                np.allclose(cos ** 2 + sin ** 2, 1, atol=1e-5):
+            return cos, sin
+    return None
+
+
+def rotations(table: Optional[Table], head: int) -> Tuple[Rotary, List[Rotary]]:
+    """Torch's way of turning q and k of ``head`` dims a head by its rotary ``table`` (cos,
+    sin), (L, dims), and the others: its dims paired the other way, or its angles laid out the
+    other way; as its layout pairs them, each whole head or half its dims at the base its
+    angles imply, or its dims at another common base; not at all. Torch's turning none, and no
+    others, where it recorded no table or one that does not fit a head."""
+    if table is None:
+        return UNNAMED, []
+    cos, sin = table
+    dims = cos.shape[1]
+    both = np.stack(table)
+    laid = [layout for layout in (HALVES, NEIGHBOURS) if np.array_equal(
+        both, both[..., _angle_columns(dims, layout)][..., _layout_columns(dims, layout)])]
+    if dims > head or not laid:
+        return UNTURNED, []
+    layout = laid[0]
+    angles = np.arctan2(sin, cos)[:, _angle_columns(dims, layout)]
+    others = [UNTURNED] + [_turning(angles, dims, head, pairs, laid_out)
+                           for pairs in (HALVES, NEIGHBOURS) for laid_out in (HALVES, NEIGHBOURS)
+                           if (pairs, laid_out) != (layout, layout)]
+    if dims >= 4 and angles.shape[0] > 1 and 0 < angles[1, 1] < 1:
+        base = float(angles[1, 1] ** (-dims / 2))
+        position = np.arange(angles.shape[0])[:, None]
+        elsewhere = [(other, base, f" of torch's base, {base:.0f},")
+                     for other in (head, dims // 2) if other != dims and other % 2 == 0]
+        elsewhere += [(dims, other, f" of base {other:.0f} (torch's {base:.0f})")
+                      for other in BASES if abs(other - base) > 1e-3 * base]
+        for other, at, said in elsewhere:
+            others.append(_turning(position * at ** (-np.arange(other // 2) / (other // 2)),
+                                   other, head, layout, layout, said))
+    return _turning(angles, dims, head, layout, layout), others
+
+
+def _angle_columns(dims: int, layout: str) -> np.ndarray:
+    """The columns of a table of ``dims`` laid out so that hold each angle once."""
+    return np.arange(dims // 2) if layout == HALVES else np.arange(0, dims, 2)
+
+
+def _layout_columns(dims: int, layout: str) -> np.ndarray:
+    """Which angle each column of a table of ``dims`` laid out so holds."""
+    return np.r_[:dims // 2, :dims // 2] if layout == HALVES else np.repeat(np.arange(dims // 2), 2)
+
+
+def _pairing(dims: int, pairs: str) -> Tuple[np.ndarray, np.ndarray]:
+    """Each dim's partner and the sign its value takes (rotate_half, rotate_every_two)."""
+    j = np.arange(dims)
+    if pairs == HALVES:
+        return (j + dims // 2) % dims, np.where(j < dims // 2, -1.0, 1.0)
+    return j ^ 1, np.where(j % 2 == 0, -1.0, 1.0)
+
+
+def _turning(angles: np.ndarray, dims: int, head: int, pairs: str, layout: str, base: str = ""
+             ) -> Rotary:
+    """The first ``dims`` of each head turned, paired ``pairs``, by ``angles`` (L, dims / 2)
+    laid out as ``layout``."""
+    partner, sign = _pairing(dims, pairs)
+    laid = angles[:, _layout_columns(dims, layout)]
+    turned = f"each head's {head} dims" if dims == head else \
+        f"the first {dims} of each head's {head} dims"
+    return Rotary(f"turns {turned} of q and k {pairs}, by angles{base} {ANGLES[layout]}",
+                  np.cos(laid), sign * np.sin(laid), partner)
