@@ -1870,3 +1870,36 @@ def test_a_table_recorded_is_told_from_a_module_output_alike_by_its_values():
     assert rotary.recorded_table(attention, swapped) is None
     hidden = Run({"norm": np.ones((1, 6, 4), np.float32), "fc": np.zeros((1, 6, 4), np.float32)})
     assert rotary.recorded_table(attention, hidden) is None
+
+
+def test_query_heads_sharing_fewer_key_value_heads_are_laid_out_each_way():
+    """Three projections, keys and values narrower than the queries (Llama's grouped heads):
+    for each head count their heads are read by query head h as h // (heads / groups) and as
+    h % groups; where one key-value head is left, every query head reads it."""
+    from parity.compare import attention
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((3, 16)), rng.standard_normal((3, 8)), \
+        rng.standard_normal((3, 8))
+    laid = {(way.heads, way.sharing): slots
+            for way, slots in attention._heads_in_slots([q, k, v], 16)}
+    assert {heads for heads, _ in laid} == {2, 4, 8, 16}     # 16 columns a head: k has 8
+    repeated, tiled = (laid[4, sharing] for sharing in attention.SHARINGS)
+    k_heads, v_heads = (x.reshape(3, 2, 4).transpose(1, 0, 2) for x in (k, v))
+    np.testing.assert_array_equal(repeated[1], k_heads[[0, 0, 1, 1]])
+    np.testing.assert_array_equal(tiled[2], v_heads[[0, 1, 0, 1]])
+    np.testing.assert_array_equal(repeated[0], q.reshape(3, 4, 4).transpose(1, 0, 2))
+    np.testing.assert_array_equal(laid[2, ""][1], np.stack([k, k]))
+
+
+def test_ways_apart_in_their_sharing_alone_tell_the_key_value_heads_shared_otherwise():
+    from parity.compare import attention
+    repeated, tiled = attention.SHARINGS
+    torch_way = attention.Attending(attention.OWN_PROJECTIONS, (0, 1, 2), 4, "1/√head", False,
+                                    "", repeated)
+    told = attention.AttentionTold(["q", "k", "v"], "o", True, 16, np.array([0, 2]))
+    found = told.one_apart([torch_way], [dataclasses.replace(torch_way, sharing=tiled)])
+    assert found.cause == "key-value heads shared otherwise", found
+    assert f"MindSpore's {tiled}" in found.detail
+    assert told.one_apart([torch_way], [torch_way]) is None
+    assert told.one_apart([torch_way], [dataclasses.replace(torch_way, sharing=tiled,
+                                                            heads=2)]) is None

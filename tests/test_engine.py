@@ -3401,16 +3401,19 @@ def test_an_attention_context_computed_otherwise_from_its_own_projections_is_tol
     ({"turn": "none"}, "rotary positions applied otherwise",
      "MindSpore turns no dims of q and k (no rotary positions)"),
     ({"unscaled": True}, "attention scores scaled otherwise",
-     "torch scales q·kᵀ by 1/√head, MindSpore by 1 "),
+     "torch scales q·kᵀ by 1/√head, MindSpore by 1 (q, k, v taken q from self_attn.q_proj, k "
+     "from self_attn.k_proj, v from self_attn.v_proj, 4 heads of 8, query head h reading "
+     "key-value head h // (heads / groups)"),
 ])
 def test_an_attention_turned_by_rotary_positions_otherwise_is_told_by_torchs_table(bug, cause,
                                                                                   told):
     """Hugging Face's Llama and GPT-NeoX turn q and k by the cos and sin their rotary module
-    returns; a port computing them in its construct and pairing neighbouring dims (GPT-J's
-    rotate_every_two), turning each whole head for a part, taking another base, leaving the
-    rotation out, or leaving the scores unscaled under it, was told only that the attention's
-    forward computes otherwise. Computed again with torch's table, turned each way, each
-    side's output tells its own."""
+    returns (Llama's query heads sharing fewer key-value heads, projected apart); a port
+    computing them in its construct and pairing neighbouring dims (GPT-J's rotate_every_two),
+    turning each whole head for a part, taking another base, leaving the rotation out, or
+    leaving the scores unscaled under it, was told only that the attention's forward computes
+    otherwise. Computed again with torch's table, turned each way, each side's output tells
+    its own."""
     result = _bug_named_on_tokens("rotary", bug, "self_attn.o_proj", cause, told)
     assert "with a causal mask" in result.diagnosis.detail, result.diagnosis.detail
 

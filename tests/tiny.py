@@ -5357,10 +5357,12 @@ def ms_separate_qkv(heads: int = 2, scale: str = "head", swapped: bool = False) 
 
 # Hugging Face's Llama and GPT-NeoX turn q and k by position with a table their rotary module
 # returns, cos and sin of the angles laid out as cat(freqs, freqs), each head's first dims paired
-# as two halves (rotate_half); GPT-NeoX's over a part of each head. A port computing the table in
-# its construct may pair neighbours as GPT-J does, turn each whole head, take another base,
-# leave the rotation out, or leave the scores unscaled.
-ROTARY_WIDTH, ROTARY_HEADS, ROTARY_DIMS = 16, 2, 4
+# as two halves (rotate_half); GPT-NeoX's over a part of each head. Llama's query heads share
+# fewer key-value heads (repeat_kv). A port computing the table in its construct may pair
+# neighbours as GPT-J does, turn each whole head, take another base, leave the rotation out, or
+# leave the scores unscaled.
+ROTARY_WIDTH, ROTARY_HEADS, ROTARY_GROUPS, ROTARY_DIMS = 32, 4, 2, 4
+ROTARY_HEAD = ROTARY_WIDTH // ROTARY_HEADS
 
 
 def _rotary_angles(length: int, dims: int, base: float = 10000.0) -> np.ndarray:
@@ -5378,13 +5380,15 @@ class _TorchRotaryEmbedding(tnn.Module):
 class _TorchRotaryAttention(tnn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
-            tnn.Linear(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(4))
+        self.q_proj, self.o_proj = (tnn.Linear(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(2))
+        self.k_proj, self.v_proj = (tnn.Linear(ROTARY_WIDTH, ROTARY_GROUPS * ROTARY_HEAD)
+                                    for _ in range(2))
 
     def forward(self, x, cos, sin):
         n, length, _ = x.shape
-        q, k, v = (projection(x).view(n, length, ROTARY_HEADS, -1).transpose(1, 2)
+        q, k, v = (projection(x).view(n, length, -1, ROTARY_HEAD).transpose(1, 2)
                    for projection in (self.q_proj, self.k_proj, self.v_proj))
+        k, v = (y.repeat_interleave(ROTARY_HEADS // ROTARY_GROUPS, 1) for y in (k, v))
 
         def turned(y):
             part, rest = y[..., :ROTARY_DIMS], y[..., ROTARY_DIMS:]
@@ -5412,12 +5416,13 @@ class _TorchRotary(tnn.Module):
 
 
 class _MsRotaryAttention(msnn.Cell):
-    def __init__(self, turn: str, unscaled: bool, base: float) -> None:
+    def __init__(self, turn: str, unscaled: bool, base: float, tiled: bool) -> None:
         super().__init__()
-        self.turn, self.unscaled = turn, unscaled
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
-            msnn.Dense(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(4))
-        self.dims = ROTARY_WIDTH // ROTARY_HEADS if turn == "whole" else ROTARY_DIMS
+        self.turn, self.unscaled, self.tiled = turn, unscaled, tiled
+        self.q_proj, self.o_proj = (msnn.Dense(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(2))
+        self.k_proj, self.v_proj = (msnn.Dense(ROTARY_WIDTH, ROTARY_GROUPS * ROTARY_HEAD)
+                                    for _ in range(2))
+        self.dims = ROTARY_HEAD if turn == "whole" else ROTARY_DIMS
         angles = _rotary_angles(TOKENS, self.dims, base)
         angles = np.repeat(angles, 2, -1) if turn == "neighbours" else \
             np.concatenate((angles, angles), -1)
@@ -5436,21 +5441,24 @@ class _MsRotaryAttention(msnn.Cell):
 
     def construct(self, x):
         n, length, _ = x.shape
-        q, k, v = (projection(x).reshape(n, length, ROTARY_HEADS, -1).swapaxes(1, 2)
+        q, k, v = (projection(x).reshape(n, length, -1, ROTARY_HEAD).swapaxes(1, 2)
                    for projection in (self.q_proj, self.k_proj, self.v_proj))
+        per_group = ROTARY_HEADS // ROTARY_GROUPS
+        k, v = ((ops.tile(y, (1, per_group, 1, 1)) if self.tiled else
+                 ops.repeat_interleave(y, per_group, 1)) for y in (k, v))
         scores = ops.matmul(self.turned(q), self.turned(k).swapaxes(-1, -2))
         if not self.unscaled:
-            scores = scores / math.sqrt(ROTARY_WIDTH // ROTARY_HEADS)
+            scores = scores / math.sqrt(ROTARY_HEAD)
         scores = ops.where(self.causal, scores, mindspore.Tensor(-1e30, mindspore.float32))
         context = ops.matmul(ops.softmax(scores, -1), v).swapaxes(1, 2)
         return self.o_proj(context.reshape(n, length, ROTARY_WIDTH))
 
 
 class _MsRotary(msnn.Cell):
-    def __init__(self, turn: str, unscaled: bool, base: float) -> None:
+    def __init__(self, turn: str, unscaled: bool, base: float, tiled: bool) -> None:
         super().__init__()
         self.embed = msnn.Embedding(VOCABULARY, ROTARY_WIDTH)
-        self.self_attn = _MsRotaryAttention(turn, unscaled, base)
+        self.self_attn = _MsRotaryAttention(turn, unscaled, base, tiled)
         self.head = msnn.Dense(ROTARY_WIDTH * TOKENS, 5)
 
     def construct(self, ids):
@@ -5461,13 +5469,14 @@ def torch_rotary() -> tnn.Module:
     return _TorchRotary()
 
 
-def ms_rotary(turn: str = "halves", unscaled: bool = False, base: float = 10000.0
-              ) -> msnn.Cell:
+def ms_rotary(turn: str = "halves", unscaled: bool = False, base: float = 10000.0,
+              tiled: bool = False) -> msnn.Cell:
     """The port computes its rotary table in the attention's construct. ``turn``: "halves"
     (torch's), "neighbours" (GPT-J's pairs, the angles laid out to match), "whole" (each whole
     head, as two halves) or "none"; ``unscaled``: the scores not divided by √head; ``base``:
-    the frequencies' (torch's 10000)."""
-    return _MsRotary(turn, unscaled, base)
+    the frequencies' (torch's 10000); ``tiled``: query head h reads key-value head
+    h % groups (torch's h // (heads / groups))."""
+    return _MsRotary(turn, unscaled, base, tiled)
 
 
 # Falcon's layer normalises its input twice, for the attention and for the MLP, with norms

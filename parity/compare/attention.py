@@ -23,9 +23,10 @@ it, as blocks or head by head, for each head count, its scores scaled by 1/√he
 causal mask or none; each side's output there is matched against each. That tells the split,
 and the scale (GPT-2 ported without it). Where torch recorded a rotary table before the
 attention (a module returning cos and sin of the positions, Hugging Face's ``rotary_emb``),
-q and k are also turned by it, as two halves or neighbouring pairs, by its angles laid out
-either way, or over each whole head, or not at all: that tells the rotation too (a Llama port
-rotating GPT-J's neighbouring pairs).
+q and k are turned by it as its layout says; where MindSpore's output fits no way so, torch's
+own ways are tried again with q and k turned each other way ``rotary.rotations`` knows (other
+pairs, dims or base, or none): that tells the rotation too (a Llama port rotating GPT-J's
+neighbouring pairs).
 
 Both sides recorded every tensor this needs (the projection's output matched; W and b are
 torch's initial weights), and a few positions alone are read.
@@ -35,7 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from itertools import permutations
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 import numpy as np
 
@@ -47,7 +49,10 @@ from parity.rundir import RunReader, initial_weights
 # widest gap was 2.3e-7 of the output's largest value (BLOOM's trial, width 48, both layers,
 # both sides, 64th round), the wrong split's 2.1e-2 where its value happened to lie close. The
 # attention computed again: each side's own way within 3.8e-7, the nearest other way 3.8e-3
-# off (timm's ViT and GPT-2 trials, their first layer, both sides, 65th round).
+# off (timm's ViT and GPT-2 trials, their first layer, both sides, 65th round); turned by a
+# rotary table, its own way within 2.2e-7, the nearest other 6.1e-4 off, but for another base
+# (Llama's and GPT-NeoX's trials, 16 tokens, 66th round: bases 500000 and 1000000 lie 5.4e-5 to
+# 9.3e-5 apart, and the closer way is told).
 SPLIT_FIT = 1e-4
 SLOTS = ("first", "second", "third")
 REPEATED = "h // (heads / groups), as repeat_interleave (torch's repeat_kv, Falcon's broadcast)"
@@ -313,14 +318,16 @@ class Attending:
     lie in them (``arrangement``: a fused output's three blocks, or its heads' three each, or
     three projections of their own), which slot or projection holds each (``order[slot]``:
     0, 1, 2 for q, k, v), in how many ``heads``, the scores' ``scale``, whether a causal
-    mask hides later positions, and how q and k are turned by position (``rotary``, in words;
-    "" where torch recorded no rotary table)."""
+    mask hides later positions, how q and k are turned by position (``rotary``, in words;
+    "" where torch recorded no rotary table), and which key-value head query head h reads
+    (``sharing``; "" where each has its own)."""
     arrangement: str
     order: Tuple[int, ...]
     heads: int
     scale: str
     causal: bool
     rotary: str = ""
+    sharing: str = ""
 
     def said(self, sources: Sequence[str], width: int) -> str:
         """How q, k and v are taken, in words, ``sources`` naming the projections."""
@@ -331,30 +338,60 @@ class Attending:
             return f"head by head, ({self.heads}, 3, {head}), each head's {', '.join(roles)}"
         taken = ", ".join(f"{'qkv'[role]} from {sources[self.order.index(role)]}"
                           for role in range(3))
-        return f"{taken}, {self.heads} heads of {head}"
+        shared = f", query head h reading key-value head {self.sharing}" if self.sharing else ""
+        return f"{taken}, {self.heads} heads of {head}{shared}"
+
+
+class Laid(NamedTuple):
+    """How q, k and v lie in the projections' outputs (``arrangement``), in how many
+    ``heads``, and how query heads share fewer key-value heads (``sharing``; "" where not)."""
+    arrangement: str
+    heads: int
+    sharing: str = ""
 
 
 def _heads_in_slots(sources: Sequence[np.ndarray], width: int
-                    ) -> Iterator[Tuple[str, int, List[np.ndarray]]]:
-    """For one sample's fused output (L, 3·width), or its three projections (L, width) each,
-    each way of laying them out as three slots of heads: a fused output's three blocks, or its
-    heads' three each, for each head count. Yields (arrangement, heads, each slot's (heads, L,
-    head))."""
+                    ) -> Iterator[Tuple[Laid, List[np.ndarray]]]:
+    """For one sample's fused output (L, 3·width), or its three projections (L, width) each
+    (or two of them narrower: keys and values of fewer heads), each way of laying them out as
+    three slots of heads: a fused output's three blocks, or its heads' three each, for each
+    head count, narrower ones shared each way. Yields each way and each slot's (heads, L,
+    head)."""
     length = sources[0].shape[0]
     for heads in [h for h in _divisors(width) if h <= MOST_HEADS]:
         head = width // heads
         if len(sources) == 3:
-            yield OWN_PROJECTIONS, heads, [
-                np.ascontiguousarray(x.reshape(length, heads, head).transpose(1, 0, 2))
-                for x in sources]
+            yield from _projected_heads(sources, heads, head)
             continue
         blocks = sources[0].reshape(length, 3, heads, head)
-        yield BLOCKS, heads, [np.ascontiguousarray(blocks[:, slot].transpose(1, 0, 2))
-                              for slot in range(3)]
+        yield Laid(BLOCKS, heads), [np.ascontiguousarray(blocks[:, slot].transpose(1, 0, 2))
+                                    for slot in range(3)]
         if heads > 1:
             by_head = sources[0].reshape(length, heads, 3, head)
-            yield HEAD_BY_HEAD, heads, [
+            yield Laid(HEAD_BY_HEAD, heads), [
                 np.ascontiguousarray(by_head[:, :, slot].transpose(1, 0, 2)) for slot in range(3)]
+
+
+def _projected_heads(sources: Sequence[np.ndarray], heads: int, head: int
+                     ) -> Iterator[Tuple[Laid, List[np.ndarray]]]:
+    """Three projections' outputs as ``heads`` heads of ``head``: those of fewer columns as
+    fewer key-value heads, read by query head h each way of sharing them."""
+    length = sources[0].shape[0]
+    if any(x.shape[1] % head for x in sources):
+        return
+    split = [np.ascontiguousarray(x.reshape(length, -1, head).transpose(1, 0, 2))
+             for x in sources]
+    groups = min(x.shape[0] for x in split)
+    if groups == heads:
+        yield Laid(OWN_PROJECTIONS, heads), split
+        return
+    if heads % groups:
+        return
+    shared = {"": lambda h, heads, groups: 0} if groups == 1 else SHARINGS
+    for sharing, read in shared.items():
+        index = [read(h, heads, groups) for h in range(heads)]
+        yield Laid(OWN_PROJECTIONS, heads, sharing), [
+            x if x.shape[0] == heads else x[index] for x in split]
 
 
 def _attended(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray
@@ -384,16 +421,21 @@ def _attention_sources(t: RecordInfo, width: int, holders: Sequence[str], torch_
     times its ``width`` before it in the first of ``holders``' forward, or the three latest
     projections of its width before it in the first holder's, or anywhere in the next's
     (Hugging Face's BERT and ViT project q, k and v in a module beside the one holding their
-    output projection), in the order they ran."""
+    output projection), or the three latest there, one of its width and two narrower (keys and
+    values of fewer heads, Llama's), in the order they ran."""
     first = _projections_before(t, holders[0], torch_run, comparisons)
     fused = [r for r in first if r.shape[2] == 3 * width]
     if fused:
         return fused[:1]
     for holder, anywhere in [(holders[0], False)] + [(h, True) for h in holders[1:] if h]:
-        alike = [r for r in _projections_before(t, holder, torch_run, comparisons, anywhere)
-                 if r.shape[2] == width]
+        found = _projections_before(t, holder, torch_run, comparisons, anywhere)
+        alike = [r for r in found if r.shape[2] == width]
         if len(alike) >= 3:
             return sorted(alike[:3], key=lambda r: r.order)
+        narrow = sorted(r.shape[2] for r in found[:3])
+        if len(narrow) == 3 and narrow[0] == narrow[1] < narrow[2] == width and \
+                width % narrow[0] == 0:
+            return sorted(found[:3], key=lambda r: r.order)
     return []
 
 
@@ -444,7 +486,7 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
     told = AttentionTold([source.name for source in sources], t.name, projected, out.width,
                          positions)
 
-    def as_torch_turns(arrangement: str, heads: int, head: int) -> Turnings:
+    def as_torch_turns(laid: Laid, head: int) -> Turnings:
         return [(rotary.rotations(table, head)[0], ORDERS)]
 
     ways, predicted = _predicted(values, out, positions, as_torch_turns)
@@ -469,32 +511,31 @@ Turnings = List[Tuple[rotary.Rotary, Sequence[Tuple[int, ...]]]]
 
 
 def _turned_otherwise(torch_ways: Sequence[Attending], table: rotary.Table
-                      ) -> Callable[[str, int, int], Turnings]:
-    """Torch's arrangements, head counts and orders of q, k and v alone, q and k turned each
-    way other than torch's."""
-    orders: Dict[Tuple[str, int], List[Tuple[int, ...]]] = {}
+                      ) -> Callable[[Laid, int], Turnings]:
+    """Torch's arrangements, head counts, sharings and orders of q, k and v alone, q and k
+    turned each way other than torch's."""
+    orders: Dict[Laid, List[Tuple[int, ...]]] = {}
     for way in torch_ways:
-        taken = orders.setdefault((way.arrangement, way.heads), [])
+        taken = orders.setdefault(Laid(way.arrangement, way.heads, way.sharing), [])
         if way.order not in taken:
             taken.append(way.order)
 
-    def turns(arrangement: str, heads: int, head: int) -> Turnings:
-        if (arrangement, heads) not in orders:
-            return []
-        return [(other, orders[arrangement, heads]) for other in rotary.rotations(table, head)[1]]
+    def turns(laid: Laid, head: int) -> Turnings:
+        return [(other, orders[laid]) for other in rotary.rotations(table, head)[1]] \
+            if laid in orders else []
     return turns
 
 
 def _predicted(values: Sequence[np.ndarray], out: OutputProjection, positions: np.ndarray,
-               turnings: Callable[[str, int, int], Turnings]
+               turnings: Callable[[Laid, int], Turnings]
                ) -> Tuple[List[Attending], List[List[np.ndarray]]]:
     """Each way of attending over ``values`` (one sample's), q and k turned as ``turnings``
-    (arrangement, heads, head) says, computed again at ``positions`` and projected by each of
-    ``out``'s matrices: the ways, and for each matrix their outputs."""
+    (laid, head) says, computed again at ``positions`` and projected by each of ``out``'s
+    matrices: the ways, and for each matrix their outputs."""
     ways: List[Attending] = []
     predicted: List[List[np.ndarray]] = [[] for _ in out.matrices]
-    for arrangement, heads, slots in _heads_in_slots(values, out.width):
-        for turning, orders in turnings(arrangement, heads, out.width // heads):
+    for laid, slots in _heads_in_slots(values, out.width):
+        for turning, orders in turnings(laid, out.width // laid.heads):
             keys: Dict[int, np.ndarray] = {}    # each slot turned, as k, where one is
             for order in orders:
                 q, k, v = (slots[order.index(role)] for role in range(3))
@@ -503,7 +544,8 @@ def _predicted(values: Sequence[np.ndarray], out: OutputProjection, positions: n
                 k = keys[order.index(1)]
                 for (scale, causal), context in _attended(
                         turning.turned(q[:, positions], positions), k, v, positions).items():
-                    ways.append(Attending(arrangement, order, heads, scale, causal, turning.said))
+                    ways.append(Attending(laid.arrangement, order, laid.heads, scale, causal,
+                                          turning.said, laid.sharing))
                     for outputs, matrix in zip(predicted, out.matrices):
                         outputs.append(context @ matrix + out.offset)
     return ways, predicted
@@ -559,7 +601,7 @@ class AttentionTold:
         if any(a == b for a, b in pairs):
             return None
         for differs, cause in ((("scale",), self.scaled), (("heads",), self.heads),
-                               (("rotary",), self.rotated),
+                               (("rotary",), self.rotated), (("sharing",), self.shared),
                                (("arrangement", "order"), self.split)):
             same = [(a, b) for a, b in pairs
                     if all(getattr(a, f.name) == getattr(b, f.name) for f in fields(Attending)
@@ -567,6 +609,14 @@ class AttentionTold:
             if same:
                 return cause(*same[0])
         return None
+
+    def shared(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
+        return Diagnosis(cause="key-value heads shared otherwise",
+                         detail=f"{self._matched()}: torch's query head h reads key-value head "
+                                f"{torch_way.sharing}; MindSpore's {ms_way.sharing} (q, k, v "
+                                f"taken {torch_way.said(self.sources, self.width)}). "
+                                f"{self._how(torch_way)} Share them as torch does.",
+                         confidence="certain")
 
     def rotated(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
         return Diagnosis(cause="rotary positions applied otherwise",
