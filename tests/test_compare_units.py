@@ -1875,7 +1875,8 @@ def test_a_table_recorded_is_told_from_a_module_output_alike_by_its_values():
 def test_query_heads_sharing_fewer_key_value_heads_are_laid_out_each_way():
     """Three projections, keys and values narrower than the queries (Llama's grouped heads):
     for each head count their heads are read by query head h as h // (heads / groups) and as
-    h % groups; where one key-value head is left, every query head reads it."""
+    h % groups; where one key-value head is left, every query head reads it, as from a fused
+    output holding one (Falcon-7B's multi-query [q | k | v])."""
     from parity.compare import attention
     rng = np.random.default_rng(0)
     q, k, v = rng.standard_normal((3, 16)), rng.standard_normal((3, 8)), \
@@ -1889,6 +1890,12 @@ def test_query_heads_sharing_fewer_key_value_heads_are_laid_out_each_way():
     np.testing.assert_array_equal(tiled[2], v_heads[[0, 1, 0, 1]])
     np.testing.assert_array_equal(repeated[0], q.reshape(3, 4, 4).transpose(1, 0, 2))
     np.testing.assert_array_equal(laid[2, ""][1], np.stack([k, k]))
+    fused = np.concatenate([q, k[:, :4], v[:, :4]], 1)    # one key-value head of 4: Falcon-7B's
+    ways = {(way.arrangement, way.sharing): slots
+            for way, slots in attention._heads_in_slots([fused], 16) if way.heads == 4}
+    assert set(ways) == {(attention.BLOCKS, ""), ("group by group, (1, 4 + 2, 4)", "")}
+    for slots in ways.values():
+        np.testing.assert_array_equal(slots[2], np.stack([v[:, :4]] * 4))
 
 
 def test_ways_apart_in_their_sharing_alone_tell_the_key_value_heads_shared_otherwise():

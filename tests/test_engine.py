@@ -3327,6 +3327,10 @@ def test_a_fused_projection_split_as_blocks_where_torch_splits_it_head_by_head_i
     ("grouped_qkv", {"blocks": True, "tiled": True}, "dense", "fused projection split otherwise",
      "MindSpore as blocks [q | k | v], 4 query heads and 2 key-value heads of 2, query head h "
      "reading key-value head h % groups"),
+    ("grouped_qkv", {"unscaled": True}, "dense", "attention scores scaled otherwise",
+     "torch scales q·kᵀ by 1/√head, MindSpore by 1 (q, k, v taken group by group, (2, 2 + 2, "
+     "2), each group's queries read as q, its key as k, its value as v, 4 heads of 2, query "
+     "head h reading key-value head h // (heads / groups)"),
     ("shared_values", {"tiled": True}, "o_proj", "key-value heads shared otherwise",
      "v_proj's output matched, and o_proj's input differs: torch's query head h reads "
      "key-value head h // (heads / groups), as repeat_interleave (torch's repeat_kv, Falcon's "
@@ -3337,8 +3341,8 @@ def test_grouped_values_split_or_shared_otherwise_are_named(pair, bug, first, ca
     """Falcon shares each key-value head among a group of query heads and holds each group's
     queries, key and value together; Llama shares the values of a projection of their own. A
     port splitting the fused output as blocks, or having query head h read key-value head
-    h % groups (tile) where torch's reads h // (heads / groups), was told only that the
-    attention's forward computes otherwise."""
+    h % groups (tile) where torch's reads h // (heads / groups), or leaving the scores unscaled,
+    was told only that the attention's forward computes otherwise."""
     _bug_named_on_tokens(pair, bug, first, cause, told)
 
 

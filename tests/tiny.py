@@ -5160,14 +5160,15 @@ class _TorchSharedValues(tnn.Module):
         return self.head(self.o_proj(_torch_causal_context(q, k, v)).flatten(1))
 
 
-def _ms_causal_context(q, k, v, tiled: bool):
-    """_torch_causal_context in MindSpore; ``tiled``: query head h reads group h % GROUPS."""
+def _ms_causal_context(q, k, v, tiled: bool, unscaled: bool = False):
+    """_torch_causal_context in MindSpore; ``tiled``: query head h reads group h % GROUPS;
+    ``unscaled``: the scores not divided by √head."""
     if tiled:
         k, v = (ops.tile(x, (1, QUERIES_PER_GROUP, 1, 1)) for x in (k, v))
     else:
         k, v = (ops.repeat_interleave(x, QUERIES_PER_GROUP, axis=1) for x in (k, v))
     length = q.shape[2]
-    scores = ops.matmul(q, k.swapaxes(-1, -2)) / math.sqrt(HEAD_WIDTH)
+    scores = ops.matmul(q, k.swapaxes(-1, -2)) / (1 if unscaled else math.sqrt(HEAD_WIDTH))
     scores = ops.where(mindspore.Tensor(np.tril(np.ones((length, length), bool))), scores,
                        mindspore.Tensor(-1e30, mindspore.float32))
     context = ops.matmul(ops.softmax(scores, -1), v).swapaxes(1, 2)
@@ -5175,9 +5176,9 @@ def _ms_causal_context(q, k, v, tiled: bool):
 
 
 class _MsGroupedQkv(msnn.Cell):
-    def __init__(self, blocks: bool, tiled: bool) -> None:
+    def __init__(self, blocks: bool, tiled: bool, unscaled: bool) -> None:
         super().__init__()
-        self.blocks, self.tiled = blocks, tiled
+        self.blocks, self.tiled, self.unscaled = blocks, tiled, unscaled
         self.embed = msnn.Embedding(VOCABULARY, WIDTH)
         self.query_key_value = msnn.Dense(WIDTH, WIDTH + 2 * GROUPS * HEAD_WIDTH, has_bias=False)
         self.dense, self.head = msnn.Dense(WIDTH, WIDTH), msnn.Dense(WIDTH * TOKENS, 5)
@@ -5197,7 +5198,7 @@ class _MsGroupedQkv(msnn.Cell):
             q = fused[:, :, :, :QUERIES_PER_GROUP].reshape(n, length, -1, HEAD_WIDTH)
             k, v = fused[:, :, :, QUERIES_PER_GROUP], fused[:, :, :, QUERIES_PER_GROUP + 1]
         q, k, v = (t.swapaxes(1, 2) for t in (q, k, v))
-        context = _ms_causal_context(q, k, v, self.tiled)
+        context = _ms_causal_context(q, k, v, self.tiled, self.unscaled)
         return self.head(self.dense(context).reshape(n, -1))
 
 
@@ -5223,10 +5224,12 @@ def torch_grouped_qkv() -> tnn.Module:
     return _TorchGroupedQkv()
 
 
-def ms_grouped_qkv(blocks: bool = False, tiled: bool = False) -> msnn.Cell:
+def ms_grouped_qkv(blocks: bool = False, tiled: bool = False, unscaled: bool = False
+                   ) -> msnn.Cell:
     """``blocks``: the fused output split as [q | k | v] (torch's group by group); ``tiled``:
-    query head h reads key-value head h % 2 (torch's h // 2)."""
-    return _MsGroupedQkv(blocks, tiled)
+    query head h reads key-value head h % 2 (torch's h // 2); ``unscaled``: the scores not
+    divided by √head."""
+    return _MsGroupedQkv(blocks, tiled, unscaled)
 
 
 def torch_shared_values() -> tnn.Module:

@@ -50,9 +50,9 @@ from parity.rundir import RunReader, initial_weights
 # both sides, 64th round), the wrong split's 2.1e-2 where its value happened to lie close. The
 # attention computed again: each side's own way within 3.8e-7, the nearest other way 3.8e-3
 # off (timm's ViT and GPT-2 trials, their first layer, both sides, 65th round); turned by a
-# rotary table, its own way within 2.2e-7, the nearest other 6.1e-4 off, but for another base
-# (Llama's and GPT-NeoX's trials, 16 tokens, 66th round: bases 500000 and 1000000 lie 5.4e-5 to
-# 9.3e-5 apart, and the closer way is told).
+# rotary table, its own way within 2.3e-7, the nearest other 6.1e-4 off, but for another base
+# (Llama's, GPT-NeoX's and Falcon's trials, 16 tokens, 66th round: bases 500000 and 1000000 lie
+# 5.4e-5 to 9.3e-5 apart, and the closer way is told).
 SPLIT_FIT = 1e-4
 SLOTS = ("first", "second", "third")
 REPEATED = "h // (heads / groups), as repeat_interleave (torch's repeat_kv, Falcon's broadcast)"
@@ -332,13 +332,16 @@ class Attending:
     def said(self, sources: Sequence[str], width: int) -> str:
         """How q, k and v are taken, in words, ``sources`` naming the projections."""
         head, roles = width // self.heads, ["qkv"[role] for role in self.order]
+        shared = f", query head h reading key-value head {self.sharing}" if self.sharing else ""
         if self.arrangement == BLOCKS:
-            return f"as three blocks [{' | '.join(roles)}], {self.heads} heads of {head}"
+            return f"as three blocks [{' | '.join(roles)}], {self.heads} heads of {head}{shared}"
         if self.arrangement == HEAD_BY_HEAD:
             return f"head by head, ({self.heads}, 3, {head}), each head's {', '.join(roles)}"
+        if self.arrangement != OWN_PROJECTIONS:
+            return f"{self.arrangement}, each group's queries read as {roles[0]}, its key as " \
+                f"{roles[1]}, its value as {roles[2]}, {self.heads} heads of {head}{shared}"
         taken = ", ".join(f"{'qkv'[role]} from {sources[self.order.index(role)]}"
                           for role in range(3))
-        shared = f", query head h reading key-value head {self.sharing}" if self.sharing else ""
         return f"{taken}, {self.heads} heads of {head}{shared}"
 
 
@@ -363,6 +366,9 @@ def _heads_in_slots(sources: Sequence[np.ndarray], width: int
         if len(sources) == 3:
             yield from _projected_heads(sources, heads, head)
             continue
+        if sources[0].shape[1] != 3 * width:
+            yield from _fused_groups(sources[0], width, heads, head)
+            continue
         blocks = sources[0].reshape(length, 3, heads, head)
         yield Laid(BLOCKS, heads), [np.ascontiguousarray(blocks[:, slot].transpose(1, 0, 2))
                                     for slot in range(3)]
@@ -370,6 +376,28 @@ def _heads_in_slots(sources: Sequence[np.ndarray], width: int
             by_head = sources[0].reshape(length, heads, 3, head)
             yield Laid(HEAD_BY_HEAD, heads), [
                 np.ascontiguousarray(by_head[:, :, slot].transpose(1, 0, 2)) for slot in range(3)]
+
+
+def _fused_groups(fused: np.ndarray, width: int, heads: int, head: int
+                  ) -> Iterator[Tuple[Laid, List[np.ndarray]]]:
+    """A fused output (L, width + 2·groups·head) as ``heads`` query heads sharing fewer
+    key-value heads: as blocks [q | k | v] (Phi-3's, Falcon-7B's), or group by group, each
+    group's queries, its key, its value (Falcon's new architecture), each way of sharing."""
+    length = fused.shape[0]
+    groups, rest = divmod(fused.shape[1] - width, 2 * head)
+    if rest or not 0 < groups < heads or heads % groups:
+        return
+    per = heads // groups
+    together = fused.reshape(length, groups, per + 2, head)
+    layouts = {BLOCKS: [fused[:, :width], fused[:, width:width + groups * head],
+                        fused[:, width + groups * head:]],
+               f"group by group, ({groups}, {per} + 2, {head})": [
+                   together[:, :, :per].reshape(length, width),
+                   together[:, :, per].reshape(length, -1),
+                   together[:, :, per + 1].reshape(length, -1)]}
+    for arrangement, parts in layouts.items():
+        for laid, slots in _projected_heads(parts, heads, head):
+            yield laid._replace(arrangement=arrangement), slots
 
 
 def _projected_heads(sources: Sequence[np.ndarray], heads: int, head: int
@@ -418,13 +446,14 @@ def _attended(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray
 def _attention_sources(t: RecordInfo, width: int, holders: Sequence[str], torch_run: RunReader,
                        comparisons: Sequence[Comparison]) -> List[RecordInfo]:
     """What the attention before ``t`` reads q, k and v from: the fused projection of three
-    times its ``width`` before it in the first of ``holders``' forward, or the three latest
+    times its ``width`` before it in the first of ``holders``' forward (or of fewer columns:
+    keys and values of fewer heads, Falcon's and Phi-3's), or the three latest
     projections of its width before it in the first holder's, or anywhere in the next's
     (Hugging Face's BERT and ViT project q, k and v in a module beside the one holding their
     output projection), or the three latest there, one of its width and two narrower (keys and
     values of fewer heads, Llama's), in the order they ran."""
     first = _projections_before(t, holders[0], torch_run, comparisons)
-    fused = [r for r in first if r.shape[2] == 3 * width]
+    fused = [r for r in first if width < r.shape[2] <= 3 * width and (r.shape[2] - width) % 2 == 0]
     if fused:
         return fused[:1]
     for holder, anywhere in [(holders[0], False)] + [(h, True) for h in holders[1:] if h]:
