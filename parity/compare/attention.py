@@ -17,11 +17,13 @@ without sharing), for each head count and, without sharing, each slot; from a pr
 the values alone, for each head count; shared either way. Rotary positions, which turn q and k
 alone, leave this reading as it is.
 
-Where no mask lets a position see itself alone (timm's ViT), the attention is computed again
-from a fused output of three equal parts at a few positions, for each order of q, k and v in
-it, as blocks or head by head, for each head count, its scores scaled by 1/√head or not, with a
-causal mask or none; each side's output there is matched against each. That tells the split,
-and the scale (GPT-2 ported without it). Where torch recorded a rotary table before the
+Where the first position tells nothing (timm's ViT attends over every token; a scale or a
+rotation leaves it as it is), the attention is computed again at a few positions, from a fused
+output (as blocks, head by head, or group by group) or three projections, for each order of q,
+k and v in it, each head count, keys and values of fewer heads shared either way, its scores
+scaled by 1/√head or not, with a causal mask or none; each side's output there is matched
+against each. That tells the split, the sharing, the head count and the scale (GPT-2 ported
+without it). Where torch recorded a rotary table before the
 attention (a module returning cos and sin of the positions, Hugging Face's ``rotary_emb``),
 q and k are turned by it as its layout says; where MindSpore's output fits no way so, torch's
 own ways are tried again with q and k turned each other way ``rotary.rotations`` knows (other
@@ -605,23 +607,6 @@ class AttentionTold:
             f"{', '.join(map(str, self.positions))}, {mask}: there each side's output is its " \
             f"own way's{projected}."
 
-    def scaled(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
-        return Diagnosis(cause="attention scores scaled otherwise",
-                         detail=f"{self._matched()}: torch scales q·kᵀ by {torch_way.scale}, "
-                                f"MindSpore by {ms_way.scale} (q, k, v taken "
-                                f"{torch_way.said(self.sources, self.width)}). "
-                                f"{self._how(torch_way)} Scale the scores as torch does.",
-                         confidence="certain")
-
-    def heads(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
-        return Diagnosis(cause="attention head count differs",
-                         detail=f"{self._matched()}: torch attends in {torch_way.heads} heads of "
-                                f"{self.width // torch_way.heads}, MindSpore in {ms_way.heads} "
-                                f"of {self.width // ms_way.heads} (q, k, v taken "
-                                f"{torch_way.said(self.sources, self.width)}). "
-                                f"{self._how(torch_way)} Build the port with torch's number of "
-                                "heads.", confidence="certain")
-
     def one_apart(self, torch_ways: Sequence[Attending], ms_ways: Sequence[Attending]
                   ) -> Optional[Diagnosis]:
         """The cause where a way torch's output fits and one MindSpore's fits, under one mask,
@@ -639,21 +624,37 @@ class AttentionTold:
                 return cause(*same[0])
         return None
 
-    def shared(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
-        return Diagnosis(cause="key-value heads shared otherwise",
-                         detail=f"{self._matched()}: torch's query head h reads key-value head "
-                                f"{torch_way.sharing}; MindSpore's {ms_way.sharing} (q, k, v "
-                                f"taken {torch_way.said(self.sources, self.width)}). "
-                                f"{self._how(torch_way)} Share them as torch does.",
-                         confidence="certain")
+    def _in_one_respect(self, cause: str, difference: str, torch_way: Attending, advice: str
+                        ) -> Diagnosis:
+        return Diagnosis(cause=cause,
+                         detail=f"{self._matched()}: {difference} (q, k, v taken "
+                                f"{torch_way.said(self.sources, self.width)}). "
+                                f"{self._how(torch_way)} {advice}", confidence="certain")
+
+    def scaled(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
+        return self._in_one_respect(
+            "attention scores scaled otherwise",
+            f"torch scales q·kᵀ by {torch_way.scale}, MindSpore by {ms_way.scale}", torch_way,
+            "Scale the scores as torch does.")
+
+    def heads(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
+        return self._in_one_respect(
+            "attention head count differs",
+            f"torch attends in {torch_way.heads} heads of {self.width // torch_way.heads}, "
+            f"MindSpore in {ms_way.heads} of {self.width // ms_way.heads}", torch_way,
+            "Build the port with torch's number of heads.")
 
     def rotated(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
-        return Diagnosis(cause="rotary positions applied otherwise",
-                         detail=f"{self._matched()}: torch {torch_way.rotary}; MindSpore "
-                                f"{ms_way.rotary} (q, k, v taken "
-                                f"{torch_way.said(self.sources, self.width)}). "
-                                f"{self._how(torch_way)} Rotate q and k as torch does.",
-                         confidence="certain")
+        return self._in_one_respect(
+            "rotary positions applied otherwise",
+            f"torch {torch_way.rotary}; MindSpore {ms_way.rotary}", torch_way,
+            "Rotate q and k as torch does.")
+
+    def shared(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
+        return self._in_one_respect(
+            "key-value heads shared otherwise",
+            f"torch's query head h reads key-value head {torch_way.sharing}; MindSpore's "
+            f"{ms_way.sharing}", torch_way, "Share them as torch does.")
 
     def split(self, torch_way: Attending, ms_way: Attending) -> Diagnosis:
         if torch_way.arrangement == OWN_PROJECTIONS:
