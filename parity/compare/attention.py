@@ -357,11 +357,11 @@ class Laid(NamedTuple):
 
 def _heads_in_slots(sources: Sequence[np.ndarray], width: int
                     ) -> Iterator[Tuple[Laid, List[np.ndarray]]]:
-    """For one sample's fused output (L, 3·width), or its three projections (L, width) each
-    (or two of them narrower: keys and values of fewer heads), each way of laying them out as
-    three slots of heads: a fused output's three blocks, or its heads' three each, for each
-    head count, narrower ones shared each way. Yields each way and each slot's (heads, L,
-    head)."""
+    """For one sample's fused output (L, 3·width), or its three projections (L, width) each,
+    each way of laying them out as three slots of heads: a fused output's three blocks, or its
+    heads' three each, for each head count. Where the keys and values are of fewer heads (a
+    fused output of fewer columns, or two projections narrower), each way of sharing them.
+    Yields each way and each slot's (heads, L, head)."""
     length = sources[0].shape[0]
     for heads in [h for h in _divisors(width) if h <= MOST_HEADS]:
         head = width // heads
