@@ -3422,6 +3422,21 @@ def test_an_attention_turned_by_rotary_positions_otherwise_is_told_by_torchs_tab
     assert "with a causal mask" in result.diagnosis.detail, result.diagnosis.detail
 
 
+@pytest.mark.parametrize("bug, cause, told", [
+    ({"unscaled": True}, "attention scores scaled otherwise",
+     "torch scales q·kᵀ by 1/√head, MindSpore by 1 (q, k, v taken q from encoder_attn.q_proj, "
+     "k from encoder_attn.k_proj, v from encoder_attn.v_proj, 2 heads of 4)"),
+    ({"heads": 4}, "attention head count differs",
+     "torch attends in 2 heads of 4, MindSpore in 4 of 2"),
+])
+def test_a_cross_attention_computed_otherwise_is_told_over_keys_of_another_length(bug, cause,
+                                                                                 told):
+    """Whisper's and BART's decoders attend over the encoder's output, whose keys and values
+    are of another length than the queries: a port leaving the scores unscaled or splitting
+    them into other heads was told only that the attention's forward computes otherwise."""
+    _bug_named_on_tokens("cross_attention", bug, "encoder_attn.out_proj", cause, told)
+
+
 def test_a_cell_read_in_place_of_another_equal_at_the_start_is_told_by_its_gradient():
     """Falcon normalises its input twice, for the attention and for the MLP; a port calling
     the first norm for both matched every forward output (the norms are equal at their

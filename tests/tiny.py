@@ -5482,6 +5482,77 @@ def ms_rotary(turn: str = "halves", unscaled: bool = False, base: float = 10000.
     return _MsRotary(turn, unscaled, base, tiled)
 
 
+# Whisper's and BART's decoders attend over the encoder's output: keys and values of another
+# length than the queries (here the first half of the positions); a port may leave the scores
+# unscaled or split them into other heads.
+class _TorchCrossAttention(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            tnn.Linear(WIDTH, WIDTH) for _ in range(4))
+
+    def forward(self, x, memory):
+        n, length, _ = x.shape
+        q, k, v = (projection(source).view(n, source.shape[1], 2, -1).transpose(1, 2)
+                   for projection, source in ((self.q_proj, x), (self.k_proj, memory),
+                                              (self.v_proj, memory)))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(WIDTH // 2)
+        context = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(n, length, WIDTH)
+        return self.out_proj(context)
+
+
+class _TorchCross(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.encoder_attn = tnn.Embedding(VOCABULARY, WIDTH), _TorchCrossAttention()
+        self.head = tnn.Linear(WIDTH * TOKENS, 5)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        return self.head(self.encoder_attn(x, x[:, :TOKENS // 2]).flatten(1))
+
+
+class _MsCrossAttention(msnn.Cell):
+    def __init__(self, heads: int, unscaled: bool) -> None:
+        super().__init__()
+        self.heads, self.unscaled = heads, unscaled
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            msnn.Dense(WIDTH, WIDTH) for _ in range(4))
+
+    def construct(self, x, memory):
+        n, length, _ = x.shape
+        q = self.q_proj(x).reshape(n, length, self.heads, -1).swapaxes(1, 2)
+        k, v = (projection(memory).reshape(n, memory.shape[1], self.heads, -1).swapaxes(1, 2)
+                for projection in (self.k_proj, self.v_proj))
+        scores = ops.matmul(q, k.swapaxes(-1, -2))
+        if not self.unscaled:
+            scores = scores / math.sqrt(WIDTH // self.heads)
+        context = ops.matmul(ops.softmax(scores, -1), v).swapaxes(1, 2)
+        return self.out_proj(context.reshape(n, length, WIDTH))
+
+
+class _MsCross(msnn.Cell):
+    def __init__(self, heads: int, unscaled: bool) -> None:
+        super().__init__()
+        self.embed = msnn.Embedding(VOCABULARY, WIDTH)
+        self.encoder_attn = _MsCrossAttention(heads, unscaled)
+        self.head = msnn.Dense(WIDTH * TOKENS, 5)
+
+    def construct(self, ids):
+        x = self.embed(ids)
+        return self.head(self.encoder_attn(x, x[:, :TOKENS // 2]).reshape(ids.shape[0], -1))
+
+
+def torch_cross_attention() -> tnn.Module:
+    return _TorchCross()
+
+
+def ms_cross_attention(heads: int = 2, unscaled: bool = False) -> msnn.Cell:
+    """``heads``: the attention's (torch's 2); ``unscaled``: the scores not divided by
+    √head."""
+    return _MsCross(heads, unscaled)
+
+
 # Falcon's layer normalises its input twice, for the attention and for the MLP, with norms
 # equal at their initial weights, and adds both to it in parallel; a port may call the first
 # norm for both, or add the attention's output before normalising for the MLP.

@@ -166,17 +166,19 @@ def ways_of_taking_values(width: int, source: int) -> List[ValueTaken]:
 
 
 def _projections_before(t: RecordInfo, holder: str, torch_run: RunReader,
-                        comparisons: Sequence[Comparison], anywhere: bool = False
-                        ) -> List[RecordInfo]:
-    """The matched module outputs before ``t`` of its leading shape that ``holder``'s forward
-    computes itself (``anywhere``: in a module of its, at any depth): the projections its
-    values may come from, the latest first."""
+                        comparisons: Sequence[Comparison], anywhere: bool = False,
+                        any_length: bool = False) -> List[RecordInfo]:
+    """The matched module outputs before ``t`` of its leading shape (``any_length``: of its
+    batch, each position of its own sequence: a cross-attention's keys) that ``holder``'s
+    forward computes itself (``anywhere``: in a module of its, at any depth): the projections
+    its values may come from, the latest first."""
     inside = [c for c in comparisons if c.name.startswith(holder + ".")] if anywhere else \
         [c for c in comparisons if inputs.caller(c.name, torch_run) == holder]
     records = [torch_run.record(c.name, "forward") for c in inside
                if c.kind == "forward" and c.passed]
+    leading = 1 if any_length else 2
     before = [r for r in records if r is not None and r.order < t.order and
-              len(r.shape) == 3 and tuple(r.shape[:2]) == tuple(t.shape[:2])]
+              len(r.shape) == 3 and tuple(r.shape[:leading]) == tuple(t.shape[:leading])]
     return sorted(before, key=lambda r: -r.order)
 
 
@@ -406,10 +408,9 @@ def _projected_heads(sources: Sequence[np.ndarray], heads: int, head: int
                      ) -> Iterator[Tuple[Laid, List[np.ndarray]]]:
     """Three projections' outputs as ``heads`` heads of ``head``: those of fewer columns as
     fewer key-value heads, read by query head h each way of sharing them."""
-    length = sources[0].shape[0]
     if any(x.shape[1] % head for x in sources):
         return
-    split = [np.ascontiguousarray(x.reshape(length, -1, head).transpose(1, 0, 2))
+    split = [np.ascontiguousarray(x.reshape(x.shape[0], -1, head).transpose(1, 0, 2))
              for x in sources]
     groups = min(x.shape[0] for x in split)
     if groups == heads:
@@ -452,8 +453,9 @@ def _attention_sources(t: RecordInfo, width: int, holders: Sequence[str], torch_
     keys and values of fewer heads, Falcon's and Phi-3's), or the three latest
     projections of its width before it in the first holder's, or anywhere in the next's
     (Hugging Face's BERT and ViT project q, k and v in a module beside the one holding their
-    output projection), or the three latest there, one of its width and two narrower (keys and
-    values of fewer heads, Llama's), in the order they ran."""
+    output projection), or the three latest there, one of its width and length, two alike of
+    fewer columns (keys and values of fewer heads, Llama's) or of another length (a
+    cross-attention's, over the encoder's output), in the order they ran."""
     first = _projections_before(t, holders[0], torch_run, comparisons)
     fused = [r for r in first if width < r.shape[2] <= 3 * width and (r.shape[2] - width) % 2 == 0]
     if fused:
@@ -463,10 +465,12 @@ def _attention_sources(t: RecordInfo, width: int, holders: Sequence[str], torch_
         alike = [r for r in found if r.shape[2] == width]
         if len(alike) >= 3:
             return sorted(alike[:3], key=lambda r: r.order)
-        narrow = sorted(r.shape[2] for r in found[:3])
-        if len(narrow) == 3 and narrow[0] == narrow[1] < narrow[2] == width and \
-                width % narrow[0] == 0:
-            return sorted(found[:3], key=lambda r: r.order)
+        latest = _projections_before(t, holder, torch_run, comparisons, anywhere, True)[:3]
+        queries = [r for r in latest if tuple(r.shape[1:]) == (t.shape[1], width)]
+        keys = [tuple(r.shape[1:]) for r in latest if r not in queries[:1]]
+        if queries and len(keys) == 2 and keys[0] == keys[1] != (t.shape[1], width) and \
+                width % keys[0][1] == 0:
+            return sorted(latest, key=lambda r: r.order)
     return []
 
 
@@ -513,12 +517,16 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
         return None
     positions = _spread(RECOMPUTED_POSITIONS, t.shape[1])
     values = [torch_run.tensor(source)[0].astype(np.float64) for source in sources]
-    table = rotary.recorded_table(t, torch_run)
+    lengths = [x.shape[0] for x in values]
+    table = rotary.recorded_table(t, torch_run) if len(set(lengths)) == 1 else None
     told = AttentionTold([source.name for source in sources], t.name, projected, out.width,
                          positions)
+    orders = [order for order in ORDERS        # q of t's positions, k and v alike
+              if lengths[order.index(0)] == t.shape[1]
+              and lengths[order.index(1)] == lengths[order.index(2)]]
 
     def as_torch_turns(laid: Laid, head: int) -> Turnings:
-        return [(rotary.rotations(table, head)[0], ORDERS)]
+        return [(rotary.rotations(table, head)[0], orders)]
 
     ways, predicted = _predicted(values, out, positions, as_torch_turns)
     for matrix, outputs in zip(out.matrices, predicted):
