@@ -517,7 +517,7 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
         return None
     positions = _spread(RECOMPUTED_POSITIONS, t.shape[1])
     values = [torch_run.tensor(source)[0].astype(np.float64) for source in sources]
-    lengths = [x.shape[0] for x in values]
+    lengths = [x.shape[0] for x in values] * (3 // len(values))     # each slot's
     table = rotary.recorded_table(t, torch_run) if len(set(lengths)) == 1 else None
     told = AttentionTold([source.name for source in sources], t.name, projected, out.width,
                          positions)
