@@ -23,12 +23,11 @@ output (as blocks, head by head, or group by group) or three projections, for ea
 k and v in it, each head count, keys and values of fewer heads shared either way, its scores
 scaled by 1/√head or not, with a causal mask or none; each side's output there is matched
 against each. That tells the split, the sharing, the head count and the scale (GPT-2 ported
-without it). Where torch recorded a rotary table before the
-attention (a module returning cos and sin of the positions, Hugging Face's ``rotary_emb``),
-q and k are turned by it as its layout says; where MindSpore's output fits no way so, torch's
-own ways are tried again with q and k turned each other way ``rotary.rotations`` knows (other
-pairs, dims or base, or none): that tells the rotation too (a Llama port rotating GPT-J's
-neighbouring pairs).
+without it). Where torch recorded a rotary table before the attention (a module returning cos
+and sin of the positions, Hugging Face's ``rotary_emb``), q and k are turned by it as its
+layout says; where MindSpore's output fits no way so, torch's own ways are tried again with q
+and k turned each other way ``rotary.rotations`` knows (other pairs, dims or base, or none):
+that tells the rotation too (a Llama port rotating GPT-J's neighbouring pairs).
 
 Both sides recorded every tensor this needs (the projection's output matched; W and b are
 torch's initial weights), and a few positions alone are read.
@@ -96,13 +95,20 @@ def _heads_reading(starts: Sequence[int], head: int, heads: int, layout: str
     one per key-value head: each sharing, where there are more query heads than values and
     more than one value."""
     groups = len(starts)
-    shared = {"": lambda h, heads, groups: h} if groups == heads else \
-        {"": lambda h, heads, groups: 0} if groups == 1 else SHARINGS
     return [ValueTaken(layout, sharing,
                        np.concatenate([np.arange(starts[read(h, heads, groups)],
                                                  starts[read(h, heads, groups)] + head)
                                        for h in range(heads)]), heads)
-            for sharing, read in shared.items()]
+            for sharing, read in _sharings(heads, groups).items()]
+
+
+def _sharings(heads: int, groups: int) -> Dict[str, Callable[[int, int, int], int]]:
+    """Which key-value head query head h reads, each way ``heads`` query heads may read
+    ``groups``: its own where as many, the one where one ("" either way), else each of
+    SHARINGS."""
+    if groups == heads:
+        return {"": lambda h, heads, groups: h}
+    return {"": lambda h, heads, groups: 0} if groups == 1 else SHARINGS
 
 
 def _three_equal(width: int) -> List[ValueTaken]:
@@ -413,13 +419,9 @@ def _projected_heads(sources: Sequence[np.ndarray], heads: int, head: int
     split = [np.ascontiguousarray(x.reshape(x.shape[0], -1, head).transpose(1, 0, 2))
              for x in sources]
     groups = min(x.shape[0] for x in split)
-    if groups == heads:
-        yield Laid(OWN_PROJECTIONS, heads), split
-        return
     if heads % groups:
         return
-    shared = {"": lambda h, heads, groups: 0} if groups == 1 else SHARINGS
-    for sharing, read in shared.items():
+    for sharing, read in _sharings(heads, groups).items():
         index = [read(h, heads, groups) for h in range(heads)]
         yield Laid(OWN_PROJECTIONS, heads, sharing), [
             x if x.shape[0] == heads else x[index] for x in split]
@@ -450,23 +452,22 @@ def _attention_sources(t: RecordInfo, width: int, holders: Sequence[str], torch_
                        comparisons: Sequence[Comparison]) -> List[RecordInfo]:
     """What the attention before ``t`` reads q, k and v from: the fused projection of three
     times its ``width`` before it in the first of ``holders``' forward (or of fewer columns:
-    keys and values of fewer heads, Falcon's and Phi-3's), or the three latest
-    projections of its width before it in the first holder's, or anywhere in the next's
-    (Hugging Face's BERT and ViT project q, k and v in a module beside the one holding their
-    output projection), or the three latest there, one of its width and length, two alike of
-    fewer columns (keys and values of fewer heads, Llama's) or of another length (a
+    keys and values of fewer heads, Falcon's and Phi-3's), or the three latest projections of
+    its width and length before it in the first holder's, or anywhere in the next's (Hugging
+    Face's BERT and ViT project q, k and v in a module beside the one holding their output
+    projection), or the three latest there, one of its width and length, two alike of fewer
+    columns (keys and values of fewer heads, Llama's) or of another length (a
     cross-attention's, over the encoder's output), in the order they ran."""
     first = _projections_before(t, holders[0], torch_run, comparisons)
     fused = [r for r in first if width < r.shape[2] <= 3 * width and (r.shape[2] - width) % 2 == 0]
     if fused:
         return fused[:1]
     for holder, anywhere in [(holders[0], False)] + [(h, True) for h in holders[1:] if h]:
-        found = _projections_before(t, holder, torch_run, comparisons, anywhere)
-        alike = [r for r in found if r.shape[2] == width]
-        if len(alike) >= 3:
-            return sorted(alike[:3], key=lambda r: r.order)
-        latest = _projections_before(t, holder, torch_run, comparisons, anywhere, True)[:3]
-        queries = [r for r in latest if tuple(r.shape[1:]) == (t.shape[1], width)]
+        found = _projections_before(t, holder, torch_run, comparisons, anywhere, True)
+        queries = [r for r in found if tuple(r.shape[1:]) == (t.shape[1], width)]
+        if len(queries) >= 3:
+            return sorted(queries[:3], key=lambda r: r.order)
+        latest = found[:3]
         keys = [tuple(r.shape[1:]) for r in latest if r not in queries[:1]]
         if queries and len(keys) == 2 and keys[0] == keys[1] != (t.shape[1], width) and \
                 width % keys[0][1] == 0:
@@ -544,8 +545,8 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
 
 
 ORDERS = tuple(permutations(range(3)))
-# How q and k may be turned for one arrangement and head count, each way with the orders of
-# q, k and v to try it in.
+# How q and k may be turned for one way of laying them out in heads, each way with the orders
+# of q, k and v to try it in.
 Turnings = List[Tuple[rotary.Rotary, Sequence[Tuple[int, ...]]]]
 
 
@@ -575,7 +576,7 @@ def _predicted(values: Sequence[np.ndarray], out: OutputProjection, positions: n
     predicted: List[List[np.ndarray]] = [[] for _ in out.matrices]
     for laid, slots in _heads_in_slots(values, out.width):
         for turning, orders in turnings(laid, out.width // laid.heads):
-            keys: Dict[int, np.ndarray] = {}    # each slot turned, as k, where one is
+            keys: Dict[int, np.ndarray] = {}    # each slot read as k, turned once
             for order in orders:
                 q, k, v = (slots[order.index(role)] for role in range(3))
                 if order.index(1) not in keys:
