@@ -1850,25 +1850,20 @@ def test_a_table_recorded_is_told_from_a_module_output_alike_by_its_values():
     position 0); an output of the same shape that is no such pair is not taken for one."""
     from parity.compare import rotary
 
-    class Run:
-        def __init__(self, tensors):
-            self.records = [_forward(name, "", array.shape, order)
-                            for order, (name, array) in enumerate(tensors.items())]
-            self.arrays = tensors
-
-        def tensor(self, record):
-            return self.arrays[record.name]
+    def run(tensors):
+        return _Run(tensors, [_forward(name, "", array.shape, order)
+                              for order, (name, array) in enumerate(tensors.items())])
 
     angles = np.outer(np.arange(6), [1.0, 0.01]).astype(np.float32)
     angles = np.concatenate((angles, angles), -1)[None]
     attention = _forward("o_proj", "dense", (2, 6, 16), 9)
-    recorded = Run({"rotary.out0": np.cos(angles), "rotary.out1": np.sin(angles)})
+    recorded = run({"rotary.out0": np.cos(angles), "rotary.out1": np.sin(angles)})
     cos, sin = rotary.recorded_table(attention, recorded)
     np.testing.assert_array_equal(sin, np.sin(angles[0]))
     assert cos.dtype == np.float64
-    swapped = Run({"rotary.out0": np.sin(angles), "rotary.out1": np.cos(angles)})
+    swapped = run({"rotary.out0": np.sin(angles), "rotary.out1": np.cos(angles)})
     assert rotary.recorded_table(attention, swapped) is None
-    hidden = Run({"norm": np.ones((1, 6, 4), np.float32), "fc": np.zeros((1, 6, 4), np.float32)})
+    hidden = run({"norm": np.ones((1, 6, 4), np.float32), "fc": np.zeros((1, 6, 4), np.float32)})
     assert rotary.recorded_table(attention, hidden) is None
 
 

@@ -458,12 +458,12 @@ def _attention_sources(t: RecordInfo, width: int, holders: Sequence[str], torch_
     projection), or the three latest there, one of its width and length, two alike of fewer
     columns (keys and values of fewer heads, Llama's) or of another length (a
     cross-attention's, over the encoder's output), in the order they ran."""
-    first = _projections_before(t, holders[0], torch_run, comparisons)
-    fused = [r for r in first if width < r.shape[2] <= 3 * width and (r.shape[2] - width) % 2 == 0]
-    if fused:
-        return fused[:1]
     for holder, anywhere in [(holders[0], False)] + [(h, True) for h in holders[1:] if h]:
         found = _projections_before(t, holder, torch_run, comparisons, anywhere, True)
+        fused = [r for r in found if r.shape[1] == t.shape[1] and width < r.shape[2] <= 3 * width
+                 and (r.shape[2] - width) % 2 == 0]
+        if fused and not anywhere:
+            return fused[:1]
         queries = [r for r in found if tuple(r.shape[1:]) == (t.shape[1], width)]
         if len(queries) >= 3:
             return sorted(queries[:3], key=lambda r: r.order)
