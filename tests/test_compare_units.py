@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from itertools import product
 
 import numpy as np
 import pytest
@@ -1829,7 +1830,8 @@ def test_torchs_rotary_way_is_its_table_paired_as_its_layout_says(repeated):
     part = x[..., :dims]
     expected = np.concatenate((part * np.cos(laid) + pairing(part) * np.sin(laid),
                                x[..., dims:]), -1)
-    own, others = rotary.rotations((np.cos(laid), np.sin(laid)), head)
+    table = (np.cos(laid), np.sin(laid))
+    own, others = rotary.turning(table, head), rotary.rotations(table, head)
     np.testing.assert_allclose(own.turned(x), expected, atol=1e-12)
     np.testing.assert_allclose(own.turned(x[:, [1, 3]], np.array([1, 3])), expected[:, [1, 3]],
                                atol=1e-12)
@@ -1865,6 +1867,65 @@ def test_a_table_recorded_is_told_from_a_module_output_alike_by_its_values():
     assert rotary.recorded_table(attention, swapped) is None
     hidden = run({"norm": np.ones((1, 6, 4), np.float32), "fc": np.zeros((1, 6, 4), np.float32)})
     assert rotary.recorded_table(attention, hidden) is None
+
+
+@pytest.mark.parametrize("layout", ["as two halves", "in neighbouring pairs"])
+def test_a_table_computed_as_torch_computes_one_holds_torchs_angles(layout):
+    """Meta's Llama computes freqs_cis in float32 (inverse frequencies, then their products with
+    the positions); GPT-NeoX's table is that laid out as cat(freqs, freqs), GPT-J's repeated in
+    pairs. The table the attention builds for the way torch computes them holds its float32
+    angles, up to 2047 radians here, whose float32 rounding alone is 1.2e-4: its cos and sin
+    are torch's within 5.5e-8 (measured; an ulp apart on a few low frequencies' powers)."""
+    import torch
+    from parity.compare import rotary
+    length = 2048
+    for dims, base in product((8, 16, 64, 128), rotary.BASES):
+        freqs = 1.0 / (base ** (torch.arange(0, dims, 2)[: dims // 2].float() / dims))
+        angles = torch.outer(torch.arange(length, dtype=torch.float32), freqs)
+        laid = torch.cat((angles, angles), -1) if layout == rotary.HALVES else \
+            angles.repeat_interleave(2, -1)
+        cos, sin = rotary.computed_table(length, dims, base, layout)
+        np.testing.assert_allclose(cos, laid.double().cos().numpy(), rtol=0, atol=1e-7)
+        np.testing.assert_allclose(sin, laid.double().sin().numpy(), rtol=0, atol=1e-7)
+    assert rotary.turning((cos, sin), dims).said == rotary.computed(
+        length, dims, base, layout, dims).said.replace(f" of base {base:.0f}", "")
+
+
+@pytest.mark.parametrize("biased", [False, True])
+def test_a_table_torchs_forward_computes_is_found_by_the_output_it_fits(biased):
+    """An attention turning half of each head as two halves at base 1000000, its angles
+    computed in its forward, scores unmasked (an encoder's): torch's output fits the table so
+    built, not the one of base 500000, and none where a bias is added to the scores (ALiBi)."""
+    from parity.compare import attention, rotary
+    length, width, heads, dims, base = 24, 32, 2, 8, 1e6
+    head = width // heads
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal((length, width)) for _ in range(3)]
+    q, k, v = (x.reshape(length, heads, head).transpose(1, 0, 2) for x in values)
+    turned = rotary.computed(length, dims, base, rotary.HALVES, head).turned
+    scores = turned(q) @ turned(k).transpose(0, 2, 1) / np.sqrt(head)
+    if biased:
+        scores = scores - 0.5 * np.abs(np.arange(length)[:, None] - np.arange(length))
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    context = (weights / weights.sum(-1, keepdims=True)) @ v
+    output = context.transpose(1, 0, 2).reshape(1, length, width).astype(np.float32)
+    record = _forward("attention", "module", output.shape, 3)
+    run = _Run({"attention": output}, [record])
+    positions, columns = attention._spread(4, length), np.arange(width)
+    out = attention.OutputProjection([np.eye(width)], 0.0, width, columns)
+
+    def fitting(ways, outputs, run, record):
+        return attention._fitting(ways, outputs, run, record, positions, columns, slice(0, 1))
+
+    found = attention._table_computed_in_forward(values, out, positions, attention.ORDERS,
+                                                 fitting, record, run)
+    if biased:
+        assert found is None
+        return
+    table, found_base = found
+    assert found_base == base
+    for expected, got in zip(rotary.computed_table(length, dims, base, rotary.HALVES), table):
+        np.testing.assert_array_equal(got, expected)
 
 
 def test_query_heads_sharing_fewer_key_value_heads_are_laid_out_each_way():

@@ -3389,11 +3389,11 @@ def test_an_attention_context_computed_otherwise_from_its_own_projections_is_tol
 
 
 @pytest.mark.parametrize("bug, cause, told", [
-    ({"turn": "neighbours"}, "rotary positions applied otherwise",
+    ({"pairs": "neighbours"}, "rotary positions applied otherwise",
      "torch turns the first 4 of each head's 8 dims of q and k as two halves, by angles laid out "
      "as cat(freqs, freqs); MindSpore turns the first 4 of each head's 8 dims of q and k in "
      "neighbouring pairs, by angles laid out as pairs, repeat_interleave(freqs, 2)"),
-    ({"turn": "whole"}, "rotary positions applied otherwise",
+    ({"dims": 8}, "rotary positions applied otherwise",
      "MindSpore turns each head's 8 dims of q and k as two halves, by angles of torch's base, "
      "10000, laid out as cat(freqs, freqs)"),
     ({"base": 500000.0}, "rotary positions applied otherwise",
@@ -3402,7 +3402,7 @@ def test_an_attention_context_computed_otherwise_from_its_own_projections_is_tol
     ({"base": 1e6}, "rotary positions applied otherwise",      # 500000 fits too, less closely
      "MindSpore turns the first 4 of each head's 8 dims of q and k as two halves, by angles of "
      "base 1000000 (torch's 10000)"),
-    ({"turn": "none"}, "rotary positions applied otherwise",
+    ({"pairs": "none"}, "rotary positions applied otherwise",
      "MindSpore turns no dims of q and k (no rotary positions)"),
     ({"unscaled": True}, "attention scores scaled otherwise",
      "torch scales q·kᵀ by 1/√head, MindSpore by 1 (q, k, v taken q from self_attn.q_proj, k "
@@ -3420,6 +3420,36 @@ def test_an_attention_turned_by_rotary_positions_otherwise_is_told_by_torchs_tab
     its own."""
     result = _bug_named_on_tokens("rotary", bug, "self_attn.o_proj", cause, told)
     assert "with a causal mask" in result.diagnosis.detail, result.diagnosis.detail
+
+
+@pytest.mark.parametrize("bug, cause, told", [
+    ({"pairs": "halves"}, "rotary positions applied otherwise",
+     "torch turns each head's 8 dims of q and k in neighbouring pairs, by angles laid out as "
+     "pairs, repeat_interleave(freqs, 2); MindSpore turns each head's 8 dims of q and k as two "
+     "halves, by angles laid out as cat(freqs, freqs)"),
+    ({"dims": 4}, "rotary positions applied otherwise",
+     "MindSpore turns the first 4 of each head's 8 dims of q and k in neighbouring pairs, by "
+     "angles of torch's base, 10000,"),
+    ({"base": 500000.0}, "rotary positions applied otherwise",
+     "MindSpore turns each head's 8 dims of q and k in neighbouring pairs, by angles of base "
+     "500000 (torch's 10000)"),
+    ({"pairs": "none"}, "rotary positions applied otherwise",
+     "MindSpore turns no dims of q and k (no rotary positions)"),
+    ({"unscaled": True}, "attention scores scaled otherwise",
+     "torch scales q·kᵀ by 1/√head, MindSpore by 1"),
+])
+def test_an_attention_turned_by_angles_its_forward_computes_is_told_by_the_table_found(
+        bug, cause, told):
+    """Meta's Llama turns each whole head's neighbouring pairs by the freqs_cis its forward
+    computes, no module recording them; a port turning two halves as Hugging Face's code does
+    (without the rows Hugging Face's conversion permutes), another part of each head, another
+    base or none, or leaving the scores unscaled, was told only that the attention's forward
+    computes otherwise. Torch's output fitting no way unturned, the table a common rotary
+    computes is found by fitting it, and each side's output tells its own way."""
+    result = _bug_named_on_tokens("computed_rotary", bug, "self_attn.o_proj", cause, told)
+    assert "with a causal mask" in result.diagnosis.detail, result.diagnosis.detail
+    assert "Torch's forward computes its rotary angles itself, no module recording them: its " \
+        "output fits those of base 10000." in result.diagnosis.detail, result.diagnosis.detail
 
 
 @pytest.mark.parametrize("bug, cause, told", [

@@ -5387,56 +5387,69 @@ class _TorchRotaryAttention(tnn.Module):
         self.k_proj, self.v_proj = (tnn.Linear(ROTARY_WIDTH, ROTARY_GROUPS * ROTARY_HEAD)
                                     for _ in range(2))
 
-    def forward(self, x, cos, sin):
+    def turned(self, y, cos, sin):
+        """Hugging Face's apply_rotary_pos_emb on the first ROTARY_DIMS of each head."""
+        part, rest = y[..., :ROTARY_DIMS], y[..., ROTARY_DIMS:]
+        first, second = part.chunk(2, -1)
+        return torch.cat((part * cos[:, None] + torch.cat((-second, first), -1) * sin[:, None],
+                          rest), -1)
+
+    def forward(self, x, cos=None, sin=None):
         n, length, _ = x.shape
         q, k, v = (projection(x).view(n, length, -1, ROTARY_HEAD).transpose(1, 2)
                    for projection in (self.q_proj, self.k_proj, self.v_proj))
         k, v = (y.repeat_interleave(ROTARY_HEADS // ROTARY_GROUPS, 1) for y in (k, v))
-
-        def turned(y):
-            part, rest = y[..., :ROTARY_DIMS], y[..., ROTARY_DIMS:]
-            first, second = part.chunk(2, -1)
-            return torch.cat((part * cos[:, None] + torch.cat((-second, first), -1)
-                              * sin[:, None], rest), -1)
-
-        scores = turned(q) @ turned(k).transpose(-1, -2) / math.sqrt(q.shape[-1])
+        scores = self.turned(q, cos, sin) @ self.turned(k, cos, sin).transpose(-1, -2) \
+            / math.sqrt(q.shape[-1])
         scores = scores.masked_fill(torch.ones(length, length).triu(1).bool(), float("-inf"))
         context = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(n, length, -1)
         return self.o_proj(context)
 
 
+class _TorchComplexRotaryAttention(_TorchRotaryAttention):
+    """Meta's Llama: each whole head turned in neighbouring pairs, read as complex numbers and
+    multiplied by the freqs_cis its forward computes."""
+
+    def turned(self, y, cos, sin):
+        angles = torch.from_numpy(_rotary_angles(y.shape[2], ROTARY_HEAD))
+        freqs_cis = torch.polar(torch.ones_like(angles), angles)
+        pairs = torch.view_as_complex(y.reshape(*y.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(pairs * freqs_cis).flatten(-2)
+
+
 class _TorchRotary(tnn.Module):
-    def __init__(self) -> None:
+    def __init__(self, computed: bool = False) -> None:
         super().__init__()
         self.embed = tnn.Embedding(VOCABULARY, ROTARY_WIDTH)
-        self.rotary_emb, self.self_attn = _TorchRotaryEmbedding(), _TorchRotaryAttention()
+        self.rotary_emb = None if computed else _TorchRotaryEmbedding()
+        self.self_attn = _TorchComplexRotaryAttention() if computed else _TorchRotaryAttention()
         self.head = tnn.Linear(ROTARY_WIDTH * TOKENS, 5)
 
     def forward(self, ids):
         x = self.embed(ids)
-        cos, sin = self.rotary_emb(x)
+        cos, sin = (None, None) if self.rotary_emb is None else self.rotary_emb(x)
         return self.head(self.self_attn(x, cos, sin).flatten(1))
 
 
 class _MsRotaryAttention(msnn.Cell):
-    def __init__(self, turn: str, unscaled: bool, base: float, tiled: bool) -> None:
+    def __init__(self, pairs: str, dims: int, unscaled: bool, base: float, tiled: bool
+                 ) -> None:
         super().__init__()
-        self.turn, self.unscaled, self.tiled = turn, unscaled, tiled
+        self.pairs, self.dims, self.unscaled, self.tiled = pairs, dims, unscaled, tiled
         self.q_proj, self.o_proj = (msnn.Dense(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(2))
         self.k_proj, self.v_proj = (msnn.Dense(ROTARY_WIDTH, ROTARY_GROUPS * ROTARY_HEAD)
                                     for _ in range(2))
-        self.dims = ROTARY_HEAD if turn == "whole" else ROTARY_DIMS
-        angles = _rotary_angles(TOKENS, self.dims, base)
-        angles = np.repeat(angles, 2, -1) if turn == "neighbours" else \
+        angles = _rotary_angles(TOKENS, dims, base)
+        angles = np.repeat(angles, 2, -1) if pairs == "neighbours" else \
             np.concatenate((angles, angles), -1)
         self.cos, self.sin = mindspore.Tensor(np.cos(angles)), mindspore.Tensor(np.sin(angles))
         self.causal = mindspore.Tensor(np.tril(np.ones((TOKENS, TOKENS), bool)))
 
     def turned(self, y):
-        if self.turn == "none":
+        if self.pairs == "none":
             return y
         part, rest = y[..., :self.dims], y[..., self.dims:]
-        if self.turn == "neighbours":
+        if self.pairs == "neighbours":
             paired = ops.stack((-part[..., 1::2], part[..., ::2]), -1).reshape(part.shape)
         else:
             paired = ops.cat((-part[..., self.dims // 2:], part[..., :self.dims // 2]), -1)
@@ -5458,10 +5471,10 @@ class _MsRotaryAttention(msnn.Cell):
 
 
 class _MsRotary(msnn.Cell):
-    def __init__(self, turn: str, unscaled: bool, base: float, tiled: bool) -> None:
+    def __init__(self, *knobs) -> None:
         super().__init__()
         self.embed = msnn.Embedding(VOCABULARY, ROTARY_WIDTH)
-        self.self_attn = _MsRotaryAttention(turn, unscaled, base, tiled)
+        self.self_attn = _MsRotaryAttention(*knobs)
         self.head = msnn.Dense(ROTARY_WIDTH * TOKENS, 5)
 
     def construct(self, ids):
@@ -5472,14 +5485,27 @@ def torch_rotary() -> tnn.Module:
     return _TorchRotary()
 
 
-def ms_rotary(turn: str = "halves", unscaled: bool = False, base: float = 10000.0,
-              tiled: bool = False) -> msnn.Cell:
-    """The port computes its rotary table in the attention's construct. ``turn``: "halves"
-    (torch's), "neighbours" (GPT-J's pairs, the angles laid out to match), "whole" (each whole
-    head, as two halves) or "none"; ``unscaled``: the scores not divided by √head; ``base``:
-    the frequencies' (torch's 10000); ``tiled``: query head h reads key-value head
-    h % groups (torch's h // (heads / groups))."""
-    return _MsRotary(turn, unscaled, base, tiled)
+def ms_rotary(pairs: str = "halves", dims: int = ROTARY_DIMS, unscaled: bool = False,
+              base: float = 10000.0, tiled: bool = False) -> msnn.Cell:
+    """The port computes its rotary table in the attention's construct. ``pairs``: "halves"
+    (torch's), "neighbours" (GPT-J's pairs, the angles laid out to match) or "none" (no
+    rotation); ``dims``: how many of each head's 8 it turns (torch's 4); ``unscaled``: the
+    scores not divided by √head; ``base``: the frequencies' (torch's 10000); ``tiled``: query
+    head h reads key-value head h % groups (torch's h // (heads / groups))."""
+    return _MsRotary(pairs, dims, unscaled, base, tiled)
+
+
+# Meta's Llama computes its rotary angles itself (freqs_cis, complex) and turns each whole
+# head's neighbouring pairs; no module records them. A port ported from Hugging Face's code
+# turns two halves instead (Hugging Face's conversion permutes q's and k's rows to make up for
+# it), or takes Llama 3's base, 500000.
+def torch_computed_rotary() -> tnn.Module:
+    return _TorchRotary(computed=True)
+
+
+def ms_computed_rotary(**bug) -> msnn.Cell:
+    """ms_rotary's knobs, its defaults Meta's: neighbouring pairs over each whole head."""
+    return ms_rotary(**{"pairs": "neighbours", "dims": ROTARY_HEAD, **bug})
 
 
 # Whisper's and BART's decoders attend over the encoder's output: keys and values of another

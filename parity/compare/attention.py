@@ -27,7 +27,10 @@ without it). Where torch recorded a rotary table before the attention (a module 
 and sin of the positions, Hugging Face's ``rotary_emb``), q and k are turned by it as its
 layout says; where MindSpore's output fits no way so, torch's own ways are tried again with q
 and k turned each other way ``rotary.rotations`` knows (other pairs, dims or base, or none):
-that tells the rotation too (a Llama port rotating GPT-J's neighbouring pairs).
+that tells the rotation too (a Llama port rotating GPT-J's neighbouring pairs). Where torch
+recorded none and its output fits no way unturned, its forward is taken to compute its angles
+itself (Meta's Llama, GPT-J), and the table a common rotary computes that its output fits is
+taken for its own.
 
 Both sides recorded every tensor this needs (the projection's output matched; W and b are
 torch's initial weights), and a few positions alone are read.
@@ -36,7 +39,7 @@ torch's initial weights), and a few positions alone are read.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from itertools import permutations
+from itertools import permutations, product
 from typing import (Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple,
                     TypeVar, Union)
 
@@ -427,14 +430,15 @@ def _projected_heads(sources: Sequence[np.ndarray], heads: int, head: int
             x if x.shape[0] == heads else x[index] for x in split]
 
 
-def _attended(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray
-              ) -> Dict[Tuple[str, bool], np.ndarray]:
+def _attended(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray,
+              scales: Sequence[str] = tuple(SCORE_SCALES)) -> Dict[Tuple[str, bool], np.ndarray]:
     """The context at ``positions`` of an attention of q (heads, P, head) over k and v
-    (heads, L, head), for each scale and mask: {(scale, causal): (P, width)}. The values are
-    read once for all of them: at a wide layer's length, reading them is the cost."""
+    (heads, L, head), for each of ``scales`` and each mask: {(scale, causal): (P, width)}.
+    The values are read once for all of them: at a wide layer's length, reading them is the
+    cost."""
     scores = q @ k.transpose(0, 2, 1)
     later = np.arange(k.shape[1])[None, :] > positions[:, None]
-    ways = [(name, causal) for name in SCORE_SCALES for causal in (False, True)]
+    ways = [(name, causal) for name in scales for causal in (False, True)]
     weights = []
     for name, causal in ways:
         scaled = scores * SCORE_SCALES[name](q.shape[-1], q.shape[0] * q.shape[-1])
@@ -510,10 +514,11 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
     """The attention computed again from ``sources`` at a few positions, each way, q and k
     turned by torch's rotary table where it recorded one, and ``out`` applied (``projected``:
     ``t``'s weights, else none: ``t`` returns the context), each side's output there matched
-    against each. Where MindSpore's fits none, torch's ways are tried again with q and k
-    turned each other way. Where torch's and MindSpore's differ in the scale alone, the head
-    count alone, the turning alone, or how q, k and v are taken, that is the cause; None
-    otherwise (a bias on the scores, another mask)."""
+    against each. Where torch's fits none and it recorded no table, the table its forward
+    computes itself is looked for. Where MindSpore's fits none, torch's ways are tried again
+    with q and k turned each other way. Where torch's and MindSpore's differ in the scale
+    alone, the head count alone, the turning alone, or how q, k and v are taken, that is the
+    cause; None otherwise (a bias on the scores, another mask)."""
     if not sources:
         return None
     positions = _spread(RECOMPUTED_POSITIONS, t.shape[1])
@@ -526,22 +531,77 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
               if lengths[order.index(0)] == t.shape[1]
               and lengths[order.index(1)] == lengths[order.index(2)]]
 
-    def as_torch_turns(laid: Laid, head: int) -> Turnings:
-        return [(rotary.rotations(table, head)[0], orders)]
+    def turned_by(table: Optional[rotary.Table]) -> Callable[[Laid, int], Turnings]:
+        return lambda laid, head: [(rotary.turning(table, head), orders)]
 
-    ways, predicted = _predicted(values, out, positions, as_torch_turns)
+    def fitting(ways: Sequence[Way], outputs: Sequence[np.ndarray], run: RunReader,
+                record: RecordInfo) -> List[Way]:
+        return _fitting(ways, outputs, run, record, positions, out.outputs, slice(0, 1))
+
+    ways, predicted = _predicted(values, out, positions, turned_by(table))
+    if table is None and len(set(lengths)) == 1 and \
+            not any(fitting(ways, outputs, torch_run, t) for outputs in predicted):
+        computed = _table_computed_in_forward(values, out, positions, orders, fitting, t,
+                                              torch_run)
+        if computed is None:
+            return None
+        table, base = computed
+        told = replace(told, angles_found=" Torch's forward computes its rotary angles itself, "
+                       f"no module recording them: its output fits those of base {base:.0f}.")
+        ways, predicted = _predicted(values, out, positions, turned_by(table))
     for matrix, outputs in zip(out.matrices, predicted):
-        torch_ways = _fitting(ways, outputs, torch_run, t, positions, out.outputs, slice(0, 1))
-        ms_ways = _fitting(ways, outputs, ms_run, m, positions, out.outputs, slice(0, 1))
+        torch_ways = fitting(ways, outputs, torch_run, t)
+        ms_ways = fitting(ways, outputs, ms_run, m)
         if torch_ways and not ms_ways and table is not None:
             turned, [turned_outputs] = _predicted(values, replace(out, matrices=[matrix]),
                                                   positions, _turned_otherwise(torch_ways, table))
-            ms_ways = _fitting(turned, turned_outputs, ms_run, m, positions, out.outputs,
-                               slice(0, 1))
+            ms_ways = fitting(turned, turned_outputs, ms_run, m)
         found = told.one_apart(torch_ways, ms_ways)
         if found is not None:
             return found
     return None
+
+
+# How an attention computing its rotary angles itself commonly scales its scores.
+COMPUTED_SCALE = "1/√head"
+
+
+def _table_computed_in_forward(values: Sequence[np.ndarray], out: OutputProjection,
+                               positions: np.ndarray, orders: Sequence[Tuple[int, ...]],
+                               fitting: Callable[[Sequence, Sequence[np.ndarray], RunReader,
+                                                  RecordInfo], List],
+                               t: RecordInfo, torch_run: RunReader
+                               ) -> Optional[Tuple[rotary.Table, float]]:
+    """Where torch recorded no rotary table and its output fits no way unturned: the table
+    its forward computes itself, as a common rotary would (each layout, part of a head in
+    rotary.PARTS and base in rotary.BASES), the one torch's output fits closest, at the head
+    count it fits by, and its base; None where it fits none (a bias on the scores, another
+    mask). Torch's way is looked for as such a model's would be, q, k and v in the order
+    projected, the scores scaled by COMPUTED_SCALE, key-value heads shared as repeat_kv shares
+    them: every way for every table took 126 s at width 4096, keys and values of 1024
+    columns, 2048 tokens; these 16 s."""
+    length = values[0].shape[0]
+    natural = [order for order in orders if order == (0, 1, 2)]
+    tables: Dict[str, Tuple[str, int, float]] = {}      # each way said: its layout, part, base
+
+    def turns(laid: Laid, head: int) -> Turnings:
+        if laid.sharing not in ("", REPEATED):
+            return []
+        found = []
+        for layout, part, base in product((rotary.HALVES, rotary.NEIGHBOURS), rotary.PARTS,
+                                          rotary.BASES):
+            if head % (2 * part) == 0:
+                way = rotary.computed(length, head // part, base, layout, head)
+                tables[way.said] = layout, part, base
+                found.append((way, natural))
+        return found
+
+    ways, predicted = _predicted(values, out, positions, turns, (COMPUTED_SCALE,))
+    fits = [fit for outputs in predicted for fit in fitting(ways, outputs, torch_run, t)]
+    if not fits:
+        return None
+    layout, part, base = tables[fits[0].rotary]
+    return rotary.computed_table(length, out.width // fits[0].heads // part, base, layout), base
 
 
 ORDERS = tuple(permutations(range(3)))
@@ -561,17 +621,19 @@ def _turned_otherwise(torch_ways: Sequence[Attending], table: rotary.Table
             taken.append(way.order)
 
     def turns(laid: Laid, head: int) -> Turnings:
-        return [(other, orders[laid]) for other in rotary.rotations(table, head)[1]] \
+        return [(other, orders[laid]) for other in rotary.rotations(table, head)] \
             if laid in orders else []
     return turns
 
 
 def _predicted(values: Sequence[np.ndarray], out: OutputProjection, positions: np.ndarray,
-               turnings: Callable[[Laid, int], Turnings]
+               turnings: Callable[[Laid, int], Turnings],
+               scales: Sequence[str] = tuple(SCORE_SCALES)
                ) -> Tuple[List[Attending], List[List[np.ndarray]]]:
     """Each way of attending over ``values`` (one sample's), q and k turned as ``turnings``
-    (laid, head) says, computed again at ``positions`` and projected by each of ``out``'s
-    matrices: the ways, and for each matrix their outputs."""
+    (laid, head) says, its scores scaled each of ``scales``, computed again at ``positions``
+    and projected by each of ``out``'s matrices: the ways, and for each matrix their
+    outputs."""
     ways: List[Attending] = []
     predicted: List[List[np.ndarray]] = [[] for _ in out.matrices]
     for laid, slots in _heads_in_slots(values, out.width):
@@ -583,7 +645,8 @@ def _predicted(values: Sequence[np.ndarray], out: OutputProjection, positions: n
                     keys[order.index(1)] = turning.turned(k)
                 k = keys[order.index(1)]
                 for (scale, causal), context in _attended(
-                        turning.turned(q[:, positions], positions), k, v, positions).items():
+                        turning.turned(q[:, positions], positions), k, v, positions,
+                        scales).items():
                     ways.append(Attending(laid.arrangement, order, laid.heads, scale, causal,
                                           turning.said, laid.sharing))
                     for outputs, matrix in zip(predicted, out.matrices):
@@ -600,6 +663,7 @@ class AttentionTold:
     projected: bool
     width: int
     positions: np.ndarray
+    angles_found: str = ""      # how torch's rotary angles were found, where no module held them
 
     def _outputs(self) -> str:
         *rest, last = self.sources
@@ -614,7 +678,7 @@ class AttentionTold:
         projected = f", projected by {self.output}" if self.projected else ""
         return f"Told from the attention computed again from {self._outputs()} at positions " \
             f"{', '.join(map(str, self.positions))}, {mask}: there each side's output is its " \
-            f"own way's{projected}."
+            f"own way's{projected}.{self.angles_found}"
 
     def one_apart(self, torch_ways: Sequence[Attending], ms_ways: Sequence[Attending]
                   ) -> Optional[Diagnosis]:

@@ -28,6 +28,10 @@ ANGLES = {HALVES: "laid out as cat(freqs, freqs)",
 # Qwen2's.
 BASES = (10000.0, 500000.0, 1000000.0)
 
+# The parts of each head a rotary commonly turns: all of it (Llama, Meta's and Hugging Face's),
+# half (ChatGLM), a quarter (GPT-J, GPT-NeoX).
+PARTS = (1, 2, 4)
+
 Table = Tuple[np.ndarray, np.ndarray]
 
 
@@ -80,23 +84,53 @@ def recorded_table(t: RecordInfo, torch_run: RunReader) -> Optional[Table]:
     return None
 
 
-def rotations(table: Optional[Table], head: int) -> Tuple[Rotary, List[Rotary]]:
+def computed_table(length: int, dims: int, base: float, layout: str) -> Table:
+    """The rotary table of ``dims`` a forward computing its own angles holds at ``length``
+    positions, laid out as ``layout``."""
+    laid = _computed_angles(length, dims, base)[:, _layout_columns(dims, layout)]
+    return np.cos(laid), np.sin(laid)
+
+
+def computed(length: int, dims: int, base: float, layout: str, head: int) -> Rotary:
+    """The way a forward computing its own angles over ``dims`` of each head's ``head`` at
+    ``base`` turns q and k, paired as ``layout`` lays them out (``turning`` of its
+    ``computed_table``, its base said)."""
+    return _turning(_computed_angles(length, dims, base), dims, head, layout, layout,
+                    f" of base {base:.0f}")
+
+
+def _computed_angles(length: int, dims: int, base: float) -> np.ndarray:
+    """position × base^(−2i / dims) at ``length`` positions, (length, dims / 2), in float32 as
+    torch computes them (inverse frequencies, then their products), returned in float64. The
+    powers rounded from float64 match torch's float32 ones but for 1.2% (numpy's float32
+    power: 18%, dims 2 to 256 at the three bases), an ulp apart."""
+    exponents = np.arange(0, dims, 2, dtype=np.float32) / np.float32(dims)
+    frequencies = np.float32(1) / (np.float64(base) ** exponents.astype(np.float64)
+                                   ).astype(np.float32)
+    return np.outer(np.arange(length, dtype=np.float32), frequencies).astype(np.float64)
+
+
+def turning(table: Optional[Table], head: int) -> Rotary:
     """Torch's way of turning q and k of ``head`` dims a head by its rotary ``table`` (cos,
-    sin), (L, dims), and the others: its dims paired the other way, or its angles laid out the
-    other way; as its layout pairs them, each whole head or half its dims at the base its
-    angles imply, or its dims at another common base; not at all. Torch's turning none, and no
-    others, where it recorded no table or one that does not fit a head."""
+    sin), (L, dims): paired as its layout says. None (UNNAMED) where it recorded no table;
+    UNTURNED where its table does not fit a head."""
     if table is None:
-        return UNNAMED, []
-    cos, sin = table
-    dims = cos.shape[1]
-    both = np.stack(table)
-    laid = [layout for layout in (HALVES, NEIGHBOURS) if np.array_equal(
-        both, both[..., _angle_columns(dims, layout)][..., _layout_columns(dims, layout)])]
-    if dims > head or not laid:
-        return UNTURNED, []
-    layout = laid[0]
-    angles = np.arctan2(sin, cos)[:, _angle_columns(dims, layout)]
+        return UNNAMED
+    dims, layout = table[0].shape[1], _layout(table)
+    if dims > head or layout is None:
+        return UNTURNED
+    return _turning(_angles(table, layout), dims, head, layout, layout)
+
+
+def rotations(table: Optional[Table], head: int) -> List[Rotary]:
+    """The ways other than torch's of turning q and k of ``head`` dims a head, from its rotary
+    ``table``: its dims paired the other way, or its angles laid out the other way; as its
+    layout pairs them, each whole head, twice or half its dims at the base its angles imply,
+    or its dims at another common base; not at all. None where ``turning`` turns none."""
+    if turning(table, head).cos is None:
+        return []
+    dims, layout = table[0].shape[1], _layout(table)
+    angles = _angles(table, layout)
     others = [UNTURNED] + [_turning(angles, dims, head, pairs, laid_out)
                            for pairs in (HALVES, NEIGHBOURS) for laid_out in (HALVES, NEIGHBOURS)
                            if (pairs, laid_out) != (layout, layout)]
@@ -104,13 +138,29 @@ def rotations(table: Optional[Table], head: int) -> Tuple[Rotary, List[Rotary]]:
         base = float(angles[1, 1] ** (-dims / 2))
         position = np.arange(angles.shape[0])[:, None]
         elsewhere = [(other, base, f" of torch's base, {base:.0f},")
-                     for other in (head, dims // 2) if other != dims and other % 2 == 0]
+                     for other in (head, 2 * dims, dims // 2)
+                     if other != dims and other <= head and other % 2 == 0]
         elsewhere += [(dims, other, f" of base {other:.0f} (torch's {base:.0f})")
                       for other in BASES if abs(other - base) > 1e-3 * base]
         for other, at, said in elsewhere:
             others.append(_turning(position * at ** (-np.arange(other // 2) / (other // 2)),
                                    other, head, layout, layout, said))
-    return _turning(angles, dims, head, layout, layout), others
+    return others
+
+
+def _layout(table: Table) -> Optional[str]:
+    """How ``table`` lays its angles out (the first of HALVES and NEIGHBOURS its columns
+    repeat as, both where it holds one angle); None where neither."""
+    both, dims = np.stack(table), table[0].shape[1]
+    return next((layout for layout in (HALVES, NEIGHBOURS) if np.array_equal(
+        both, both[..., _angle_columns(dims, layout)][..., _layout_columns(dims, layout)])),
+        None)
+
+
+def _angles(table: Table, layout: str) -> np.ndarray:
+    """Each angle of ``table``, laid out as ``layout``, once: (L, dims / 2)."""
+    cos, sin = table
+    return np.arctan2(sin, cos)[:, _angle_columns(cos.shape[1], layout)]
 
 
 def _angle_columns(dims: int, layout: str) -> np.ndarray:
