@@ -1928,6 +1928,36 @@ def test_a_table_torchs_forward_computes_is_found_by_the_output_it_fits(biased):
         np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize("in_heads", [False, True])
+def test_a_projection_a_norm_takes_is_read_as_the_norms_output(in_heads):
+    """OLMo 2 norms q and k over the width (q_norm's output (N, L, width)), Qwen3 over each
+    head ((N, L, heads, head)): the attention reads q and k from the norms, told by the sketch
+    of each norm's input, and v from its projection."""
+    from types import SimpleNamespace
+    from parity.compare import attention
+    from parity.sketch import input_sketch
+    rng = np.random.default_rng(0)
+    length, width, head = 5, 16, 4
+    tensors = {name: rng.standard_normal((1, length, width)).astype(np.float32)
+               for name in ("attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.q_norm",
+                            "attn.k_norm")}
+    shape = (1, length, width // head, head) if in_heads else (1, length, width)
+    records = []
+    for order, name in enumerate(["attn.q_proj", "attn.q_norm", "attn.k_proj", "attn.k_norm",
+                                  "attn.v_proj"]):
+        normed = name.endswith("norm")
+        records.append(dataclasses.replace(
+            _forward(name, "layernorm" if normed else "dense",
+                     shape if normed else (1, length, width), order),
+            attrs={"input_sketch": input_sketch(tensors[name.replace("norm", "proj")])}
+            if normed else {}))
+    output = _forward("attn.o_proj", "dense", (1, length, width), 5)
+    run = _Run(tensors, records + [output])
+    comparisons = [SimpleNamespace(name=r.name, kind="forward", passed=True) for r in records]
+    sources = attention._attention_sources(output, width, ["attn", ""], run, comparisons)
+    assert [r.name for r in sources] == ["attn.q_norm", "attn.k_norm", "attn.v_proj"]
+
+
 def test_query_heads_sharing_fewer_key_value_heads_are_laid_out_each_way():
     """Three projections, keys and values narrower than the queries (Llama's grouped heads):
     for each head count their heads are read by query head h as h // (heads / groups) and as

@@ -3423,6 +3423,21 @@ def test_an_attention_turned_by_rotary_positions_otherwise_is_told_by_torchs_tab
 
 
 @pytest.mark.parametrize("bug, cause, told", [
+    ({"pairs": "neighbours"}, "rotary positions applied otherwise",
+     "MindSpore turns the first 4 of each head's 8 dims of q and k in neighbouring pairs"),
+    ({"unscaled": True}, "attention scores scaled otherwise",
+     "torch scales q·kᵀ by 1/√head, MindSpore by 1 (q, k, v taken q from self_attn.q_norm, k "
+     "from self_attn.k_norm, v from self_attn.v_proj, 4 heads of 8"),
+])
+def test_an_attention_over_q_and_k_normed_reads_them_from_their_norms(bug, cause, told):
+    """Qwen3 and Gemma 3 norm q and k over each head (q_norm, k_norm, (N, L, heads, head))
+    before turning them: computed again from the projections the attention fitted no way, and
+    a port turning neighbouring pairs or leaving its scores unscaled was "computation between
+    modules differs". Each projection a norm takes is read as the norm's output."""
+    _bug_named_on_tokens("normed_rotary", bug, "self_attn.o_proj", cause, told)
+
+
+@pytest.mark.parametrize("bug, cause, told", [
     ({"pairs": "halves"}, "rotary positions applied otherwise",
      "torch turns each head's 8 dims of q and k in neighbouring pairs, by angles laid out as "
      "pairs, repeat_interleave(freqs, 2); MindSpore turns each head's 8 dims of q and k as two "

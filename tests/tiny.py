@@ -5381,11 +5381,13 @@ class _TorchRotaryEmbedding(tnn.Module):
 
 
 class _TorchRotaryAttention(tnn.Module):
-    def __init__(self) -> None:
+    def __init__(self, normed: bool = False) -> None:
         super().__init__()
         self.q_proj, self.o_proj = (tnn.Linear(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(2))
         self.k_proj, self.v_proj = (tnn.Linear(ROTARY_WIDTH, ROTARY_GROUPS * ROTARY_HEAD)
                                     for _ in range(2))
+        if normed:
+            self.q_norm, self.k_norm = (tnn.LayerNorm(ROTARY_HEAD) for _ in range(2))
 
     def turned(self, y, cos, sin):
         """Hugging Face's apply_rotary_pos_emb on the first ROTARY_DIMS of each head."""
@@ -5396,8 +5398,11 @@ class _TorchRotaryAttention(tnn.Module):
 
     def forward(self, x, cos=None, sin=None):
         n, length, _ = x.shape
-        q, k, v = (projection(x).view(n, length, -1, ROTARY_HEAD).transpose(1, 2)
+        q, k, v = (projection(x).view(n, length, -1, ROTARY_HEAD)
                    for projection in (self.q_proj, self.k_proj, self.v_proj))
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = (y.transpose(1, 2) for y in (q, k, v))
         k, v = (y.repeat_interleave(ROTARY_HEADS // ROTARY_GROUPS, 1) for y in (k, v))
         scores = self.turned(q, cos, sin) @ self.turned(k, cos, sin).transpose(-1, -2) \
             / math.sqrt(q.shape[-1])
@@ -5418,11 +5423,12 @@ class _TorchComplexRotaryAttention(_TorchRotaryAttention):
 
 
 class _TorchRotary(tnn.Module):
-    def __init__(self, computed: bool = False) -> None:
+    def __init__(self, computed: bool = False, normed: bool = False) -> None:
         super().__init__()
         self.embed = tnn.Embedding(VOCABULARY, ROTARY_WIDTH)
         self.rotary_emb = None if computed else _TorchRotaryEmbedding()
-        self.self_attn = _TorchComplexRotaryAttention() if computed else _TorchRotaryAttention()
+        self.self_attn = _TorchComplexRotaryAttention() if computed else \
+            _TorchRotaryAttention(normed)
         self.head = tnn.Linear(ROTARY_WIDTH * TOKENS, 5)
 
     def forward(self, ids):
@@ -5432,13 +5438,17 @@ class _TorchRotary(tnn.Module):
 
 
 class _MsRotaryAttention(msnn.Cell):
-    def __init__(self, pairs: str, dims: int, unscaled: bool, base: float, tiled: bool
-                 ) -> None:
+    def __init__(self, pairs: str, dims: int, unscaled: bool, base: float, tiled: bool,
+                 normed: bool = False) -> None:
         super().__init__()
         self.pairs, self.dims, self.unscaled, self.tiled = pairs, dims, unscaled, tiled
         self.q_proj, self.o_proj = (msnn.Dense(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(2))
         self.k_proj, self.v_proj = (msnn.Dense(ROTARY_WIDTH, ROTARY_GROUPS * ROTARY_HEAD)
                                     for _ in range(2))
+        self.normed = normed
+        if normed:
+            self.q_norm, self.k_norm = (msnn.LayerNorm((ROTARY_HEAD,), epsilon=1e-5)
+                                        for _ in range(2))
         angles = _rotary_angles(TOKENS, dims, base)
         angles = np.repeat(angles, 2, -1) if pairs == "neighbours" else \
             np.concatenate((angles, angles), -1)
@@ -5457,8 +5467,11 @@ class _MsRotaryAttention(msnn.Cell):
 
     def construct(self, x):
         n, length, _ = x.shape
-        q, k, v = (projection(x).reshape(n, length, -1, ROTARY_HEAD).swapaxes(1, 2)
+        q, k, v = (projection(x).reshape(n, length, -1, ROTARY_HEAD)
                    for projection in (self.q_proj, self.k_proj, self.v_proj))
+        if self.normed:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = (y.swapaxes(1, 2) for y in (q, k, v))
         per_group = ROTARY_HEADS // ROTARY_GROUPS
         k, v = ((ops.tile(y, (1, per_group, 1, 1)) if self.tiled else
                  ops.repeat_interleave(y, per_group, 1)) for y in (k, v))
@@ -5486,13 +5499,23 @@ def torch_rotary() -> tnn.Module:
 
 
 def ms_rotary(pairs: str = "halves", dims: int = ROTARY_DIMS, unscaled: bool = False,
-              base: float = 10000.0, tiled: bool = False) -> msnn.Cell:
+              base: float = 10000.0, tiled: bool = False, normed: bool = False) -> msnn.Cell:
     """The port computes its rotary table in the attention's construct. ``pairs``: "halves"
     (torch's), "neighbours" (GPT-J's pairs, the angles laid out to match) or "none" (no
     rotation); ``dims``: how many of each head's 8 it turns (torch's 4); ``unscaled``: the
     scores not divided by √head; ``base``: the frequencies' (torch's 10000); ``tiled``: query
-    head h reads key-value head h % groups (torch's h // (heads / groups))."""
-    return _MsRotary(pairs, dims, unscaled, base, tiled)
+    head h reads key-value head h % groups (torch's h // (heads / groups)); ``normed``: q and
+    k normed over each head, as ``torch_normed_rotary``'s."""
+    return _MsRotary(pairs, dims, unscaled, base, tiled, normed)
+
+
+# Qwen3 and Gemma 3 norm q and k over each head (q_norm, k_norm) before turning them.
+def torch_normed_rotary() -> tnn.Module:
+    return _TorchRotary(normed=True)
+
+
+def ms_normed_rotary(**bug) -> msnn.Cell:
+    return ms_rotary(normed=True, **bug)
 
 
 # Meta's Llama computes its rotary angles itself (freqs_cis, complex) and turns each whole

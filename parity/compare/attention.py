@@ -176,19 +176,38 @@ def ways_of_taking_values(width: int, source: int) -> List[ValueTaken]:
 
 def _projections_before(t: RecordInfo, holder: str, torch_run: RunReader,
                         comparisons: Sequence[Comparison], anywhere: bool = False,
-                        any_length: bool = False) -> List[RecordInfo]:
+                        any_length: bool = False, in_heads: bool = False
+                        ) -> List[RecordInfo]:
     """The matched module outputs before ``t`` of its leading shape (``any_length``: of its
     batch, each position of its own sequence: a cross-attention's keys) that ``holder``'s
     forward computes itself (``anywhere``: in a module of its, at any depth): the projections
-    its values may come from, the latest first."""
+    its values may come from, the latest first; (N, L, width) each, or (N, L, heads, head)
+    too where ``in_heads``."""
     inside = [c for c in comparisons if c.name.startswith(holder + ".")] if anywhere else \
         [c for c in comparisons if inputs.caller(c.name, torch_run) == holder]
     records = [torch_run.record(c.name, "forward") for c in inside
                if c.kind == "forward" and c.passed]
     leading = 1 if any_length else 2
     before = [r for r in records if r is not None and r.order < t.order and
-              len(r.shape) == 3 and tuple(r.shape[:leading]) == tuple(t.shape[:leading])]
+              len(r.shape) in ((3, 4) if in_heads else (3,))
+              and tuple(r.shape[:leading]) == tuple(t.shape[:leading])]
     return sorted(before, key=lambda r: -r.order)
+
+
+def _normed(found: Sequence[RecordInfo], torch_run: RunReader) -> Dict[str, RecordInfo]:
+    """For each of ``found`` (N, L, width) whose output a later one of ``found`` takes as its
+    first input and keeps its size a position, that one: a norm of q or k (Qwen3's and Gemma
+    3's ``q_norm`` over each head, (N, L, heads, head); OLMo 2's over the width)."""
+    normed: Dict[str, RecordInfo] = {}
+    for source in found:
+        if len(source.shape) != 3:
+            continue
+        later = [r for r in found if r.order > source.order and r.shape[:2] == source.shape[:2]
+                 and int(np.prod(r.shape[2:])) == source.shape[2]]
+        fed = [r for r in later if inputs.feeds(source, r, torch_run)]
+        if fed:
+            normed[source.name] = max(fed, key=lambda r: r.order)
+    return normed
 
 
 # The output projection's columns a prediction is made and matched at, at most: evenly spread,
@@ -461,21 +480,35 @@ def _attention_sources(t: RecordInfo, width: int, holders: Sequence[str], torch_
     Face's BERT and ViT project q, k and v in a module beside the one holding their output
     projection), or the three latest there, one of its width and length, two alike of fewer
     columns (keys and values of fewer heads, Llama's) or of another length (a
-    cross-attention's, over the encoder's output), in the order they ran."""
+    cross-attention's, over the encoder's output), in the order they ran. A projection whose
+    output a norm takes (Qwen3's ``q_norm``) is read as that norm's output."""
     for holder, anywhere in [(holders[0], False)] + [(h, True) for h in holders[1:] if h]:
-        found = _projections_before(t, holder, torch_run, comparisons, anywhere, True)
-        fused = [r for r in found if r.shape[1] == t.shape[1] and width < r.shape[2] <= 3 * width
-                 and (r.shape[2] - width) % 2 == 0]
-        if fused and not anywhere:
-            return fused[:1]
-        queries = [r for r in found if tuple(r.shape[1:]) == (t.shape[1], width)]
-        if len(queries) >= 3:
-            return sorted(queries[:3], key=lambda r: r.order)
-        latest = found[:3]
-        keys = [tuple(r.shape[1:]) for r in latest if r not in queries[:1]]
-        if queries and len(keys) == 2 and keys[0] == keys[1] != (t.shape[1], width) and \
-                width % keys[0][1] == 0:
-            return sorted(latest, key=lambda r: r.order)
+        found = _projections_before(t, holder, torch_run, comparisons, anywhere, True, True)
+        normed = _normed(found, torch_run)
+        fed = {r.name for r in normed.values()}
+        picked = _projections_picked([r for r in found if len(r.shape) == 3 and r.name not in fed],
+                                     t, width, anywhere)
+        if picked:
+            return [normed.get(r.name, r) for r in picked]
+    return []
+
+
+def _projections_picked(found: Sequence[RecordInfo], t: RecordInfo, width: int, anywhere: bool
+                        ) -> List[RecordInfo]:
+    """Of the projections ``found`` before ``t`` in a holder's forward (``anywhere``: in its
+    modules), the latest first, those ``_attention_sources`` reads; none where none are so."""
+    fused = [r for r in found if r.shape[1] == t.shape[1] and width < r.shape[2] <= 3 * width
+             and (r.shape[2] - width) % 2 == 0]
+    if fused and not anywhere:
+        return fused[:1]
+    queries = [r for r in found if tuple(r.shape[1:]) == (t.shape[1], width)]
+    if len(queries) >= 3:
+        return sorted(queries[:3], key=lambda r: r.order)
+    latest = found[:3]
+    keys = [tuple(r.shape[1:]) for r in latest if r not in queries[:1]]
+    if queries and len(keys) == 2 and keys[0] == keys[1] != (t.shape[1], width) and \
+            width % keys[0][1] == 0:
+        return sorted(latest, key=lambda r: r.order)
     return []
 
 
@@ -522,7 +555,8 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
     if not sources:
         return None
     positions = _spread(RECOMPUTED_POSITIONS, t.shape[1])
-    values = [torch_run.tensor(source)[0].astype(np.float64) for source in sources]
+    values = [torch_run.tensor(source)[0].reshape(source.shape[1], -1).astype(np.float64)
+              for source in sources]
     lengths = [x.shape[0] for x in values] * (3 // len(values))     # each slot's
     table = rotary.recorded_table(t, torch_run) if len(set(lengths)) == 1 else None
     told = AttentionTold([source.name for source in sources], t.name, projected, out.width,
