@@ -1860,13 +1860,13 @@ def test_a_table_recorded_is_told_from_a_module_output_alike_by_its_values():
     angles = np.concatenate((angles, angles), -1)[None]
     attention = _forward("o_proj", "dense", (2, 6, 16), 9)
     recorded = run({"rotary.out0": np.cos(angles), "rotary.out1": np.sin(angles)})
-    cos, sin = rotary.recorded_table(attention, recorded)
+    [(cos, sin)] = rotary.recorded_tables(attention, recorded)
     np.testing.assert_array_equal(sin, np.sin(angles[0]))
     assert cos.dtype == np.float64
     swapped = run({"rotary.out0": np.sin(angles), "rotary.out1": np.cos(angles)})
-    assert rotary.recorded_table(attention, swapped) is None
+    assert rotary.recorded_tables(attention, swapped) == []
     hidden = run({"norm": np.ones((1, 6, 4), np.float32), "fc": np.zeros((1, 6, 4), np.float32)})
-    assert rotary.recorded_table(attention, hidden) is None
+    assert rotary.recorded_tables(attention, hidden) == []
 
 
 @pytest.mark.parametrize("layout", ["as two halves", "in neighbouring pairs"])
@@ -1928,11 +1928,12 @@ def test_a_table_torchs_forward_computes_is_found_by_the_output_it_fits(biased):
         np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize("in_heads", [False, True])
-def test_a_projection_a_norm_takes_is_read_as_the_norms_output(in_heads):
+@pytest.mark.parametrize("layout", ["width", "heads", "heads first"])
+def test_a_projection_a_norm_takes_is_read_as_the_norms_output(layout):
     """OLMo 2 norms q and k over the width (q_norm's output (N, L, width)), Qwen3 over each
-    head ((N, L, heads, head)): the attention reads q and k from the norms, told by the sketch
-    of each norm's input, and v from its projection."""
+    head ((N, L, heads, head)), Gemma 3 over each head with the heads first ((N, heads, L,
+    head)): the attention reads q and k from the norms, told by the sketch of each norm's
+    input, and v from its projection."""
     from types import SimpleNamespace
     from parity.compare import attention
     from parity.sketch import input_sketch
@@ -1941,7 +1942,11 @@ def test_a_projection_a_norm_takes_is_read_as_the_norms_output(in_heads):
     tensors = {name: rng.standard_normal((1, length, width)).astype(np.float32)
                for name in ("attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.q_norm",
                             "attn.k_norm")}
-    shape = (1, length, width // head, head) if in_heads else (1, length, width)
+    heads = width // head
+    shape, viewed = {"width": ((1, length, width), lambda x: x),
+                     "heads": ((1, length, heads, head), lambda x: x),
+                     "heads first": ((1, heads, length, head), lambda x: x.reshape(
+                         1, length, heads, head).transpose(0, 2, 1, 3))}[layout]
     records = []
     for order, name in enumerate(["attn.q_proj", "attn.q_norm", "attn.k_proj", "attn.k_norm",
                                   "attn.v_proj"]):
@@ -1949,13 +1954,14 @@ def test_a_projection_a_norm_takes_is_read_as_the_norms_output(in_heads):
         records.append(dataclasses.replace(
             _forward(name, "layernorm" if normed else "dense",
                      shape if normed else (1, length, width), order),
-            attrs={"input_sketch": input_sketch(tensors[name.replace("norm", "proj")])}
-            if normed else {}))
+            attrs={"input_sketch": input_sketch(np.ascontiguousarray(
+                viewed(tensors[name.replace("norm", "proj")])))} if normed else {}))
     output = _forward("attn.o_proj", "dense", (1, length, width), 5)
     run = _Run(tensors, records + [output])
     comparisons = [SimpleNamespace(name=r.name, kind="forward", passed=True) for r in records]
     sources = attention._attention_sources(output, width, ["attn", ""], run, comparisons)
     assert [r.name for r in sources] == ["attn.q_norm", "attn.k_norm", "attn.v_proj"]
+    assert sources[0].shape[:2] == (1, length), sources[0]      # read position by position
 
 
 def test_query_heads_sharing_fewer_key_value_heads_are_laid_out_each_way():

@@ -3422,6 +3422,17 @@ def test_an_attention_turned_by_rotary_positions_otherwise_is_told_by_torchs_tab
     assert "with a causal mask" in result.diagnosis.detail, result.diagnosis.detail
 
 
+@pytest.mark.parametrize("bug", [{"pairs": "neighbours"}, {"pairs": "none"}])
+def test_an_attention_turned_by_the_earlier_of_two_tables_is_told_by_it(bug):
+    """Gemma 3's model computes its global layers' rotary table and then its local layers': a
+    global layer's attention, turned by the earlier, fitted no way turned by the later, and a
+    port turning it otherwise was "computation between modules differs". Each table recorded
+    is tried, the latest first, until torch's output fits."""
+    _bug_named_on_tokens("two_tables_rotary", bug, "self_attn.o_proj",
+                         "rotary positions applied otherwise",
+                         "torch turns the first 4 of each head's 8 dims of q and k as two halves")
+
+
 @pytest.mark.parametrize("bug, cause, told", [
     ({"pairs": "neighbours"}, "rotary positions applied otherwise",
      "MindSpore turns the first 4 of each head's 8 dims of q and k in neighbouring pairs"),

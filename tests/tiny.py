@@ -5374,8 +5374,12 @@ def _rotary_angles(length: int, dims: int, base: float = 10000.0) -> np.ndarray:
 
 
 class _TorchRotaryEmbedding(tnn.Module):
+    def __init__(self, base: float = 10000.0) -> None:
+        super().__init__()
+        self.base = base
+
     def forward(self, x):
-        angles = torch.from_numpy(_rotary_angles(x.shape[1], ROTARY_DIMS))
+        angles = torch.from_numpy(_rotary_angles(x.shape[1], ROTARY_DIMS, self.base))
         angles = torch.cat((angles, angles), -1)[None]
         return angles.cos(), angles.sin()
 
@@ -5423,10 +5427,12 @@ class _TorchComplexRotaryAttention(_TorchRotaryAttention):
 
 
 class _TorchRotary(tnn.Module):
-    def __init__(self, computed: bool = False, normed: bool = False) -> None:
+    def __init__(self, computed: bool = False, normed: bool = False, local: bool = False
+                 ) -> None:
         super().__init__()
         self.embed = tnn.Embedding(VOCABULARY, ROTARY_WIDTH)
         self.rotary_emb = None if computed else _TorchRotaryEmbedding()
+        self.rotary_emb_local = _TorchRotaryEmbedding(base=10.0) if local else None
         self.self_attn = _TorchComplexRotaryAttention() if computed else \
             _TorchRotaryAttention(normed)
         self.head = tnn.Linear(ROTARY_WIDTH * TOKENS, 5)
@@ -5434,6 +5440,8 @@ class _TorchRotary(tnn.Module):
     def forward(self, ids):
         x = self.embed(ids)
         cos, sin = (None, None) if self.rotary_emb is None else self.rotary_emb(x)
+        if self.rotary_emb_local is not None:       # for the local layers this one has none of
+            self.rotary_emb_local(x)
         return self.head(self.self_attn(x, cos, sin).flatten(1))
 
 
@@ -5516,6 +5524,16 @@ def torch_normed_rotary() -> tnn.Module:
 
 def ms_normed_rotary(**bug) -> msnn.Cell:
     return ms_rotary(normed=True, **bug)
+
+
+# Gemma 3's model computes two rotary tables, its global layers' and then its local layers'
+# (another base); a global layer turns q and k by the first.
+def torch_two_tables_rotary() -> tnn.Module:
+    return _TorchRotary(local=True)
+
+
+def ms_two_tables_rotary(**bug) -> msnn.Cell:
+    return ms_rotary(**bug)
 
 
 # Meta's Llama computes its rotary angles itself (freqs_cis, complex) and turns each whole

@@ -48,6 +48,7 @@ import numpy as np
 from parity.compare import inputs, rotary
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import RunReader, initial_weights
+from parity.sketch import input_sketch
 
 # W·v₀ + b, in float64 from float32 operands, against an output computed in float32: the
 # widest gap was 2.3e-7 of the output's largest value (BLOOM's trial, width 48, both layers,
@@ -196,17 +197,30 @@ def _projections_before(t: RecordInfo, holder: str, torch_run: RunReader,
 
 def _normed(found: Sequence[RecordInfo], torch_run: RunReader) -> Dict[str, RecordInfo]:
     """For each of ``found`` (N, L, width) whose output a later one of ``found`` takes as its
-    first input and keeps its size a position, that one: a norm of q or k (Qwen3's and Gemma
-    3's ``q_norm`` over each head, (N, L, heads, head); OLMo 2's over the width)."""
+    first input, as it is or in heads (N, heads, L, head), and keeps its size, that one, read
+    as (N, L, …): a norm of q or k (Qwen3's ``q_norm`` over each head, (N, L, heads, head);
+    Gemma 3's over the heads transposed; OLMo 2's over the width). Told by the sketch of the
+    norm's input."""
     normed: Dict[str, RecordInfo] = {}
-    for source in found:
-        if len(source.shape) != 3:
-            continue
-        later = [r for r in found if r.order > source.order and r.shape[:2] == source.shape[:2]
-                 and int(np.prod(r.shape[2:])) == source.shape[2]]
-        fed = [r for r in later if inputs.feeds(source, r, torch_run)]
-        if fed:
-            normed[source.name] = max(fed, key=lambda r: r.order)
+    for source in [r for r in found if len(r.shape) == 3]:
+        n, length, width = source.shape
+        value = None
+        for later in found:                                 # the latest first
+            if later.order <= source.order or later.shape[0] != n or \
+                    int(np.prod(later.shape[1:])) != length * width:
+                continue
+            if value is None:
+                value = torch_run.tensor(source)
+            views = [(later, value)] if later.shape[1] == length else []
+            if len(later.shape) == 4 and later.shape[2] == length:
+                views.append((later.transposed((0, 2, 1, 3)), value.reshape(
+                    n, length, later.shape[1], -1).transpose(0, 2, 1, 3)))
+            read = next((read for read, viewed in views if inputs.same_values(
+                later.attrs.get("input_sketch"), input_sketch(np.ascontiguousarray(viewed)))),
+                None)
+            if read is not None:
+                normed[source.name] = read
+                break
     return normed
 
 
@@ -545,10 +559,11 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
                         sources: Sequence[RecordInfo], projected: bool, torch_run: RunReader,
                         ms_run: RunReader) -> Optional[Diagnosis]:
     """The attention computed again from ``sources`` at a few positions, each way, q and k
-    turned by torch's rotary table where it recorded one, and ``out`` applied (``projected``:
-    ``t``'s weights, else none: ``t`` returns the context), each side's output there matched
-    against each. Where torch's fits none and it recorded no table, the table its forward
-    computes itself is looked for. Where MindSpore's fits none, torch's ways are tried again
+    turned by torch's rotary table where it recorded one (by each, the latest first, until
+    torch's output fits a way), and ``out`` applied (``projected``: ``t``'s weights, else
+    none: ``t`` returns the context), each side's output there matched against each. Where
+    torch's fits none and it recorded no table, the table its forward computes itself is
+    looked for. Where MindSpore's fits none, torch's ways are tried again
     with q and k turned each other way. Where torch's and MindSpore's differ in the scale
     alone, the head count alone, the turning alone, or how q, k and v are taken, that is the
     cause; None otherwise (a bias on the scores, another mask)."""
@@ -558,7 +573,7 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
     values = [torch_run.tensor(source)[0].reshape(source.shape[1], -1).astype(np.float64)
               for source in sources]
     lengths = [x.shape[0] for x in values] * (3 // len(values))     # each slot's
-    table = rotary.recorded_table(t, torch_run) if len(set(lengths)) == 1 else None
+    tables = rotary.recorded_tables(t, torch_run) if len(set(lengths)) == 1 else []
     told = AttentionTold([source.name for source in sources], t.name, projected, out.width,
                          positions)
     orders = [order for order in ORDERS        # q of t's positions, k and v alike
@@ -572,11 +587,13 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
                 record: RecordInfo) -> List[Way]:
         return _fitting(ways, outputs, run, record, positions, out.outputs, slice(0, 1))
 
-    ways, predicted = _predicted(values, out, positions, turned_by(table))
-    if table is None and len(set(lengths)) == 1 and \
-            not any(fitting(ways, outputs, torch_run, t) for outputs in predicted):
-        computed = _table_computed_in_forward(values, out, positions, orders, fitting, t,
-                                              torch_run)
+    for table in tables or [None]:
+        ways, predicted = _predicted(values, out, positions, turned_by(table))
+        if any(fitting(ways, outputs, torch_run, t) for outputs in predicted):
+            break
+    else:
+        computed = None if tables or len(set(lengths)) > 1 else _table_computed_in_forward(
+            values, out, positions, orders, fitting, t, torch_run)
         if computed is None:
             return None
         table, base = computed

@@ -63,25 +63,27 @@ UNNAMED = Rotary("")
 UNTURNED = Rotary("turns no dims of q and k (no rotary positions)")
 
 
-def recorded_table(t: RecordInfo, torch_run: RunReader) -> Optional[Table]:
-    """The latest rotary table torch recorded before ``t``: a module output of one row per
-    position along ``t``'s axis 1 (L, dims), cos of the angles (all ones at position 0), and
-    the sin it returned next (all zeros there, not everywhere); in float64. None where there
-    is none."""
+def recorded_tables(t: RecordInfo, torch_run: RunReader) -> List[Table]:
+    """The rotary tables torch recorded before ``t``, the latest first: each a module output of
+    one row per position along ``t``'s axis 1 (L, dims), cos of the angles (all ones at
+    position 0), and the sin it returned next (all zeros there, not everywhere); in float64.
+    Gemma 3's model computes two, its global layers' and its local ones'."""
     length = t.shape[1] if len(t.shape) > 1 else 0
     shaped = sorted((r for r in torch_run.records
                      if r.kind == "forward" and r.order < t.order and len(r.shape) >= 2
                      and r.shape[-2] == length and r.shape[-1] % 2 == 0
                      and int(np.prod(r.shape[:-2])) == 1), key=lambda r: -r.order)
+    tables: List[Table] = []
     for sin_record, cos_record in zip(shaped, shaped[1:]):
         if cos_record.shape != sin_record.shape or sin_record.order != cos_record.order + 1:
             continue
         cos, sin = (torch_run.tensor(r).reshape(length, -1).astype(np.float64)
                     for r in (cos_record, sin_record))
         if np.all(cos[0] == 1) and np.all(sin[0] == 0) and np.any(sin != 0) and \
-                np.allclose(cos ** 2 + sin ** 2, 1, atol=1e-5):
-            return cos, sin
-    return None
+                np.allclose(cos ** 2 + sin ** 2, 1, atol=1e-5) and not any(
+                    np.array_equal(cos, other) for other, _ in tables):
+            tables.append((cos, sin))
+    return tables
 
 
 def computed_table(length: int, dims: int, base: float, layout: str) -> Table:
