@@ -182,8 +182,8 @@ def _projections_before(t: RecordInfo, holder: str, torch_run: RunReader,
     """The matched module outputs before ``t`` of its leading shape (``any_length``: of its
     batch, each position of its own sequence: a cross-attention's keys) that ``holder``'s
     forward computes itself (``anywhere``: in a module of its, at any depth): the projections
-    its values may come from, the latest first; (N, L, width) each, or (N, L, heads, head)
-    too where ``in_heads``."""
+    its values may come from, the latest first; (N, L, width) each, or of four axes too
+    where ``in_heads`` (a norm over each head)."""
     inside = [c for c in comparisons if c.name.startswith(holder + ".")] if anywhere else \
         [c for c in comparisons if inputs.caller(c.name, torch_run) == holder]
     records = [torch_run.record(c.name, "forward") for c in inside
@@ -563,10 +563,10 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
     torch's output fits a way), and ``out`` applied (``projected``: ``t``'s weights, else
     none: ``t`` returns the context), each side's output there matched against each. Where
     torch's fits none and it recorded no table, the table its forward computes itself is
-    looked for. Where MindSpore's fits none, torch's ways are tried again
-    with q and k turned each other way. Where torch's and MindSpore's differ in the scale
-    alone, the head count alone, the turning alone, or how q, k and v are taken, that is the
-    cause; None otherwise (a bias on the scores, another mask)."""
+    looked for. Where MindSpore's fits none, torch's ways are tried again with q and k turned
+    each other way. Where torch's and MindSpore's differ in the scale alone, the head count
+    alone, the turning alone, or how q, k and v are taken, that is the cause; None otherwise
+    (a bias on the scores, another mask)."""
     if not sources:
         return None
     positions = _spread(RECOMPUTED_POSITIONS, t.shape[1])
