@@ -28,9 +28,10 @@ and sin of the positions, Hugging Face's ``rotary_emb``), q and k are turned by 
 layout says; where MindSpore's output fits no way so, torch's own ways are tried again with q
 and k turned each other way ``rotary.rotations`` knows (other pairs, dims or base, or none):
 that tells the rotation too (a Llama port rotating GPT-J's neighbouring pairs). Where torch
-recorded none and its output fits no way unturned, its forward is taken to compute its angles
-itself (Meta's Llama, GPT-J), and the table a common rotary computes that its output fits is
-taken for its own.
+recorded several tables (Gemma 3's global and local), each is tried; where it recorded none
+and its output fits no way unturned, its forward is taken to compute its angles itself (Meta's
+Llama, GPT-J), and the table a common rotary computes that its output fits is taken for its
+own. q or k normed after its projection (Qwen3, Gemma 3, OLMo 2) is read from the norm.
 
 Both sides recorded every tensor this needs (the projection's output matched; W and b are
 torch's initial weights), and a few positions alone are read.
