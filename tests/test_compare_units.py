@@ -1820,7 +1820,8 @@ def _rotate_every_two(x):
 def test_torchs_rotary_way_is_its_table_paired_as_its_layout_says(repeated):
     """A table laid out as cat(freqs, freqs) turns q and k as rotate_half does (Llama); one
     laid out in pairs, as rotate_every_two does (GPT-J); the other pairing is among the
-    others, as are each whole head at the base the angles imply and no turning at all."""
+    others, as are each whole head, twice or half torch's dims at the base the angles imply,
+    and no turning at all."""
     from parity.compare import rotary
     length, dims, head = 5, 4, 8
     angles = np.outer(np.arange(length), 10000.0 ** (-np.arange(dims // 2) / (dims // 2)))
@@ -1845,6 +1846,10 @@ def test_torchs_rotary_way_is_its_table_paired_as_its_layout_says(repeated):
     assert any(np.array_equal(way.turned(x), x) for way in others)
     assert [way.said for way in others if "base" in way.said][0].startswith(
         "turns each head's 8 dims of q and k ")
+    said = [way.said for way in rotary.rotations(table, 16) if "torch's base" in way.said]
+    assert [way.split(" of q")[0] for way in said] == [        # GPT-J's 64 of 256, ported as 128
+        "turns each head's 16 dims", "turns the first 8 of each head's 16 dims",
+        "turns the first 2 of each head's 16 dims"]
 
 
 def test_a_table_recorded_is_told_from_a_module_output_alike_by_its_values():
