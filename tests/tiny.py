@@ -5390,8 +5390,8 @@ class _TorchRotaryAttention(tnn.Module):
         self.q_proj, self.o_proj = (tnn.Linear(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(2))
         self.k_proj, self.v_proj = (tnn.Linear(ROTARY_WIDTH, ROTARY_GROUPS * ROTARY_HEAD)
                                     for _ in range(2))
-        if normed:
-            self.q_norm, self.k_norm = (tnn.LayerNorm(ROTARY_HEAD) for _ in range(2))
+        self.q_norm, self.k_norm = (tnn.LayerNorm(ROTARY_HEAD) if normed else None
+                                    for _ in range(2))
 
     def turned(self, y, cos, sin):
         """Hugging Face's apply_rotary_pos_emb on the first ROTARY_DIMS of each head."""
@@ -5404,7 +5404,7 @@ class _TorchRotaryAttention(tnn.Module):
         n, length, _ = x.shape
         q, k, v = (projection(x).view(n, length, -1, ROTARY_HEAD)
                    for projection in (self.q_proj, self.k_proj, self.v_proj))
-        if hasattr(self, "q_norm"):
+        if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = (y.transpose(1, 2) for y in (q, k, v))
         k, v = (y.repeat_interleave(ROTARY_HEADS // ROTARY_GROUPS, 1) for y in (k, v))
@@ -5440,7 +5440,7 @@ class _TorchRotary(tnn.Module):
     def forward(self, ids):
         x = self.embed(ids)
         cos, sin = (None, None) if self.rotary_emb is None else self.rotary_emb(x)
-        if self.rotary_emb_local is not None:       # for the local layers this one has none of
+        if self.rotary_emb_local is not None:       # the local layers' table: none here
             self.rotary_emb_local(x)
         return self.head(self.self_attn(x, cos, sin).flatten(1))
 
@@ -5532,8 +5532,7 @@ def torch_two_tables_rotary() -> tnn.Module:
     return _TorchRotary(local=True)
 
 
-def ms_two_tables_rotary(**bug) -> msnn.Cell:
-    return ms_rotary(**bug)
+ms_two_tables_rotary = ms_rotary
 
 
 # Meta's Llama computes its rotary angles itself (freqs_cis, complex) and turns each whole

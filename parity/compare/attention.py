@@ -592,7 +592,7 @@ def _computed_otherwise(t: RecordInfo, m: RecordInfo, out: OutputProjection,
         ways, predicted = _predicted(values, out, positions, turned_by(table))
         if any(fitting(ways, outputs, torch_run, t) for outputs in predicted):
             break
-    else:
+    else:       # torch's output fits no way turned by a table it recorded, or unturned
         computed = None if tables or len(set(lengths)) > 1 else _table_computed_in_forward(
             values, out, positions, orders, fitting, t, torch_run)
         if computed is None:
