@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from itertools import product
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -1262,6 +1263,39 @@ def test_fails_above_is_not_a_number_where_torch_s_value_is_all_zeros():
     comparison = _first(zeros, zeros + np.float32(1e-3), record,
                         noise=Float64Noise(fp32_noise_rms=0.0, exact_rms=0.0))
     assert math.isnan(comparison.fails_above)
+
+
+def test_a_record_let_through_by_the_absolute_floor_alone_is_noted():
+    """OLMo 2 at width 32: its attention's output, of rms 1.3e-4, passed 2.3 % off (a rotary
+    base bug) because atol, 1e-6, outweighs torch's float32 error there; the norm after it was
+    the first divergence. The same error on values of rms 1 fails; float32 rounding on the small
+    values is not noted."""
+    from parity.compare.engine import _notes
+    record = RecordInfo(name="attn.o_proj", kind="forward", shape=(64,), dtype="float32",
+                        order=3, shard="", key="")
+    rng = np.random.default_rng(0)
+    small = (rng.standard_normal(64) * 1.3e-4).astype(np.float32)
+    noise = Float64Noise(fp32_noise_rms=1e-11, exact_rms=1.3e-4)
+    off = small * np.float32(1.023)
+    hidden = _first(small, off, record, noise=noise)
+    assert hidden.passed and hidden.ms_error > 0.02, hidden
+    rounded = _first(small, np.nextafter(small, np.float32(1)), record, noise=noise)
+    large = _first(small * 1e4, off * 1e4, record,
+                   noise=Float64Noise(fp32_noise_rms=1e-7, exact_rms=1.3))
+    assert rounded.passed and not large.passed
+
+    def floor_notes(comparisons):
+        run = SimpleNamespace(step_is_random=False, records=[], manifest={})
+        return [note for note in _notes(run, run, {}, [], comparisons, TolerancePolicy(), {}, {})
+                if "absolute floor" in note]
+    assert floor_notes([hidden]) == [
+        "1 record passed by their tolerance's absolute floor alone (atol), MindSpore off by more "
+        "than 0.001 of their rms and more than their noise factor times torch's own float32 "
+        "error, their values small against atol: the earliest, attn.o_proj · forward, by "
+        f"{100 * hidden.ms_error:.2g} % of its rms of {hidden.ref_rms:.2g} (atol 1e-06). A bug "
+        "may hide there, shown only where a norm scales it up; a lower atol (--tolerance "
+        "FILE.toml) judges them"]
+    assert floor_notes([rounded]) == floor_notes([large]) == []
 
 
 def test_one_record_mostly_rounding_is_told_in_the_singular():
