@@ -129,9 +129,11 @@ def rotations(table: Optional[Table], head: int) -> List[Rotary]:
     ``table``: its dims paired the other way, or its angles laid out the other way; as its
     layout pairs them, each whole head, twice or half its dims at the base its angles imply,
     or its dims at another common base; not at all. None where ``turning`` turns none."""
-    if turning(table, head).cos is None:
+    if table is None:
         return []
     dims, layout = table[0].shape[1], _layout(table)
+    if dims > head or layout is None:
+        return []
     angles = _angles(table, layout)
     others = [UNTURNED] + [_turning(angles, dims, head, pairs, laid_out)
                            for pairs in (HALVES, NEIGHBOURS) for laid_out in (HALVES, NEIGHBOURS)
