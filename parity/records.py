@@ -327,6 +327,15 @@ class Comparison(TensorStats):
         # MindSpore equal to torch: that denominator, but for its floor and atol terms
         return self.noise_factor * (self.fp32_noise + self.allowance)
 
+    @property
+    def let_through_by_floor(self) -> bool:
+        """Passed though MindSpore is off by more than the noise factor allows: the tolerance's
+        floors alone let it through, its atol where the values are small against it (its
+        relative noise_floor, 1e-6, where their rms exceeds atol / noise_floor). False without
+        the float64 reference (NaN compares false)."""
+        return self.passed and self.ms_error > self.noise_factor * (self.fp32_noise
+                                                                    + self.allowance)
+
 
 @dataclass(frozen=True)
 class Divergence:

@@ -1951,7 +1951,7 @@ def test_a_table_torchs_forward_computes_is_found_by_the_output_it_fits(biased):
     record = _forward("attention", "module", output.shape, 3)
     run = _Run({"attention": output}, [record])
     positions, columns = attention._spread(4, length), np.arange(width)
-    out = attention.OutputProjection([np.eye(width)], 0.0, width, columns)
+    out = attention.OutputProjection([np.eye(width)], 0.0, width, columns, width)
 
     def fitting(ways, outputs, run, record):
         return attention._fitting(ways, outputs, run, record, positions, columns, slice(0, 1))

@@ -1607,6 +1607,33 @@ def ms_padded_tokens_unmasked() -> msnn.Cell:
     return ms_tokens(msnn.Embedding(VOCABULARY, WIDTH, padding_idx=0))
 
 
+# Gemma's embedding scales its table's rows by √width (Gemma3TextScaledWordEmbedding, an
+# nn.Embedding subclass: a module of no known op).
+class _TorchScaledEmbedding(tnn.Embedding):
+    def forward(self, tokens):
+        return super().forward(tokens) * math.sqrt(WIDTH)
+
+
+def torch_scaled_padded_tokens() -> tnn.Module:
+    return tnn.Sequential(_TorchScaledEmbedding(VOCABULARY, WIDTH, padding_idx=0), tnn.Flatten(),
+                          tnn.Linear(WIDTH * TOKENS, 5))
+
+
+class _MsScaledEmbedding(msnn.Embedding):
+    def construct(self, tokens):
+        return super().construct(tokens) * math.sqrt(WIDTH)
+
+
+class _MsScaledPaddingRowEmbedding(_PaddingRowEmbedding):
+    def construct(self, tokens):
+        return super().construct(tokens) * math.sqrt(WIDTH)
+
+
+def ms_scaled_padded_tokens(masked: bool = True) -> msnn.Cell:
+    return ms_tokens(_MsScaledPaddingRowEmbedding() if masked else
+                     _MsScaledEmbedding(VOCABULARY, WIDTH, padding_idx=0))
+
+
 # Tied weights, as a language model's: the output layer's weight is the embedding table, one
 # parameter that torch's state dict lists under both names.
 class _TorchTied(tnn.Module):
@@ -5368,34 +5395,46 @@ ROTARY_WIDTH, ROTARY_HEADS, ROTARY_GROUPS, ROTARY_DIMS = 32, 4, 2, 4
 ROTARY_HEAD = ROTARY_WIDTH // ROTARY_HEADS
 
 
-def _rotary_angles(length: int, dims: int, base: float = 10000.0) -> np.ndarray:
+def _rotary_angles(length: int, dims: int, base: float = 10000.0, long_scaled: bool = False
+                   ) -> np.ndarray:
+    """``long_scaled``: the frequencies of the longer half of the wavelengths divided by 8, as
+    Llama 3.1's rope_scaling divides those past its original context's."""
     frequencies = 1.0 / base ** (np.arange(0, dims, 2, dtype=np.float32) / dims)
+    if long_scaled:
+        frequencies[dims // 4:] /= 8
     return np.outer(np.arange(length, dtype=np.float32), frequencies).astype(np.float32)
 
 
 class _TorchRotaryEmbedding(tnn.Module):
-    def __init__(self, base: float = 10000.0) -> None:
+    def __init__(self, base: float = 10000.0, dims: int = ROTARY_DIMS,
+                 long_scaled: bool = False) -> None:
         super().__init__()
-        self.base = base
+        self.base, self.dims, self.long_scaled = base, dims, long_scaled
 
     def forward(self, x):
-        angles = torch.from_numpy(_rotary_angles(x.shape[1], ROTARY_DIMS, self.base))
+        angles = torch.from_numpy(_rotary_angles(x.shape[1], self.dims, self.base,
+                                                 self.long_scaled))
         angles = torch.cat((angles, angles), -1)[None]
         return angles.cos(), angles.sin()
 
 
 class _TorchRotaryAttention(tnn.Module):
-    def __init__(self, normed: bool = False) -> None:
+    """``model_width``: the width it takes and returns, its scores scaled by 1/√(model_width /
+    heads) (Gemma's query_pre_attn_scalar)."""
+
+    def __init__(self, normed: bool = False, model_width: int = ROTARY_WIDTH) -> None:
         super().__init__()
-        self.q_proj, self.o_proj = (tnn.Linear(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(2))
-        self.k_proj, self.v_proj = (tnn.Linear(ROTARY_WIDTH, ROTARY_GROUPS * ROTARY_HEAD)
+        self.model_width = model_width
+        self.q_proj = tnn.Linear(model_width, ROTARY_WIDTH)
+        self.o_proj = tnn.Linear(ROTARY_WIDTH, model_width)
+        self.k_proj, self.v_proj = (tnn.Linear(model_width, ROTARY_GROUPS * ROTARY_HEAD)
                                     for _ in range(2))
         self.q_norm, self.k_norm = (tnn.LayerNorm(ROTARY_HEAD) if normed else None
                                     for _ in range(2))
 
     def turned(self, y, cos, sin):
-        """Hugging Face's apply_rotary_pos_emb on the first ROTARY_DIMS of each head."""
-        part, rest = y[..., :ROTARY_DIMS], y[..., ROTARY_DIMS:]
+        """Hugging Face's apply_rotary_pos_emb on the first dims of each head its table holds."""
+        part, rest = y[..., :cos.shape[-1]], y[..., cos.shape[-1]:]
         first, second = part.chunk(2, -1)
         return torch.cat((part * cos[:, None] + torch.cat((-second, first), -1) * sin[:, None],
                           rest), -1)
@@ -5409,7 +5448,7 @@ class _TorchRotaryAttention(tnn.Module):
         q, k, v = (y.transpose(1, 2) for y in (q, k, v))
         k, v = (y.repeat_interleave(ROTARY_HEADS // ROTARY_GROUPS, 1) for y in (k, v))
         scores = self.turned(q, cos, sin) @ self.turned(k, cos, sin).transpose(-1, -2) \
-            / math.sqrt(q.shape[-1])
+            / math.sqrt(self.model_width / ROTARY_HEADS)
         scores = scores.masked_fill(torch.ones(length, length).triu(1).bool(), float("-inf"))
         context = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(n, length, -1)
         return self.o_proj(context)
@@ -5427,37 +5466,57 @@ class _TorchComplexRotaryAttention(_TorchRotaryAttention):
 
 
 class _TorchRotary(tnn.Module):
-    def __init__(self, computed: bool = False, normed: bool = False, local: bool = False
-                 ) -> None:
+    """``normed_after``: its attention's output normed ("output", OLMo 2's) or added to its
+    input and normed ("sum", a pre-norm layer's next norm), o_proj scaled by SMALL_ATTENTION's
+    and its bias zeroed; ``long_scaled``: its table over each whole head, as
+    ``_rotary_angles``'s."""
+
+    def __init__(self, computed: bool = False, normed: bool = False, local: bool = False,
+                 normed_after: str = "", model_width: int = ROTARY_WIDTH,
+                 long_scaled: bool = False) -> None:
         super().__init__()
-        self.embed = tnn.Embedding(VOCABULARY, ROTARY_WIDTH)
-        self.rotary_emb = None if computed else _TorchRotaryEmbedding()
+        self.embed = tnn.Embedding(VOCABULARY, model_width)
+        self.rotary_emb = None if computed else _TorchRotaryEmbedding(
+            dims=ROTARY_HEAD if long_scaled else ROTARY_DIMS, long_scaled=long_scaled)
         self.rotary_emb_local = _TorchRotaryEmbedding(base=10.0) if local else None
         self.self_attn = _TorchComplexRotaryAttention() if computed else \
-            _TorchRotaryAttention(normed)
-        self.head = tnn.Linear(ROTARY_WIDTH * TOKENS, 5)
+            _TorchRotaryAttention(normed, model_width)
+        self.normed_after = normed_after
+        self.input_norm = tnn.LayerNorm(model_width) if normed_after == "sum" else None
+        self.post_norm = tnn.LayerNorm(model_width) if normed_after else None
+        if normed_after:
+            with torch.no_grad():
+                self.self_attn.o_proj.weight.mul_(SMALL_ATTENTION[normed_after])
+                self.self_attn.o_proj.bias.zero_()
+                self.embed.weight.mul_(SMALL_EMBEDDINGS[normed_after])
+        self.head = tnn.Linear(model_width * TOKENS, 5)
 
     def forward(self, ids):
         x = self.embed(ids)
         cos, sin = (None, None) if self.rotary_emb is None else self.rotary_emb(x)
         if self.rotary_emb_local is not None:       # the local layers' table: none here
             self.rotary_emb_local(x)
-        return self.head(self.self_attn(x, cos, sin).flatten(1))
+        if self.input_norm is None:
+            y = self.self_attn(x, cos, sin)
+        else:
+            y = x + self.self_attn(self.input_norm(x), cos, sin)
+        return self.head((y if self.post_norm is None else self.post_norm(y)).flatten(1))
 
 
 class _MsRotaryAttention(msnn.Cell):
-    def __init__(self, pairs: str, dims: int, unscaled: bool, base: float, tiled: bool,
-                 normed: bool = False) -> None:
+    def __init__(self, pairs: str, dims: int, divisor: float, base: float, tiled: bool,
+                 normed: bool, model_width: int, long_scaled: bool) -> None:
         super().__init__()
-        self.pairs, self.dims, self.unscaled, self.tiled = pairs, dims, unscaled, tiled
-        self.q_proj, self.o_proj = (msnn.Dense(ROTARY_WIDTH, ROTARY_WIDTH) for _ in range(2))
-        self.k_proj, self.v_proj = (msnn.Dense(ROTARY_WIDTH, ROTARY_GROUPS * ROTARY_HEAD)
+        self.pairs, self.dims, self.divisor, self.tiled = pairs, dims, divisor, tiled
+        self.q_proj = msnn.Dense(model_width, ROTARY_WIDTH)
+        self.o_proj = msnn.Dense(ROTARY_WIDTH, model_width)
+        self.k_proj, self.v_proj = (msnn.Dense(model_width, ROTARY_GROUPS * ROTARY_HEAD)
                                     for _ in range(2))
         self.normed = normed
         if normed:
             self.q_norm, self.k_norm = (msnn.LayerNorm((ROTARY_HEAD,), epsilon=1e-5)
                                         for _ in range(2))
-        angles = _rotary_angles(TOKENS, dims, base)
+        angles = _rotary_angles(TOKENS, dims, base, long_scaled)
         angles = np.repeat(angles, 2, -1) if pairs == "neighbours" else \
             np.concatenate((angles, angles), -1)
         self.cos, self.sin = mindspore.Tensor(np.cos(angles)), mindspore.Tensor(np.sin(angles))
@@ -5483,23 +5542,33 @@ class _MsRotaryAttention(msnn.Cell):
         per_group = ROTARY_HEADS // ROTARY_GROUPS
         k, v = ((ops.tile(y, (1, per_group, 1, 1)) if self.tiled else
                  ops.repeat_interleave(y, per_group, 1)) for y in (k, v))
-        scores = ops.matmul(self.turned(q), self.turned(k).swapaxes(-1, -2))
-        if not self.unscaled:
-            scores = scores / math.sqrt(ROTARY_HEAD)
+        scores = ops.matmul(self.turned(q), self.turned(k).swapaxes(-1, -2)) / self.divisor
         scores = ops.where(self.causal, scores, mindspore.Tensor(-1e30, mindspore.float32))
         context = ops.matmul(ops.softmax(scores, -1), v).swapaxes(1, 2)
         return self.o_proj(context.reshape(n, length, ROTARY_WIDTH))
 
 
 class _MsRotary(msnn.Cell):
-    def __init__(self, *knobs) -> None:
+    def __init__(self, *knobs, normed_after: str, model_width: int, long_scaled: bool) -> None:
         super().__init__()
-        self.embed = msnn.Embedding(VOCABULARY, ROTARY_WIDTH)
-        self.self_attn = _MsRotaryAttention(*knobs)
-        self.head = msnn.Dense(ROTARY_WIDTH * TOKENS, 5)
+        self.embed = msnn.Embedding(VOCABULARY, model_width)
+        self.self_attn = _MsRotaryAttention(*knobs, model_width, long_scaled)
+        self.normed_after = normed_after
+        if normed_after == "sum":
+            self.input_norm = msnn.LayerNorm((model_width,), epsilon=1e-5)
+        if normed_after:
+            self.post_norm = msnn.LayerNorm((model_width,), epsilon=1e-5)
+        self.head = msnn.Dense(model_width * TOKENS, 5)
 
     def construct(self, ids):
-        return self.head(self.self_attn(self.embed(ids)).reshape(ids.shape[0], -1))
+        x = self.embed(ids)
+        if self.normed_after == "sum":
+            y = x + self.self_attn(self.input_norm(x))
+        else:
+            y = self.self_attn(x)
+        if self.normed_after:
+            y = self.post_norm(y)
+        return self.head(y.reshape(ids.shape[0], -1))
 
 
 def torch_rotary() -> tnn.Module:
@@ -5507,14 +5576,22 @@ def torch_rotary() -> tnn.Module:
 
 
 def ms_rotary(pairs: str = "halves", dims: int = ROTARY_DIMS, unscaled: bool = False,
-              base: float = 10000.0, tiled: bool = False, normed: bool = False) -> msnn.Cell:
+              base: float = 10000.0, tiled: bool = False, normed: bool = False,
+              normed_after: str = "", model_width: int = ROTARY_WIDTH,
+              head_scaled: bool = False, long_scaled: bool = False) -> msnn.Cell:
     """The port computes its rotary table in the attention's construct. ``pairs``: "halves"
     (torch's), "neighbours" (GPT-J's pairs, the angles laid out to match) or "none" (no
     rotation); ``dims``: how many of each head's 8 it turns (torch's 4); ``unscaled``: the
     scores not divided by √head; ``base``: the frequencies' (torch's 10000); ``tiled``: query
     head h reads key-value head h % groups (torch's h // (heads / groups)); ``normed``: q and
-    k normed over each head, as ``torch_normed_rotary``'s."""
-    return _MsRotary(pairs, dims, unscaled, base, tiled, normed)
+    k normed over each head, as ``torch_normed_rotary``'s; ``normed_after``, as
+    ``_TorchRotary``'s; ``model_width``: as ``_TorchRotaryAttention``'s, the scores scaled by
+    1/√(model_width / heads) but where ``head_scaled`` (by 1/√head); ``long_scaled``: the
+    table's long wavelengths scaled, as ``_rotary_angles``'s."""
+    divisor = 1.0 if unscaled else math.sqrt(ROTARY_HEAD) if head_scaled else \
+        math.sqrt(model_width / ROTARY_HEADS)
+    return _MsRotary(pairs, dims, divisor, base, tiled, normed, normed_after=normed_after,
+                     model_width=model_width, long_scaled=long_scaled)
 
 
 # Qwen3 and Gemma 3 norm q and k over each head (q_norm, k_norm) before turning them.
@@ -5524,6 +5601,56 @@ def torch_normed_rotary() -> tnn.Module:
 
 def ms_normed_rotary(**bug) -> msnn.Cell:
     return ms_rotary(normed=True, **bug)
+
+
+# Gemma 2's and 3's 27B return more columns from their attention than its heads hold (Gemma 3's
+# 5376 from 32 heads of 128), their scores scaled by 1/√(5376 / 32) (query_pre_attn_scalar);
+# a port may scale them by 1/√head, as most attentions do.
+WIDE_ROTARY = 48
+
+
+def torch_wide_rotary() -> tnn.Module:
+    return _TorchRotary(model_width=WIDE_ROTARY)
+
+
+def ms_wide_rotary(**bug) -> msnn.Cell:
+    return ms_rotary(model_width=WIDE_ROTARY, **bug)
+
+
+# OLMo 2 norms its attention's output (post_attention_layernorm), small at its initial weights:
+# rms 1.3e-4 at width 32, against the forward tolerance's atol of 1e-6. Here o_proj's weights
+# are scaled down, its output's rms to 2.2e-5-2.5e-5 (torch seeds 0-3: a port turning each whole
+# head passes it 9-15 % off), and its bias zeroed. A pre-norm layer's next norm takes the
+# attention's output added to the layer's input (Llama's post_attention_layernorm at width 32:
+# 0.0044 against embeddings of rms 0.02, its initial std): here the attention's input normed
+# first, its output of rms 9.8e-6 to 1.2e-5 (torch seeds 0-1) against embeddings of 0.02.
+SMALL_ATTENTION = {"output": 1e-4, "sum": 5e-5}
+SMALL_EMBEDDINGS = {"output": 1.0, "sum": 0.02}
+
+
+def torch_post_normed_rotary() -> tnn.Module:
+    return _TorchRotary(normed_after="output")
+
+
+def ms_post_normed_rotary(**bug) -> msnn.Cell:
+    return ms_rotary(normed_after="output", **bug)
+
+
+def torch_summed_rotary() -> tnn.Module:
+    return _TorchRotary(normed_after="sum")
+
+
+def ms_summed_rotary(**bug) -> msnn.Cell:
+    return ms_rotary(normed_after="sum", **bug)
+
+
+# Llama 3.1 scales its rotary's long wavelengths (rope_scaling); a port may leave them plain.
+def torch_long_scaled_rotary() -> tnn.Module:
+    return _TorchRotary(long_scaled=True)
+
+
+def ms_long_scaled_rotary(**bug) -> msnn.Cell:
+    return ms_rotary(**{"dims": ROTARY_HEAD, "long_scaled": True, **bug})
 
 
 # Gemma 3's model computes two rotary tables, its global layers' and then its local layers'

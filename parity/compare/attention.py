@@ -21,7 +21,8 @@ Where the first position tells nothing (timm's ViT attends over every token; a s
 rotation leaves it as it is), the attention is computed again at a few positions, from a fused
 output (as blocks, head by head, or group by group) or three projections, for each order of q,
 k and v in it, each head count, keys and values of fewer heads shared either way, its scores
-scaled by 1/√head or not, with a causal mask or none; each side's output there is matched
+scaled by 1/√head, not at all, or by another constant ports take (SCORE_SCALES), with a causal
+mask or none; each side's output there is matched
 against each. That tells the split, the sharing, the head count and the scale (GPT-2 ported
 without it). Where torch recorded a rotary table before the attention (a module returning cos
 and sin of the positions, Hugging Face's ``rotary_emb``), q and k are turned by it as its
@@ -39,6 +40,7 @@ torch's initial weights), and a few positions alone are read.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from itertools import permutations, product
 from typing import (Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple,
@@ -234,12 +236,14 @@ OUTPUTS_MATCHED = 64
 class OutputProjection:
     """An attention's output projection as torch's initial weights hold it, at the output
     columns ``outputs``: its weight in each orientation its shape allows, as (width, outputs)
-    matrices (a dense layer's (out, width) transposed; GPT-2's Conv1D holds (width, out)), and
-    its bias (0 where it has none)."""
+    matrices (a dense layer's (out, width) transposed; GPT-2's Conv1D holds (width, out)), its
+    bias (0 where it has none), and the width it returns (Gemma 2's and 3's 27B return more
+    columns than their heads hold)."""
     matrices: List[np.ndarray]
     offset: Union[np.ndarray, float]
     width: int
     outputs: np.ndarray
+    returned: int
 
 
 def _output_projection(t: RecordInfo, m: RecordInfo, torch_run: RunReader
@@ -259,7 +263,7 @@ def _output_projection(t: RecordInfo, m: RecordInfo, torch_run: RunReader
     matrices = [w[:, outputs] for w, out in ((weight.T, weight.shape[0]), (weight, weight.shape[1]))
                 if out == width]
     offset = 0.0 if bias is None else bias.astype(np.float64)[outputs]
-    return OutputProjection(matrices, offset, matrices[0].shape[0], outputs)
+    return OutputProjection(matrices, offset, matrices[0].shape[0], outputs, width)
 
 
 def values_taken_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
@@ -345,14 +349,17 @@ def _described(way: ValueTaken, same_sharing: bool) -> str:
 RECOMPUTED_POSITIONS = 4
 # The most heads tried (Llama-3-405B has 128 query heads).
 MOST_HEADS = 128
-# How the scores q·kᵀ may be scaled, from (head, width): by the attention's whole width,
-# Whisper ported with the model's width where its heads' belongs; by 1/head, a BERT port
-# dividing by d for √d.
-SCORE_SCALES: Dict[str, Callable[[int, int], float]] = {
-    "1/√head": lambda head, width: head ** -0.5,
-    "1": lambda head, width: 1.0,
-    "1/√(heads · head)": lambda head, width: width ** -0.5,
-    "1/head": lambda head, width: 1.0 / head,
+# How the scores q·kᵀ may be scaled, from (head, width, returned): by the attention's whole
+# width, Whisper ported with the model's width where its heads' belongs; by 1/head, a BERT port
+# dividing by d for √d; by the width the output projection returns over the heads, Gemma 2's
+# and 3's 27B (query_pre_attn_scalar: 144 and 168, for heads of 128). A scale equal to one
+# before it is not tried (the last where the output projection returns the attention's width).
+SCORE_SCALES: Dict[str, Callable[[int, int, int], float]] = {
+    "1/√head": lambda head, width, returned: head ** -0.5,
+    "1": lambda head, width, returned: 1.0,
+    "1/√(heads · head)": lambda head, width, returned: width ** -0.5,
+    "1/head": lambda head, width, returned: 1.0 / head,
+    "1/√(model width / heads)": lambda head, width, returned: (returned * head / width) ** -0.5,
 }
 
 
@@ -465,17 +472,23 @@ def _projected_heads(sources: Sequence[np.ndarray], heads: int, head: int
 
 
 def _attended(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray,
-              scales: Sequence[str] = tuple(SCORE_SCALES)) -> Dict[Tuple[str, bool], np.ndarray]:
+              scales: Sequence[str], returned: int) -> Dict[Tuple[str, bool], np.ndarray]:
     """The context at ``positions`` of an attention of q (heads, P, head) over k and v
-    (heads, L, head), for each of ``scales`` and each mask: {(scale, causal): (P, width)}.
-    The values are read once for all of them: at a wide layer's length, reading them is the
+    (heads, L, head), for each of ``scales`` of a value no earlier one has (``returned``: the
+    width the output projection returns) and each mask: {(scale, causal): (P, width)}. The
+    values are read once for all of them: at a wide layer's length, reading them is the
     cost."""
     scores = q @ k.transpose(0, 2, 1)
     later = np.arange(k.shape[1])[None, :] > positions[:, None]
-    ways = [(name, causal) for name in scales for causal in (False, True)]
+    factors: Dict[str, float] = {}
+    for name in scales:
+        factor = SCORE_SCALES[name](q.shape[-1], q.shape[0] * q.shape[-1], returned)
+        if not any(math.isclose(factor, earlier) for earlier in factors.values()):
+            factors[name] = factor
+    ways = [(name, causal) for name in factors for causal in (False, True)]
     weights = []
     for name, causal in ways:
-        scaled = scores * SCORE_SCALES[name](q.shape[-1], q.shape[0] * q.shape[-1])
+        scaled = scores * factors[name]
         if causal:
             scaled = np.where(later, -np.inf, scaled)
         exp = np.exp(scaled - scaled.max(-1, keepdims=True))
@@ -551,7 +564,7 @@ def context_computed_otherwise(t: RecordInfo, m: RecordInfo, torch_run: RunReade
         return None
     width = t.shape[2]
     outputs = _spread(OUTPUTS_MATCHED, width)
-    returned = OutputProjection([np.eye(width)[:, outputs]], 0.0, width, outputs)
+    returned = OutputProjection([np.eye(width)[:, outputs]], 0.0, width, outputs, width)
     sources = _attention_sources(t, width, [t.name], torch_run, comparisons)
     return _computed_otherwise(t, m, returned, sources, False, torch_run, ms_run)
 
@@ -698,7 +711,7 @@ def _predicted(values: Sequence[np.ndarray], out: OutputProjection, positions: n
                 k = keys[order.index(1)]
                 for (scale, causal), context in _attended(
                         turning.turned(q[:, positions], positions), k, v, positions,
-                        scales).items():
+                        scales, out.returned).items():
                     ways.append(Attending(laid.arrangement, order, laid.heads, scale, causal,
                                           turning.said, laid.sharing))
                     for outputs, matrix in zip(predicted, out.matrices):

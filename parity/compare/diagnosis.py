@@ -12,7 +12,7 @@ optimizer state, buffers).
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -20,12 +20,13 @@ from parity.compare import conditioning, inputs, kernels, loss, optimizer, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.conditioning import FEW_VALUES_PER_CHANNEL
 from parity.compare.dropping import DropMismatch
-from parity.compare.forward_cause import forward_cause, holding_but_never_run, never_ran
+from parity.compare.forward_cause import (INPUT_SHARE, forward_cause, holding_but_never_run,
+                                          never_ran)
 from parity.compare.settings import settings_cause
 from parity.compare.structure import FROZEN_ON_ONE_SIDE, different_drop_rates, frozen_on_one_side
 from parity.config import SHARED_STEP_SETTINGS, split_state
 from parity.errors import first_few
-from parity.records import Comparison, Diagnosis, RecordInfo
+from parity.records import Comparison, Diagnosis, RecordInfo, module_of
 from parity.rundir import RunReader, initial_weights
 
 
@@ -120,13 +121,125 @@ def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
     ``m``); ``dropping``: the point next to them each side drops at another rate, if any;
     ``idle``: each side's modules computing nothing left unpaired, listed in ``unmatched``
     neither."""
+    upstream = _fed_by_one_let_through(first, t, comparisons, torch_run, ms_run)
+    if upstream is not None:
+        return upstream.diagnosed(comparisons, torch_run, ms_run, unmatched, idle)
     found = _diagnose(first, t, m, comparisons, torch_run, ms_run, unmatched, dropping,
                       idle or {})
-    if found.confidence == "guess" or found.cause in FALLBACK_CAUSES:
-        return _random_step(torch_run, ms_run, comparisons) or \
-            conditioning.ill_conditioned(first, t, torch_run) or \
-            _state_updated_in_the_forward(first, t, comparisons) or found
-    return found
+    if found.confidence != "guess" and found.cause not in FALLBACK_CAUSES:
+        return found
+    better = _random_step(torch_run, ms_run, comparisons) or \
+        conditioning.ill_conditioned(first, t, torch_run) or \
+        _state_updated_in_the_forward(first, t, comparisons)
+    if better is not None:
+        return better
+    before = _let_through_before(first, comparisons, torch_run, ms_run)
+    return found if before is None else before.diagnosed(comparisons, torch_run, ms_run,
+                                                         unmatched, idle)
+
+
+class LetThrough(NamedTuple):
+    """A module output the tolerance's absolute floor alone let through, ``origin`` (its torch
+    and MindSpore records ``t`` and ``m``), taken for where the first divergence starts;
+    ``said``: why, in words."""
+    origin: Comparison
+    t: RecordInfo
+    m: RecordInfo
+    said: str
+
+    def diagnosed(self, comparisons: Sequence[Comparison], torch_run: RunReader,
+                  ms_run: RunReader, unmatched: Dict[str, Tuple[str, ...]],
+                  idle: Optional[Mapping[str, Sequence[str]]]) -> Diagnosis:
+        """The origin's diagnosis, said to be where the divergence starts."""
+        found = diagnose(self.origin, self.t, self.m, comparisons, torch_run, ms_run,
+                         unmatched, idle=idle)
+        return Diagnosis(cause=found.cause,
+                         detail=f"{self.said}, let through by the tolerance's absolute floor "
+                                f"alone (atol {self.origin.atol:g}): the divergence starts at "
+                                f"{self.origin.name}. There: {found.detail}",
+                         confidence=found.confidence)
+
+
+def _off(comparison: Comparison) -> str:
+    return f"{100 * comparison.ms_error:.2g} % of its rms ({comparison.ref_rms:.2g}) off"
+
+
+def _let_through(first: Comparison, comparisons: Sequence[Comparison]) -> List[Comparison]:
+    """The module outputs before ``first`` that passed by their tolerance's absolute floor
+    alone, the earliest first."""
+    return sorted((c for c in comparisons if c.kind == "forward" and c.order < first.order
+                   and c.let_through_by_floor), key=lambda c: c.order)
+
+
+def _explaining(c: Comparison, output: Comparison) -> bool:
+    """Whether ``c`` is off by enough to make ``output`` as far off: INPUT_SHARE of it."""
+    return c.ms_error >= INPUT_SHARE * output.ms_error
+
+
+def _with_records(origin: Comparison, said: str, torch_run: RunReader, ms_run: RunReader
+                  ) -> Optional[LetThrough]:
+    t, m = torch_run.record(origin.name, "forward"), ms_run.record(origin.mindspore_name,
+                                                                   "forward")
+    return None if t is None or m is None else LetThrough(origin, t, m, said)
+
+
+def _fed_by_one_let_through(first: Comparison, t: RecordInfo,
+                            comparisons: Sequence[Comparison], torch_run: RunReader,
+                            ms_run: RunReader) -> Optional[LetThrough]:
+    """Where the first divergence's input is a module's output let through by its tolerance's
+    absolute floor and explaining it: the earliest output so let through within that module
+    explaining it in turn, or that one. OLMo 2 norms its attention's output, of rms 1.3e-4 at
+    width 32: a port's rotary base passed there 2.3 % off, and its norm, scaling the difference
+    up, was told "computes something different". GPT-J's next layer norms the sum of its
+    attention's and MLP's outputs and its input: a port's rotary base passed in it, and in its
+    attention's output first (8.4e-5 off at rms 0.021 over 16 tokens), and the norm was "small
+    numerical drift"."""
+    if first.kind != "forward":
+        return None
+    let_through = _let_through(first, comparisons)
+    for feeding in let_through:
+        source = torch_run.record(feeding.name, "forward")
+        if source is None or not _explaining(feeding, first) or \
+                not inputs.feeds(source, t, torch_run):
+            continue
+        module = module_of(feeding.name.partition("#")[0])
+        origin = next((c for c in let_through if c.order < feeding.order
+                       and c.name.startswith(f"{module}.") and _explaining(c, feeding)), feeding)
+        within = "" if origin is feeding else f", as did {origin.name}'s within it, {_off(origin)}"
+        return _with_records(origin, f"{first.name}'s input is {feeding.name}'s output, which "
+                             f"passed {_off(feeding)}{within}", torch_run, ms_run)
+    return None
+
+
+def _let_through_before(first: Comparison, comparisons: Sequence[Comparison],
+                        torch_run: RunReader, ms_run: RunReader) -> Optional[LetThrough]:
+    """Where the first divergence is told only where to look: the earliest module output let
+    through by its tolerance's absolute floor and explaining it, in the module enclosing a
+    forward one (anywhere for a top-level module), or the output of the module holding a
+    gradient's parameter, or of one in it. Llama's second norm takes its attention's output
+    added to the layer's input: a port leaving out Llama 3.1's rope_scaling passed at the
+    attention's output (2.4e-4 off at rms 0.0044 over 16 tokens), and the norm was "small
+    numerical drift"; where the norm passed too, o_proj's weight's gradient, computed from the
+    attention's context, was "backward differs while forward matches"."""
+    if first.kind == "forward":
+        block = first.name.partition("#")[0].rpartition(".")[0]
+        where = f"earlier in {block}" if block else "earlier"
+
+        def inside(c: Comparison) -> bool:
+            return c.name.startswith(f"{block}.") or not block
+    elif first.kind == "grad":
+        block = first.name.rpartition(".")[0]
+        where = f"in the module holding {first.name}"
+
+        def inside(c: Comparison) -> bool:
+            return module_of(c.name.partition("#")[0]) == block or \
+                c.name.startswith(f"{block}.")
+    else:
+        return None
+    origin = next((c for c in _let_through(first, comparisons)
+                   if inside(c) and _explaining(c, first)), None)
+    return None if origin is None else _with_records(
+        origin, f"{origin.name}'s output, {where}, passed {_off(origin)}", torch_run, ms_run)
 
 
 RUNNING_STATISTICS = (".running_mean", ".running_var")
@@ -395,10 +508,11 @@ def _padding_row_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
     one, with padding_idx or without (nn.Embedding, 2.8.0, measured: the row summed the output
     gradients of the padding positions). Torch's row is zero but where the table is used again
     (Gemma's output layer tied to it: its correct port was told "backward differs while
-    forward matches")."""
+    forward matches"). Any module holding a padding_idx is taken for an embedding: Gemma 3's
+    scales its nn.Embedding's output (Gemma3TextScaledWordEmbedding), a module of no known op."""
     embedding = torch_run.record(t.name.rpartition(".")[0], "forward")
     if t.attrs.get("activation") or not t.name.endswith(".weight") or embedding is None \
-            or embedding.op != "embedding" or embedding.attrs.get("padding_idx") is None:
+            or embedding.attrs.get("padding_idx") is None:
         return None
     row = int(embedding.attrs["padding_idx"])
     a, b = torch_run.tensor(t), ms_run.tensor(m)

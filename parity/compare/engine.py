@@ -1095,8 +1095,7 @@ def _notes(torch_run: RunReader, ms_run: RunReader, self_checks: Mapping[str, An
     noisy = [c for c in comparisons if c.fp32_noise >= MOSTLY_NOISE]     # NaN: no float64
     if noisy:
         notes.append(_noise_note(noisy))
-    floored = [c for c in comparisons if c.passed and c.ms_error > max(
-        FLOOR_HIDES, c.noise_factor * (c.fp32_noise + c.allowance))]      # NaN: no float64
+    floored = [c for c in comparisons if c.let_through_by_floor and c.ms_error > FLOOR_HIDES]
     if floored:
         notes.append(_floor_note(floored))
     paired = {c.name for c in comparisons if c.kind == "forward"}

@@ -31,6 +31,12 @@ BASES = (10000.0, 500000.0, 1000000.0)
 # The parts of each head a rotary commonly turns: all of it (Llama, Meta's and Hugging Face's),
 # half (ChatGLM), a quarter (GPT-J, GPT-NeoX).
 PARTS = (1, 2, 4)
+# Torch's angles are scaled (Llama 3.1's rope_scaling divides its long wavelengths' by 8) where
+# one at its first SCALED_READ positions lies this far, in radians, from the plain angle of the
+# base they imply: torch's float32 angles lie within 1.4e-4 of them there (5.6e-4 at 4096
+# positions; dims 8, 64, 128, bases 10000, 500000, 1000000), Llama 3.1's off by 7/8 of the
+# angle at its longest wavelengths.
+SCALED_ANGLES, SCALED_READ = 1e-3, 1024
 
 Table = Tuple[np.ndarray, np.ndarray]
 
@@ -128,7 +134,8 @@ def rotations(table: Optional[Table], head: int) -> List[Rotary]:
     """The ways other than torch's of turning q and k of ``head`` dims a head, from its rotary
     ``table``: its dims paired the other way, or its angles laid out the other way; as its
     layout pairs them, each whole head, twice or half its dims at the base its angles imply,
-    or its dims at another common base; not at all. None where ``turning`` turns none."""
+    its dims at that base unscaled where torch's are scaled (SCALED_ANGLES), or at another
+    common base; not at all. None where ``turning`` turns none."""
     if table is None:
         return []
     dims, layout = table[0].shape[1], _layout(table)
@@ -140,11 +147,18 @@ def rotations(table: Optional[Table], head: int) -> List[Rotary]:
                            if (pairs, laid_out) != (layout, layout)]
     if dims >= 4 and angles.shape[0] > 1 and 0 < angles[1, 1] < 1:
         base = float(angles[1, 1] ** (-dims / 2))
+        shown = next((f"{common:.0f}" for common in BASES if abs(common - base) <= 1e-4 * common),
+                     f"{base:.0f}")     # read from float32 angles: 500001 for 500000
         position = np.arange(angles.shape[0])[:, None]
-        elsewhere = [(other, base, f" of torch's base, {base:.0f},")
+        elsewhere = [(other, base, f" of torch's base, {shown},")
                      for other in (head, 2 * dims, dims // 2)
                      if other != dims and other <= head and other % 2 == 0]
-        elsewhere += [(dims, other, f" of base {other:.0f} (torch's {base:.0f})")
+        plain = (position * base ** (-np.arange(dims // 2) / (dims // 2)))[:SCALED_READ]
+        if np.abs(np.angle(np.exp(1j * (plain - angles[:SCALED_READ])))).max() > SCALED_ANGLES:
+            elsewhere.append((dims, base, f" of torch's base, {shown}, unscaled (torch's "
+                                          "scaled, as Llama 3.1's rope_scaling scales long "
+                                          "wavelengths),"))
+        elsewhere += [(dims, other, f" of base {other:.0f} (torch's {shown})")
                       for other in BASES if abs(other - base) > 1e-3 * base]
         for other, at, said in elsewhere:
             others.append(_turning(position * at ** (-np.arange(other // 2) / (other // 2)),
