@@ -133,7 +133,7 @@ def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
         _state_updated_in_the_forward(first, t, comparisons)
     if better is not None:
         return better
-    before = _let_through_before(first, comparisons, torch_run, ms_run)
+    before = _let_through_before(first, t, comparisons, torch_run, ms_run)
     return found if before is None else before.diagnosed(comparisons, torch_run, ms_run,
                                                          unmatched, idle)
 
@@ -211,23 +211,24 @@ def _fed_by_one_let_through(first: Comparison, t: RecordInfo,
     return None
 
 
-def _let_through_before(first: Comparison, comparisons: Sequence[Comparison],
+def _let_through_before(first: Comparison, t: RecordInfo, comparisons: Sequence[Comparison],
                         torch_run: RunReader, ms_run: RunReader) -> Optional[LetThrough]:
     """Where the first divergence is told only where to look: the earliest module output let
     through by its tolerance's absolute floor and explaining it, in the module enclosing a
     forward one (anywhere for a top-level module), or the output of the module holding a
-    gradient's parameter, or of one in it. Llama's second norm takes its attention's output
-    added to the layer's input: a port leaving out Llama 3.1's rope_scaling passed at the
-    attention's output (2.4e-4 off at rms 0.0044 over 16 tokens), and the norm was "small
-    numerical drift"; where the norm passed too, o_proj's weight's gradient, computed from the
-    attention's context, was "backward differs while forward matches"."""
+    gradient's parameter (``t``; not a module output's gradient), or of one in it. Llama's
+    second norm takes its attention's output added to the layer's input: a port leaving out
+    Llama 3.1's rope_scaling passed at the attention's output (2.4e-4 off at rms 0.0044 over
+    16 tokens), and the norm was "small numerical drift"; where the norm passed too, o_proj's
+    weight's gradient, computed from the attention's context, was "backward differs while
+    forward matches"."""
     if first.kind == "forward":
         block = first.name.partition("#")[0].rpartition(".")[0]
         where = f"earlier in {block}" if block else "earlier"
 
         def inside(c: Comparison) -> bool:
             return c.name.startswith(f"{block}.") or not block
-    elif first.kind == "grad":
+    elif first.kind == "grad" and not t.attrs.get("activation"):
         block = first.name.rpartition(".")[0]
         where = f"in the module holding {first.name}"
 
