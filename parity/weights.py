@@ -189,7 +189,6 @@ def _load_safetensors(path: Path) -> StateDict:
         raise ParityInputError(f"{path} is not a readable safetensors file ({error})") from None
 
 
-
 def _bfloat16_widened(path: Path, start: int, end: int, dtype: str,
                       shape: Tuple[int, ...]) -> np.ndarray:
     """A BF16 tensor as float32: bfloat16 is float32's upper 16 bits."""

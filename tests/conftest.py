@@ -26,13 +26,13 @@ TINY_PAIR = ["--torch-model", "tests.tiny:torch_tiny", "--ms-model", "tests.tiny
 TINY = [*TINY_PAIR, "--image-size", "16"]
 
 
-
 def signals_at_their_defaults() -> None:
     """In a child (``preexec_fn``): the signals parity handles as a terminal leaves them. A suite
     started in the background (``nohup make test &``) inherits SIGINT and SIGHUP ignored, and
     Python keeps them ignored."""
     for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(number, signal.SIG_DFL)
+
 
 @pytest.fixture(autouse=True)
 def _seeded_torch() -> None:

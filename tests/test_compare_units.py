@@ -196,7 +196,6 @@ def test_parameters_align_by_structure_when_names_differ():
     assert alignment.mindspore_to_torch["classifier.bias"] == "fc.bias"
 
 
-
 def test_modules_alike_but_for_their_stride_pair_by_their_stride():
     """timm's RegNet block holds conv1 (1×1, stride 1) first and its shortcut's 1×1 conv
     (stride 2) last; mindcv's holds its shortcut ``proj`` first. In order, proj took conv1's
@@ -222,6 +221,7 @@ def test_modules_alike_but_for_their_stride_pair_by_their_stride():
         "block.proj.weight": "b1.downsample.conv.weight",
         "block.f.a.weight": "b1.conv1.conv.weight", "block.f.b.weight": "b1.conv2.conv.weight"}
     assert alignment.mindspore_to_torch["block.bn.gamma"] == "b1.downsample.bn.weight"
+
 
 def test_a_name_naming_another_layout_gives_way_to_structure():
     """torch's stem conv, BatchNorm and ReLU in a Sequential of their own, the port's flat:

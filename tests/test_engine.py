@@ -3496,6 +3496,21 @@ def test_a_divergence_let_through_by_the_absolute_floor_is_diagnosed_where_it_st
     assert all(part in result.diagnosis.detail for part in told), result.diagnosis.detail
 
 
+def test_a_cause_proven_by_settings_is_told_before_the_divergence_the_floor_let_through():
+    """The first divergence's own cause, proven by its settings (an epsilon, "certain"), is
+    told first, the earlier divergence the floor let through into it after it: a port both
+    taking another rotary base and setting the norm after the attention 1 % off in epsilon
+    (its input, of rms 2.1e-5, below it: the norm's output ~0.5 % off) was told the rotary
+    alone, the epsilon found only once that was mended."""
+    result = _bug_named_on_tokens(
+        "post_normed_rotary", {"base": 500000.0, "post_norm_eps": 1.01e-5}, "post_norm",
+        "LayerNorm eps differs", "MindSpore post_norm epsilon=1.01e-05; set epsilon=1e-05. "
+        "Besides, post_norm's input is self_attn.o_proj's output, which passed ")
+    told = ("an earlier divergence starts there, rotary positions applied otherwise (certain)",
+            "by angles of base 500000 (torch's 10000)")
+    assert all(part in result.diagnosis.detail for part in told), result.diagnosis.detail
+
+
 @pytest.mark.parametrize("bug, cause, told", [
     ({"pairs": "neighbours"}, "rotary positions applied otherwise",
      "MindSpore turns the first 4 of each head's 8 dims of q and k in neighbouring pairs"),

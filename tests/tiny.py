@@ -5549,7 +5549,8 @@ class _MsRotaryAttention(msnn.Cell):
 
 
 class _MsRotary(msnn.Cell):
-    def __init__(self, *knobs, normed_after: str, model_width: int, long_scaled: bool) -> None:
+    def __init__(self, *knobs, normed_after: str, model_width: int, long_scaled: bool,
+                 post_norm_eps: float) -> None:
         super().__init__()
         self.embed = msnn.Embedding(VOCABULARY, model_width)
         self.self_attn = _MsRotaryAttention(*knobs, model_width, long_scaled)
@@ -5557,7 +5558,7 @@ class _MsRotary(msnn.Cell):
         if normed_after == "sum":
             self.input_norm = msnn.LayerNorm((model_width,), epsilon=1e-5)
         if normed_after:
-            self.post_norm = msnn.LayerNorm((model_width,), epsilon=1e-5)
+            self.post_norm = msnn.LayerNorm((model_width,), epsilon=post_norm_eps)
         self.head = msnn.Dense(model_width * TOKENS, 5)
 
     def construct(self, ids):
@@ -5578,7 +5579,8 @@ def torch_rotary() -> tnn.Module:
 def ms_rotary(pairs: str = "halves", dims: int = ROTARY_DIMS, unscaled: bool = False,
               base: float = 10000.0, tiled: bool = False, normed: bool = False,
               normed_after: str = "", model_width: int = ROTARY_WIDTH,
-              head_scaled: bool = False, long_scaled: bool = False) -> msnn.Cell:
+              head_scaled: bool = False, long_scaled: bool = False,
+              post_norm_eps: float = 1e-5) -> msnn.Cell:
     """The port computes its rotary table in the attention's construct. ``pairs``: "halves"
     (torch's), "neighbours" (GPT-J's pairs, the angles laid out to match) or "none" (no
     rotation); ``dims``: how many of each head's 8 it turns (torch's 4); ``unscaled``: the
@@ -5587,11 +5589,13 @@ def ms_rotary(pairs: str = "halves", dims: int = ROTARY_DIMS, unscaled: bool = F
     k normed over each head, as ``torch_normed_rotary``'s; ``normed_after``, as
     ``_TorchRotary``'s; ``model_width``: as ``_TorchRotaryAttention``'s, the scores scaled by
     1/√(model_width / heads) but where ``head_scaled`` (by 1/√head); ``long_scaled``: the
-    table's long wavelengths scaled, as ``_rotary_angles``'s."""
+    table's long wavelengths scaled, as ``_rotary_angles``'s; ``post_norm_eps``: the epsilon of
+    the norm ``normed_after`` adds (torch's 1e-5)."""
     divisor = 1.0 if unscaled else math.sqrt(ROTARY_HEAD) if head_scaled else \
         math.sqrt(model_width / ROTARY_HEADS)
     return _MsRotary(pairs, dims, divisor, base, tiled, normed, normed_after=normed_after,
-                     model_width=model_width, long_scaled=long_scaled)
+                     model_width=model_width, long_scaled=long_scaled,
+                     post_norm_eps=post_norm_eps)
 
 
 # Qwen3 and Gemma 3 norm q and k over each head (q_norm, k_norm) before turning them.

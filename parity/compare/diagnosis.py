@@ -38,6 +38,8 @@ def _median_ratio(a: np.ndarray, b: np.ndarray) -> float:
     a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
     mask = np.abs(a) > 1e-3 * (np.abs(a).max() + 1e-30)
     return float(np.median(b[mask] / a[mask])) if mask.any() else float("nan")
+
+
 # The records the shared step settings reach.
 AFTER_THE_FORWARD = ("loss", "grad", "update", "optimizer_state", "weight")
 
@@ -106,6 +108,8 @@ def _loss_targets(torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis
             detail += (f"; MindSpore's are 1 − ε and ε/(K−1) with ε = {1 - ms_on:.4g}, the "
                        "model zoo's CrossEntropySmooth convention")
     return Diagnosis(cause="label smoothing differs", detail=detail + ".", confidence="likely")
+
+
 # Diagnoses that only say where to look: an ill-conditioned record explains the divergence
 # better than they do.
 FALLBACK_CAUSES = ("loss function differs", "running statistics update differs",
@@ -121,11 +125,12 @@ def diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
     ``m``); ``dropping``: the point next to them each side drops at another rate, if any;
     ``idle``: each side's modules computing nothing left unpaired, listed in ``unmatched``
     neither."""
-    upstream = _fed_by_one_let_through(first, t, comparisons, torch_run, ms_run)
-    if upstream is not None:
-        return upstream.diagnosed(comparisons, torch_run, ms_run, unmatched, idle)
     found = _diagnose(first, t, m, comparisons, torch_run, ms_run, unmatched, dropping,
                       idle or {})
+    upstream = _fed_by_one_let_through(first, t, comparisons, torch_run, ms_run)
+    if upstream is not None:
+        return upstream.diagnosed(comparisons, torch_run, ms_run, unmatched, idle,
+                                  besides=found if found.confidence == "certain" else None)
     if found.confidence != "guess" and found.cause not in FALLBACK_CAUSES:
         return found
     better = _random_step(torch_run, ms_run, comparisons) or \
@@ -149,14 +154,23 @@ class LetThrough(NamedTuple):
 
     def diagnosed(self, comparisons: Sequence[Comparison], torch_run: RunReader,
                   ms_run: RunReader, unmatched: Dict[str, Tuple[str, ...]],
-                  idle: Optional[Mapping[str, Sequence[str]]]) -> Diagnosis:
-        """The origin's diagnosis, said to be where the divergence starts."""
+                  idle: Optional[Mapping[str, Sequence[str]]],
+                  besides: Optional[Diagnosis] = None) -> Diagnosis:
+        """The origin's diagnosis, said to be where the divergence starts; or, ``besides`` the
+        first divergence's own cause, proven by its settings, the origin's told after it."""
         found = diagnose(self.origin, self.t, self.m, comparisons, torch_run, ms_run,
                          unmatched, idle=idle)
+        floor = (f"{self.said}, let through by the tolerance's absolute floor alone (atol "
+                 f"{self.origin.atol:g})")
+        if besides is not None:
+            return Diagnosis(cause=besides.cause,
+                             detail=f"{besides.detail} Besides, {floor}: an earlier divergence "
+                                    f"starts there, {found.cause} ({found.confidence}): "
+                                    f"{found.detail}",
+                             confidence=besides.confidence)
         return Diagnosis(cause=found.cause,
-                         detail=f"{self.said}, let through by the tolerance's absolute floor "
-                                f"alone (atol {self.origin.atol:g}): the divergence starts at "
-                                f"{self.origin.name}. There: {found.detail}",
+                         detail=f"{floor}: the divergence starts at {self.origin.name}. "
+                                f"There: {found.detail}",
                          confidence=found.confidence)
 
 
