@@ -2041,3 +2041,29 @@ def test_ways_apart_in_their_sharing_alone_tell_the_key_value_heads_shared_other
     assert told.one_apart([torch_way], [torch_way]) is None
     assert told.one_apart([torch_way], [dataclasses.replace(torch_way, sharing=tiled,
                                                             heads=2)]) is None
+
+
+@pytest.mark.parametrize("n_in, n_out", [(4, 8), (3, 8), (5, 7), (8, 5), (6, 6), (1, 3)])
+def test_each_resize_tried_is_the_call_it_names_to_float32_rounding(n_in, n_out):
+    """compare/resize.py rebuilds an input from earlier outputs by each resize's matrices:
+    each must be the call it names, up, down, by whole and odd factors, or the sketch of a
+    correct port's input would fit none (or another's)."""
+    import mindspore
+    import torch
+    import torch.nn.functional as F
+    from mindspore import ops
+
+    from parity.compare import resize
+    x = np.random.default_rng(n_in * 10 + n_out).standard_normal((2, 3, n_in, n_in + 1),
+                                                                 dtype=np.float32)
+    size = (n_out, n_out + 2)
+    for how in resize.RESIZES:
+        if how == resize.ASYMMETRIC:
+            expected = ops.ResizeBilinearV2()(mindspore.Tensor(x), size).asnumpy()
+        else:
+            call = dict(part.split("=") for part in how[len("F.interpolate("):-1].split(", "))
+            corners = {"True": True, "False": False}.get(call.get("align_corners"))
+            expected = F.interpolate(torch.from_numpy(x), size=size, mode=call["mode"][1:-1],
+                                     align_corners=corners).numpy()
+        ours = resize._resized(x.astype(np.float64), how, size)
+        assert np.abs(ours - expected).max() <= 1e-5 * np.abs(expected).max(), how

@@ -2097,6 +2097,40 @@ def test_bicubic_upsampling_is_not_torchs_and_a_port_of_torchs_kernel_passes(
     _assert_named_at_forward(result, "resize", cause, named)
 
 
+@pytest.mark.parametrize("bug, told, confidence", [
+    ({"align_corners": True}, "MindSpore as F.interpolate(mode='bilinear', align_corners=True) "
+     "does", "certain"),
+    ({"mode": "nearest"}, "MindSpore as F.interpolate(mode='nearest') does", "certain"),
+    ({"resize": "v2"}, "MindSpore as ops.ResizeBilinearV2() (half_pixel_centers=False, its "
+     "default) does", "certain"),
+    ({"mode": "bicubic"}, "MindSpore's fits none of the 6 other resizes tried", "likely"),
+])
+def test_a_resize_written_as_a_function_between_modules_is_told(bug, told, confidence):
+    """SegFormer's decode head resizes each stage's map in its forward (F.interpolate, no
+    module) and concatenates them for its fusing conv: a port resizing with
+    align_corners=True, or nearest, was "computation between modules differs" (63rd round).
+    Each side's input to the conv is rebuilt from the outputs before it, each resize tried,
+    and its sketch tells which it took."""
+    result = _bug_named(_checked_on_maps, "resized_head", bug, "fuse",
+                        "resize between modules differs",
+                        "fuse's input: torch resizes coarse_proj's and fine_proj's outputs to "
+                        "8×8 as F.interpolate(mode='bilinear', align_corners=False) does, "
+                        "concatenated in that order; ")
+    assert told in result.diagnosis.detail, result.diagnosis.detail
+    assert result.diagnosis.confidence == confidence
+
+
+def _checked_on_maps(torch_model, ms_model):
+    """parity.check of a pair over 2 images of tiny.UNET_IMAGE², a label per pixel."""
+    import parity
+    from tests import tiny
+    rng = np.random.default_rng(0)
+    size = tiny.UNET_IMAGE
+    return parity.check(torch_model, ms_model,
+                        inputs=(rng.standard_normal((2, 3, size, size), dtype=np.float32),
+                                rng.integers(0, tiny.SEGMENT_CLASSES, (2, size, size))))
+
+
 def test_python_api_leaves_the_callers_process_settings_as_they_were(monkeypatch):
     """parity.check runs in the caller's process (a test suite, say): the random generators,
     torch's deterministic mode, MindSpore's execution mode and synchronous setting and glibc's

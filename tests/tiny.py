@@ -1825,6 +1825,64 @@ def ms_unet_align_corners() -> msnn.Cell:
     return _MsUNet(align_corners=True)
 
 
+# A segmentation head resizing its coarse map in its forward (a function, no module) and
+# concatenating it with the fine one, the coarse first, for its fusing conv, as SegFormer's
+# decode head does (there with each stage's MLP output, tokens, moved to a map first).
+class _TorchResizedHead(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = tnn.Conv2d(3, 8, 3, padding=1)
+        self.coarse = tnn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.fine_proj, self.coarse_proj = tnn.Conv2d(8, 8, 1), tnn.Linear(8, 8)
+        self.fuse = tnn.Conv2d(16, SEGMENT_CLASSES, 1)
+
+    def forward(self, x):
+        fine = self.stem(x)
+        coarse = self.coarse(fine)
+        n, channels, height, width = coarse.shape
+        coarse = self.coarse_proj(coarse.flatten(2).transpose(1, 2))
+        coarse = torch.nn.functional.interpolate(
+            coarse.transpose(1, 2).reshape(n, channels, height, width), size=fine.shape[-2:],
+            mode="bilinear", align_corners=False)
+        return self.fuse(torch.cat([coarse, self.fine_proj(fine)], 1))
+
+
+class _MsResizedHead(msnn.Cell):
+    def __init__(self, resize: str = "interpolate", align_corners: bool = False,
+                 mode: str = "bilinear") -> None:
+        super().__init__()
+        self.stem = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.coarse = msnn.Conv2d(8, 8, 3, stride=2, pad_mode="pad", padding=1, has_bias=True)
+        self.fine_proj = msnn.Conv2d(8, 8, 1, has_bias=True)
+        self.coarse_proj = msnn.Dense(8, 8)
+        self.fuse = msnn.Conv2d(16, SEGMENT_CLASSES, 1, has_bias=True)
+        self.resize, self.align_corners, self.mode = resize, align_corners, mode
+        self.bilinear_v2 = ops.ResizeBilinearV2(align_corners=align_corners)
+
+    def construct(self, x):
+        fine = self.stem(x)
+        coarse = self.coarse(fine)
+        n, channels, height, width = coarse.shape
+        coarse = self.coarse_proj(coarse.reshape(n, channels, -1).swapaxes(1, 2))
+        coarse = coarse.swapaxes(1, 2).reshape(n, channels, height, width)
+        size = fine.shape[-2:]
+        if self.resize == "interpolate":
+            coarse = ops.interpolate(coarse, size=size, mode=self.mode,
+                                     align_corners=self.align_corners
+                                     if self.mode != "nearest" else None)
+        else:
+            coarse = self.bilinear_v2(coarse, size)
+        return self.fuse(ops.cat((coarse, self.fine_proj(fine)), 1))
+
+
+def torch_resized_head() -> tnn.Module:
+    return _TorchResizedHead()
+
+
+def ms_resized_head(**bug) -> msnn.Cell:
+    return _MsResizedHead(**bug)
+
+
 # A U-Net-like classifier: its last BatchNorm, over 8,192 values a channel at batch 2, 64², is
 # followed by a mean over space, so the gradient reaching it is nearly one value per channel.
 class _TorchPooledUNet(tnn.Module):

@@ -15,7 +15,8 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tup
 import numpy as np
 
 from parity.align import ACTIVATION_OPS, GENERIC_OP, cells_never_run, module_map_from_parameters
-from parity.compare import attention, conditioning, functional, inputs, kernels, reorder
+from parity.compare import (attention, conditioning, functional, inputs, kernels, reorder,
+                            resize)
 from parity.compare.dropping import DropMismatch
 from parity.compare.settings import (counting_padding, settings_cause, softmax_axis,
                                      uncounted_padding)
@@ -221,6 +222,10 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                     "count, or a reshape or transpose over other axes, in "
                                     f"{where}{before} are the likely cause.",
                              confidence="likely")
+        resized = resize.resize_cause(t, m, torch_run, ms_run, comparisons,
+                                      f"{where}{before}".rstrip(","))
+        if resized is not None:
+            return resized
         drawing = _drawing_between_modules(t, m, torch_run, ms_run, f"{where}{before}".rstrip(","))
         if drawing is not None:
             return drawing

@@ -1,0 +1,229 @@
+"""How each side resizes a feature map between two modules, where it is written as a function
+in a forward (``F.interpolate``, ``ops.interpolate``, ``ops.ResizeBilinearV2``) and so has no
+record of its own: SegFormer's decode head resizes each stage's map to the first's and
+concatenates them, the last first, for its fusing conv; a U-Net decoder resizes and
+concatenates with a skip connection.
+
+A module's input is kept as a sketch (parity/sketch.py). Earlier outputs of the forward that
+calls it, each resized every way F.interpolate can (and the asymmetric way MindSpore's
+ResizeBilinearV2 does by default, half_pixel_centers=False) and concatenated along the
+channels in some order, are sketched alike; on each side the one within SAME_SKETCH is what
+it computed. A resize is a fixed matrix along each spatial axis (an (out, in) interpolation
+matrix), applied in float64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations, permutations
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from parity.compare import inputs
+from parity.compare.functional import SAME_SKETCH
+from parity.records import Comparison, Diagnosis, RecordInfo
+from parity.rundir import RunReader
+from parity.sketch import input_sketch
+
+# The latest outputs of the calling forward searched for the parts of a module's input.
+MAX_PARTS = 6
+# Σ of the parts' squared norms against the input's, relative: float32 sums the input's squares
+# to 3.6e-5 of it over 6.4 million values (functional.sketch_distances); resizing otherwise
+# moves a map's norm by more (bilinear with align_corners=True for False: 2.7 % on a 4×4 map
+# of normal values doubled, numpy), so a part set of another norm is not sketched at all.
+SAME_NORM = 1e-3
+# torch's cubic convolution coefficient (upsample_bicubic2d).
+CUBIC_A = -0.75
+
+
+def _linear(source: np.ndarray, n_in: int) -> np.ndarray:
+    """Weights (out, in) taking each output position from the two input positions around its
+    source coordinate ``source`` (clamped into the input)."""
+    source = np.clip(source, 0, n_in - 1)
+    low = np.minimum(np.floor(source).astype(int), n_in - 1)
+    high = np.minimum(low + 1, n_in - 1)
+    weights = np.zeros((source.size, n_in))
+    rows = np.arange(source.size)
+    np.add.at(weights, (rows, low), 1 - (source - low))
+    np.add.at(weights, (rows, high), source - low)
+    return weights
+
+
+def _nearest(n_in: int, n_out: int, offset: float) -> np.ndarray:
+    """Each output position taking the input position at floor((dst + offset) · in / out),
+    in float32 as torch computes it: at 6 to 9 positions, float64 put 1.5 · 2/3 below 1."""
+    scale = np.float32(n_in) / np.float32(n_out)
+    source = np.floor((np.arange(n_out, dtype=np.float32) + np.float32(offset)) * scale)
+    weights = np.zeros((n_out, n_in))
+    weights[np.arange(n_out), np.minimum(source.astype(int), n_in - 1)] = 1
+    return weights
+
+
+def _cubic(source: np.ndarray, n_in: int) -> np.ndarray:
+    """torch's bicubic taps: the four input positions around ``source``, clamped at the
+    border (upsample_bicubic2d), weighted by the cubic convolution of coefficient CUBIC_A."""
+    a, base = CUBIC_A, np.floor(source)
+    t = source - base
+    taps = [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+    weights = np.zeros((source.size, n_in))
+    rows = np.arange(source.size)
+    for offset, tap in zip((-1, 0, 1, 2), taps):
+        np.add.at(weights, (rows, np.clip(base.astype(int) + offset, 0, n_in - 1)), tap)
+    return weights
+
+
+def _half_pixel(n_in: int, n_out: int) -> np.ndarray:
+    return (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5
+
+
+def _corners(n_in: int, n_out: int) -> np.ndarray:
+    return np.arange(n_out) * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+
+
+def _asymmetric(n_in: int, n_out: int) -> np.ndarray:
+    return np.arange(n_out) * (n_in / n_out)
+
+
+# Each way of resizing one axis of n_in positions to n_out: (out, in) weights, by the call
+# making it (torch's integer scale factors take the same source coordinates as the sizes they
+# give; MindSpore's ops.interpolate takes torch's).
+ASYMMETRIC = "ops.ResizeBilinearV2() (half_pixel_centers=False, its default)"
+RESIZES: Dict[str, Callable[[int, int], np.ndarray]] = {
+    "F.interpolate(mode='nearest')": lambda i, o: _nearest(i, o, 0.0),
+    "F.interpolate(mode='nearest-exact')": lambda i, o: _nearest(i, o, 0.5),
+    "F.interpolate(mode='bilinear', align_corners=False)":
+        lambda i, o: _linear(_half_pixel(i, o), i),
+    "F.interpolate(mode='bilinear', align_corners=True)": lambda i, o: _linear(_corners(i, o), i),
+    ASYMMETRIC: lambda i, o: _linear(_asymmetric(i, o), i),
+    "F.interpolate(mode='bicubic', align_corners=False)": lambda i, o: _cubic(_half_pixel(i, o), i),
+    "F.interpolate(mode='bicubic', align_corners=True)": lambda i, o: _cubic(_corners(i, o), i),
+}
+
+
+@dataclass(frozen=True)
+class Part:
+    """An earlier output read as a feature map (N, C, H, W): ``record``'s values, moved from
+    (N, H·W, C) tokens where ``tokens`` (SegFormer's MLP outputs)."""
+    record: RecordInfo
+    tokens: bool
+
+    def map(self, run: RunReader, size: Tuple[int, int]) -> Optional[np.ndarray]:
+        values = run.tensor(self.record).astype(np.float64)
+        if not self.tokens:
+            return values
+        n, length, channels = values.shape
+        height = math.isqrt(length * size[0] // size[1]) if size[1] else 0
+        if not height or length % height:
+            return None
+        return values.transpose(0, 2, 1).reshape(n, channels, height, length // height)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """An input rebuilt: ``parts`` resized ``how`` to ``size`` and concatenated in this order."""
+    parts: Tuple[str, ...]
+    how: str
+    size: Tuple[int, int]
+
+
+def _resized(values: np.ndarray, how: str, size: Tuple[int, int]) -> np.ndarray:
+    rows, columns = (RESIZES[how](n_in, n_out) for n_in, n_out in zip(values.shape[2:], size))
+    return np.einsum("Hh,nchw,Ww->ncHW", rows, values, columns, optimize=True)
+
+
+def _fits(record: RecordInfo, parts: Dict[str, Part], run: RunReader,
+          sizes: Sequence[Tuple[int, int]], order: Optional[Tuple[str, ...]] = None
+          ) -> List[Fit]:
+    """The ways of rebuilding ``record``'s first input from ``parts`` (by name) that its
+    sketch fits: each resize to each of ``sizes``, each set of parts whose norms add up to its
+    norm, in each order (only ``order``'s set, where given)."""
+    sketch = record.attrs.get("input_sketch")
+    if not sketch or not sketch[0]:
+        return []
+    norm, *recorded = sketch
+    found = []
+    for size in sizes:
+        maps = {name: part.map(run, size) for name, part in parts.items()}
+        for how in RESIZES:
+            resized = {name: _resized(values, how, size) for name, values in maps.items()
+                       if values is not None and values.shape[0] == record.shape[0]}
+            squares = {name: float(np.sum(values ** 2)) for name, values in resized.items()}
+            sets = [tuple(order)] if order is not None else \
+                [s for count in range(1, len(resized) + 1) for s in combinations(resized, count)]
+            for chosen in sets:
+                if not all(name in resized for name in chosen) or \
+                        abs(math.sqrt(sum(squares[n] for n in chosen)) - norm) > SAME_NORM * norm:
+                    continue
+                for ordered in ([chosen] if order is not None else permutations(chosen)):
+                    whole = np.concatenate([resized[n] for n in ordered], 1).astype(np.float32)
+                    projections = np.asarray(input_sketch(whole)[1:len(recorded) + 1])
+                    if np.abs(projections - recorded).max() <= SAME_SKETCH * norm:
+                        found.append(Fit(tuple(ordered), how, size))
+    return found
+
+
+def _parts(t: RecordInfo, torch_run: RunReader) -> Dict[str, Part]:
+    """The latest MAX_PARTS outputs the forward calling ``t`` made before it, outermost (a
+    module's, not its last part's, which is the same tensor): 4-D maps of ``t``'s batch, or
+    3-D tokens."""
+    caller = inputs.caller(t.name, torch_run)
+    within = [r for r in torch_run.records
+              if r.kind == "forward" and r.order < t.order and r.dtype == "float32"
+              and (not caller or r.name.startswith(f"{caller}.")) and len(r.shape) in (3, 4)
+              and r.shape[0] == t.shape[0] and "#" not in r.name]
+    names = {r.name for r in within}
+    outermost = [r for r in within
+                 if not any(r.name.startswith(f"{other}.") for other in names)]
+    latest = sorted(outermost, key=lambda r: -r.order)[:MAX_PARTS]
+    return {r.name: Part(r, len(r.shape) == 3) for r in latest}
+
+
+def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
+                 comparisons: Sequence[Comparison], where: str) -> Optional[Diagnosis]:
+    """Where torch's input to ``t`` is earlier outputs of the forward calling it resized and
+    concatenated: how MindSpore's input to ``m`` is made of its counterparts, where otherwise.
+    None where torch's input is no such resize, or MindSpore's is made the same way."""
+    if len(t.shape) != 4:
+        return None
+    parts = _parts(t, torch_run)
+    sizes = sorted({tuple(t.shape[2:]), *(tuple(p.record.shape[2:]) for p in parts.values()
+                                          if not p.tokens)}, key=lambda s: -s[0] * s[1])
+    torch_fits = _fits(t, parts, torch_run, sizes)
+    if not torch_fits:
+        return None
+    fit = torch_fits[0]
+    if all(parts[name].map(torch_run, fit.size).shape[2:] == fit.size for name in fit.parts):
+        return None                             # nothing resized: a concatenation alone
+    counterparts = {c.name: c.mindspore_name for c in comparisons if c.kind == "forward"}
+    ms_parts: Dict[str, Part] = {}
+    for name in fit.parts:
+        record = ms_run.record(counterparts.get(name, ""), "forward")
+        if record is None or tuple(record.shape) != tuple(parts[name].record.shape):
+            return None
+        ms_parts[name] = Part(record, parts[name].tokens)
+    torch_ways = [other.how for other in torch_fits if other.parts == fit.parts]
+    ms_fits = _fits(m, ms_parts, ms_run, [fit.size])
+    if any(other.how in torch_ways for other in ms_fits):
+        return None                             # resized alike (concatenated in another order)
+    outputs = " and ".join(f"{name}'s" for name in fit.parts)
+    torch_said = f"torch resizes {outputs} output{'s' if len(fit.parts) > 1 else ''} to " \
+        f"{fit.size[0]}×{fit.size[1]} as {' or '.join(torch_ways)} does" \
+        f"{' (alike here)' if len(torch_ways) > 1 else ''}" \
+        f"{', concatenated in that order' if len(fit.parts) > 1 else ''}"
+    if ms_fits:
+        order = "" if ms_fits[0].parts == fit.parts else \
+            f", concatenated as {', '.join(ms_fits[0].parts)}"
+        ms_said = f"MindSpore as {ms_fits[0].how} does{order}"
+    else:
+        ms_said = (f"MindSpore's fits none of the {len(RESIZES) - len(torch_ways)} other "
+                   f"resizes tried ({'; '.join(h for h in RESIZES if h not in torch_ways)}): "
+                   "a kernel of its own")
+    return Diagnosis(cause="resize between modules differs",
+                     detail=f"{m.name}'s input: {torch_said}; {ms_said}, in {where}: a resize "
+                            "written as a function there records nothing of its own.",
+                     confidence="certain" if ms_fits else "likely")
