@@ -2097,27 +2097,37 @@ def test_bicubic_upsampling_is_not_torchs_and_a_port_of_torchs_kernel_passes(
     _assert_named_at_forward(result, "resize", cause, named)
 
 
-@pytest.mark.parametrize("bug, told, confidence", [
-    ({"align_corners": True}, "MindSpore as F.interpolate(mode='bilinear', align_corners=True) "
-     "does", "certain"),
-    ({"mode": "nearest"}, "MindSpore as F.interpolate(mode='nearest') does", "certain"),
-    ({"resize": "v2"}, "MindSpore as ops.ResizeBilinearV2() (half_pixel_centers=False, its "
-     "default) does", "certain"),
-    ({"mode": "bicubic"}, "MindSpore's fits none of the 6 other resizes tried", "likely"),
+SEGFORMER_LIKE = ("fuse's input: torch concatenates coarse_proj's and fine_proj's outputs, in "
+                  "that order, resized to 8×8 as F.interpolate(mode='bilinear', "
+                  "align_corners=False) does; ")
+
+
+@pytest.mark.parametrize("pair, bug, first, told", [
+    ("resized_head", {"align_corners": True}, "fuse", SEGFORMER_LIKE + "MindSpore as "
+     "F.interpolate(mode='bilinear', align_corners=True) does"),
+    ("resized_head", {"mode": "nearest"}, "fuse",
+     SEGFORMER_LIKE + "MindSpore as F.interpolate(mode='nearest') does"),
+    ("resized_head", {"resize": "v2"}, "fuse", SEGFORMER_LIKE + "MindSpore as "
+     "ops.ResizeBilinearV2() (half_pixel_centers=False, its default) does"),
+    ("resized_head", {"mode": "bicubic"}, "fuse",
+     SEGFORMER_LIKE + "MindSpore's fits none of the 6 other resizes tried"),
+    ("decoded", {"mode": "bilinear"}, "decoder.conv1", "decoder.conv1's input: torch "
+     "concatenates down's and stem's outputs, in that order, resized to 8×8 as "
+     "F.interpolate(mode='nearest') or F.interpolate(mode='nearest-exact') does (alike here); "
+     "MindSpore as F.interpolate(mode='bilinear', align_corners=False) does, in decoder's "
+     "forward"),
 ])
-def test_a_resize_written_as_a_function_between_modules_is_told(bug, told, confidence):
+def test_a_resize_written_as_a_function_between_modules_is_told(pair, bug, first, told):
     """SegFormer's decode head resizes each stage's map in its forward (F.interpolate, no
-    module) and concatenates them for its fusing conv: a port resizing with
-    align_corners=True, or nearest, was "computation between modules differs" (63rd round).
-    Each side's input to the conv is rebuilt from the outputs before it, each resize tried,
-    and its sketch tells which it took."""
-    result = _bug_named(_checked_on_maps, "resized_head", bug, "fuse",
-                        "resize between modules differs",
-                        "fuse's input: torch resizes coarse_proj's and fine_proj's outputs to "
-                        "8×8 as F.interpolate(mode='bilinear', align_corners=False) does, "
-                        "concatenated in that order; ")
-    assert told in result.diagnosis.detail, result.diagnosis.detail
-    assert result.diagnosis.confidence == confidence
+    module) and concatenates them for its fusing conv; segmentation_models_pytorch's U-Net
+    decoder block resizes the map it is given and concatenates the skip connection: a port
+    resizing otherwise was "computation between modules differs" (63rd round). Each side's
+    input to the conv is rebuilt from the outputs before it in that forward, or given to it,
+    each resize tried, and its sketch tells which it took ("likely" where MindSpore's fits
+    none)."""
+    result = _bug_named(_checked_on_maps, pair, bug, first, "resize between modules differs",
+                        told)
+    assert result.diagnosis.confidence == ("likely" if "fits none" in told else "certain")
 
 
 def _checked_on_maps(torch_model, ms_model):

@@ -1883,6 +1883,67 @@ def ms_resized_head(**bug) -> msnn.Cell:
     return _MsResizedHead(**bug)
 
 
+# A U-Net decoder block as segmentation_models_pytorch's DecoderBlock: given the deeper map and
+# the skip connection, it resizes the first (F.interpolate, scale factor 2, nearest) and
+# concatenates the skip after it, for its conv.
+class _TorchDecoderBlock(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = tnn.Conv2d(12, 4, 3, padding=1)
+
+    def forward(self, x, skip):
+        x = torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+        return self.conv1(torch.cat([x, skip], 1))
+
+
+class _TorchDecoded(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = tnn.Conv2d(3, 4, 3, padding=1)
+        self.down = tnn.Conv2d(4, 8, 3, stride=2, padding=1)
+        self.decoder = _TorchDecoderBlock()
+        self.head = tnn.Conv2d(4, SEGMENT_CLASSES, 1)
+
+    def forward(self, x):
+        skip = self.stem(x)
+        return self.head(self.decoder(self.down(skip), skip))
+
+
+class _MsDecoderBlock(msnn.Cell):
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.conv1 = msnn.Conv2d(12, 4, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.mode = mode
+
+    def construct(self, x, skip):
+        if self.mode == "nearest":
+            x = ops.interpolate(x, size=skip.shape[-2:], mode="nearest")
+        else:
+            x = ops.interpolate(x, size=skip.shape[-2:], mode=self.mode, align_corners=False)
+        return self.conv1(ops.cat((x, skip), 1))
+
+
+class _MsDecoded(msnn.Cell):
+    def __init__(self, mode: str = "nearest") -> None:
+        super().__init__()
+        self.stem = msnn.Conv2d(3, 4, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.down = msnn.Conv2d(4, 8, 3, stride=2, pad_mode="pad", padding=1, has_bias=True)
+        self.decoder = _MsDecoderBlock(mode)
+        self.head = msnn.Conv2d(4, SEGMENT_CLASSES, 1, has_bias=True)
+
+    def construct(self, x):
+        skip = self.stem(x)
+        return self.head(self.decoder(self.down(skip), skip))
+
+
+def torch_decoded() -> tnn.Module:
+    return _TorchDecoded()
+
+
+def ms_decoded(**bug) -> msnn.Cell:
+    return _MsDecoded(**bug)
+
+
 # A U-Net-like classifier: its last BatchNorm, over 8,192 values a channel at batch 2, 64², is
 # followed by a mean over space, so the gradient reaching it is nearly one value per channel.
 class _TorchPooledUNet(tnn.Module):

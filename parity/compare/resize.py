@@ -169,18 +169,47 @@ def _fits(record: RecordInfo, parts: Dict[str, Part], run: RunReader,
 
 def _parts(t: RecordInfo, torch_run: RunReader) -> Dict[str, Part]:
     """The latest MAX_PARTS outputs the forward calling ``t`` made before it, outermost (a
-    module's, not its last part's, which is the same tensor): 4-D maps of ``t``'s batch, or
-    3-D tokens."""
+    module's, not its last part's, which is the same tensor), and the outputs given to that
+    forward as its inputs: 4-D maps of ``t``'s batch, or 3-D tokens."""
     caller = inputs.caller(t.name, torch_run)
-    within = [r for r in torch_run.records
-              if r.kind == "forward" and r.order < t.order and r.dtype == "float32"
-              and (not caller or r.name.startswith(f"{caller}.")) and len(r.shape) in (3, 4)
-              and r.shape[0] == t.shape[0]]
+
+    def part_like(r: RecordInfo) -> bool:
+        return r.kind == "forward" and r.dtype == "float32" and len(r.shape) in (3, 4) \
+            and r.shape[0] == t.shape[0] and r.part is None
+
+    within = [r for r in torch_run.records if part_like(r) and r.order < t.order
+              and (not caller or r.name.startswith(f"{caller}."))]
     names = {r.name for r in within}
     outermost = [r for r in within
                  if not any(r.name.startswith(f"{other}.") for other in names)]
     latest = sorted(outermost, key=lambda r: -r.order)[:MAX_PARTS]
-    return {r.name: Part(r, len(r.shape) == 3) for r in latest}
+    return {r.name: Part(r, len(r.shape) == 3)
+            for r in [*latest, *_given_to(caller, part_like, torch_run)]}
+
+
+def _given_to(caller: str, part_like: Callable[[RecordInfo], bool],
+              run: RunReader) -> List[RecordInfo]:
+    """The earlier outputs given to module ``caller``'s forward as its inputs, told by their
+    sketches (a U-Net decoder block's deeper map and skip connection, resized and concatenated
+    in it: segmentation_models_pytorch's DecoderBlock)."""
+    holder = run.record(caller, "forward") if caller else None
+    if holder is None:
+        return []
+    given = [holder.attrs.get("input_sketch"),
+             *(other.get("values") for other in holder.attrs.get("other_inputs", {}).values())]
+    earlier = sorted((r for r in run.records if part_like(r) and r.order < holder.order
+                      and not r.name.startswith(f"{caller}.")),
+                     key=lambda r: -r.order)[:inputs.FED_BY_SEARCHED]
+    sketches: Dict[str, Optional[List[float]]] = {}
+    found = []
+    for sketch in (s for s in given if s):
+        for r in earlier:
+            if r.name not in sketches:
+                sketches[r.name] = input_sketch(run.tensor(r))
+            if inputs.same_values(sketch, sketches[r.name]):
+                found.append(r)
+                break
+    return found
 
 
 def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
@@ -210,11 +239,11 @@ def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: Run
     ms_fits = _fits(m, ms_parts, ms_run, [fit.size])
     if any(other.how in torch_ways for other in ms_fits):
         return None                             # resized alike (concatenated in another order)
-    outputs = " and ".join(f"{name}'s" for name in fit.parts)
-    torch_said = f"torch resizes {outputs} output{'s' if len(fit.parts) > 1 else ''} to " \
-        f"{fit.size[0]}×{fit.size[1]} as {' or '.join(torch_ways)} does" \
-        f"{' (alike here)' if len(torch_ways) > 1 else ''}" \
-        f"{', concatenated in that order' if len(fit.parts) > 1 else ''}"
+    ways = f"{' or '.join(torch_ways)} does{' (alike here)' if len(torch_ways) > 1 else ''}"
+    size = f"{fit.size[0]}×{fit.size[1]}"
+    owners = " and ".join(f"{name}'s" for name in fit.parts)
+    torch_said = f"torch resizes {owners} output to {size} as {ways}" if len(fit.parts) == 1 \
+        else f"torch concatenates {owners} outputs, in that order, resized to {size} as {ways}"
     if ms_fits:
         order = "" if ms_fits[0].parts == fit.parts else \
             f", concatenated as {', '.join(ms_fits[0].parts)}"
