@@ -2116,11 +2116,16 @@ SEGFORMER_LIKE = ("fuse's input: torch concatenates coarse_proj's and fine_proj'
      "F.interpolate(mode='nearest') or F.interpolate(mode='nearest-exact') does (alike here); "
      "MindSpore as F.interpolate(mode='bilinear', align_corners=False) does, in decoder's "
      "forward"),
+    ("pyramid", {"mode": "bilinear"}, "smooth", "smooth's input: torch adds lateral's and "
+     "top's outputs, resized to 8×8 as F.interpolate(mode='nearest') or "
+     "F.interpolate(mode='nearest-exact') does (alike here); MindSpore as "
+     "F.interpolate(mode='bilinear', align_corners=False) does"),
 ])
 def test_a_resize_written_as_a_function_between_modules_is_told(pair, bug, first, told):
     """SegFormer's decode head resizes each stage's map in its forward (F.interpolate, no
     module) and concatenates them for its fusing conv; segmentation_models_pytorch's U-Net
-    decoder block resizes the map it is given and concatenates the skip connection: a port
+    decoder block resizes the map it is given and concatenates the skip connection;
+    torchvision's feature pyramid adds the resized deeper map to the lateral one: a port
     resizing otherwise was "computation between modules differs" (63rd round). Each side's
     input to the conv is rebuilt from the outputs before it in that forward, or given to it,
     each resize tried, and its sketch tells which it took ("likely" where MindSpore's fits

@@ -1944,6 +1944,52 @@ def ms_decoded(**bug) -> msnn.Cell:
     return _MsDecoded(**bug)
 
 
+# A feature pyramid's top-down step as torchvision's FeaturePyramidNetwork takes it: the deeper
+# map's 1×1 conv resized (F.interpolate, nearest) to the lateral one's size and added to it,
+# for the smoothing conv.
+class _TorchPyramid(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = tnn.Conv2d(3, 4, 3, padding=1)
+        self.down = tnn.Conv2d(4, 8, 3, stride=2, padding=1)
+        self.lateral, self.top = tnn.Conv2d(4, 4, 1), tnn.Conv2d(8, 4, 1)
+        self.smooth = tnn.Conv2d(4, SEGMENT_CLASSES, 3, padding=1)
+
+    def forward(self, x):
+        fine = self.stem(x)
+        top = torch.nn.functional.interpolate(self.top(self.down(fine)), size=fine.shape[-2:],
+                                              mode="nearest")
+        return self.smooth(self.lateral(fine) + top)
+
+
+class _MsPyramid(msnn.Cell):
+    def __init__(self, mode: str = "nearest") -> None:
+        super().__init__()
+        self.stem = msnn.Conv2d(3, 4, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.down = msnn.Conv2d(4, 8, 3, stride=2, pad_mode="pad", padding=1, has_bias=True)
+        self.lateral = msnn.Conv2d(4, 4, 1, has_bias=True)
+        self.top = msnn.Conv2d(8, 4, 1, has_bias=True)
+        self.smooth = msnn.Conv2d(4, SEGMENT_CLASSES, 3, pad_mode="pad", padding=1,
+                                  has_bias=True)
+        self.mode = mode
+
+    def construct(self, x):
+        fine = self.stem(x)
+        top = self.top(self.down(fine))
+        top = ops.interpolate(top, size=fine.shape[-2:], mode=self.mode) \
+            if self.mode == "nearest" else \
+            ops.interpolate(top, size=fine.shape[-2:], mode=self.mode, align_corners=False)
+        return self.smooth(self.lateral(fine) + top)
+
+
+def torch_pyramid() -> tnn.Module:
+    return _TorchPyramid()
+
+
+def ms_pyramid(**bug) -> msnn.Cell:
+    return _MsPyramid(**bug)
+
+
 # A U-Net-like classifier: its last BatchNorm, over 8,192 values a channel at batch 2, 64², is
 # followed by a mean over space, so the gradient reaching it is nearly one value per channel.
 class _TorchPooledUNet(tnn.Module):

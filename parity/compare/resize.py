@@ -126,10 +126,13 @@ class Part:
 
 @dataclass(frozen=True)
 class Fit:
-    """An input rebuilt: ``parts`` resized ``how`` to ``size`` and concatenated in this order."""
+    """An input rebuilt: ``parts`` resized ``how`` to ``size`` and concatenated in this order
+    (``added``: added up, as an FPN's top-down path adds the resized deeper map to the
+    lateral one)."""
     parts: Tuple[str, ...]
     how: str
     size: Tuple[int, int]
+    added: bool = False
 
 
 def _resized(values: np.ndarray, how: str, size: Tuple[int, int]) -> np.ndarray:
@@ -143,11 +146,16 @@ def _fits(record: RecordInfo, parts: Dict[str, Part], run: RunReader,
           sizes: Sequence[Tuple[int, int]]) -> List[Fit]:
     """The ways of rebuilding ``record``'s first input from ``parts`` (by name) that its
     sketch fits: each resize to each of ``sizes``, each set of parts whose norms add up to its
-    norm, in each order."""
+    norm concatenated in each order, and each two of one shape added."""
     sketch = record.attrs.get("input_sketch")
     if not sketch or not sketch[0]:
         return []
     norm, *recorded = sketch
+
+    def fits(values: np.ndarray) -> bool:
+        projections = np.asarray(input_sketch(values.astype(np.float32))[1:len(recorded) + 1])
+        return bool(np.abs(projections - recorded).max() <= SAME_SKETCH * norm)
+
     found = []
     for size in sizes:
         maps = {name: part.map(run, size) for name, part in parts.items()}
@@ -156,14 +164,13 @@ def _fits(record: RecordInfo, parts: Dict[str, Part], run: RunReader,
                        if values is not None and values.shape[0] == record.shape[0]}
             squares = {name: float(np.sum(values ** 2)) for name, values in resized.items()}
             sets = [s for count in range(1, len(resized) + 1) for s in combinations(resized, count)]
-            for chosen in sets:
-                if abs(math.sqrt(sum(squares[n] for n in chosen)) - norm) > SAME_NORM * norm:
-                    continue
-                for ordered in permutations(chosen):
-                    whole = np.concatenate([resized[n] for n in ordered], 1).astype(np.float32)
-                    projections = np.asarray(input_sketch(whole)[1:len(recorded) + 1])
-                    if np.abs(projections - recorded).max() <= SAME_SKETCH * norm:
-                        found.append(Fit(tuple(ordered), how, size))
+            found += [Fit(ordered, how, size) for chosen in sets
+                      if abs(math.sqrt(sum(squares[n] for n in chosen)) - norm) <= SAME_NORM * norm
+                      for ordered in permutations(chosen)
+                      if fits(np.concatenate([resized[n] for n in ordered], 1))]
+            found += [Fit(pair, how, size, added=True) for pair in combinations(resized, 2)
+                      if resized[pair[0]].shape == resized[pair[1]].shape
+                      and fits(resized[pair[0]] + resized[pair[1]])]
     return found
 
 
@@ -235,7 +242,8 @@ def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: Run
         if record is None or tuple(record.shape) != tuple(parts[name].record.shape):
             return None
         ms_parts[name] = Part(record, parts[name].tokens)
-    torch_ways = [other.how for other in torch_fits if other.parts == fit.parts]
+    torch_ways = [other.how for other in torch_fits
+                  if (other.parts, other.added) == (fit.parts, fit.added)]
     ms_fits = _fits(m, ms_parts, ms_run, [fit.size])
     if any(other.how in torch_ways for other in ms_fits):
         return None                             # resized alike (concatenated in another order)
@@ -243,9 +251,10 @@ def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: Run
     size = f"{fit.size[0]}×{fit.size[1]}"
     owners = " and ".join(f"{name}'s" for name in fit.parts)
     torch_said = f"torch resizes {owners} output to {size} as {ways}" if len(fit.parts) == 1 \
+        else f"torch adds {owners} outputs, resized to {size} as {ways}" if fit.added \
         else f"torch concatenates {owners} outputs, in that order, resized to {size} as {ways}"
     if ms_fits:
-        order = "" if ms_fits[0].parts == fit.parts else \
+        order = "" if ms_fits[0].parts == fit.parts or fit.added else \
             f", concatenated as {', '.join(ms_fits[0].parts)}"
         ms_said = f"MindSpore as {ms_fits[0].how} does{order}"
     else:
