@@ -1,14 +1,15 @@
 """How each side resizes a feature map between two modules, where it is written as a function
 in a forward (``F.interpolate``, ``ops.interpolate``, ``ops.ResizeBilinearV2``) and so has no
 record of its own: SegFormer's decode head resizes each stage's map to the first's and
-concatenates them, the last first, for its fusing conv; a U-Net decoder resizes and
-concatenates with a skip connection.
+concatenates them, the last first, for its fusing conv; a U-Net decoder block resizes the map
+it is given and concatenates the skip connection; a feature pyramid adds the resized deeper
+map to the lateral one.
 
 A module's input is kept as a sketch (parity/sketch.py). Earlier outputs of the forward that
-calls it, each resized every way F.interpolate can (and the asymmetric way MindSpore's
-ResizeBilinearV2 does by default, half_pixel_centers=False) and concatenated along the
-channels in some order, are sketched alike; on each side the one within SAME_SKETCH is what
-it computed. A resize is a fixed matrix along each spatial axis (an (out, in) interpolation
+calls it, and those given to it, each resized every way F.interpolate can (and the asymmetric
+way MindSpore's ResizeBilinearV2 does by default, half_pixel_centers=False), concatenated
+along the channels in some order or two added, are sketched alike; on each side the one
+within SAME_SKETCH is what it computed. A resize is a fixed matrix along each spatial axis (an (out, in) interpolation
 matrix), applied in float64.
 """
 
@@ -221,8 +222,8 @@ def _given_to(caller: str, part_like: Callable[[RecordInfo], bool],
 
 def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
                  comparisons: Sequence[Comparison], where: str) -> Optional[Diagnosis]:
-    """Where torch's input to ``t`` is earlier outputs of the forward calling it resized and
-    concatenated: how MindSpore's input to ``m`` is made of its counterparts, where otherwise.
+    """Where torch's input to ``t`` is earlier outputs resized and concatenated or added (in
+    ``where``): how MindSpore's input to ``m`` is made of their counterparts, where otherwise.
     None where torch's input is no such resize, or MindSpore's is made the same way."""
     if len(t.shape) != 4:
         return None
