@@ -9,8 +9,8 @@ A module's input is kept as a sketch (parity/sketch.py). Earlier outputs of the 
 calls it, and those given to it, each resized every way F.interpolate can (and the asymmetric
 way MindSpore's ResizeBilinearV2 does by default, half_pixel_centers=False), concatenated
 along the channels in some order or two added, are sketched alike; on each side the one
-within SAME_SKETCH is what it computed. A resize is a fixed matrix along each spatial axis (an (out, in) interpolation
-matrix), applied in float64.
+within SAME_SKETCH is what it computed. A resize is a fixed (out, in) interpolation matrix
+along each spatial axis, applied in float64.
 """
 
 from __future__ import annotations
