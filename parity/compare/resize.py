@@ -160,6 +160,8 @@ def _fits(record: RecordInfo, parts: Dict[str, Part], run: RunReader,
     found = []
     for size in sizes:
         maps = {name: part.map(run, size) for name, part in parts.items()}
+        if all(values is None or values.shape[2:] == size for values in maps.values()):
+            continue                            # nothing to resize: every way is the same
         for how in RESIZES:
             resized = {name: _resized(values, how, size) for name, values in maps.items()
                        if values is not None and values.shape[0] == record.shape[0]}
