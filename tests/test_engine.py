@@ -2135,6 +2135,20 @@ def test_a_resize_written_as_a_function_between_modules_is_told(pair, bug, first
     assert result.diagnosis.confidence == ("likely" if "fits none" in told else "certain")
 
 
+def test_logits_resized_after_the_last_module_otherwise_are_told_at_the_loss():
+    """torchvision's segmentation models resize their logits to the image in their forward,
+    after their last module: a port resizing with align_corners=True matched at every module
+    and its loss was "loss function differs" (MindSpore/torch = 1.0009). Each side's loss is
+    the cross entropy of its last module's output resized some way to the labels' size."""
+    result = _bug_named(_checked_on_maps, "upsampled_logits", {"align_corners": True}, "loss",
+                        "resize between modules differs",
+                        "each side's loss is the cross entropy of that output resized to the "
+                        "labels' 8×8 after it in the forward: torch's as F.interpolate("
+                        "mode='bilinear', align_corners=False) does, MindSpore's as "
+                        "F.interpolate(mode='bilinear', align_corners=True) does.")
+    assert result.diagnosis.confidence == "certain"
+
+
 def _checked_on_maps(torch_model, ms_model):
     """parity.check of a pair over 2 images of tiny.UNET_IMAGE², a label per pixel."""
     import parity

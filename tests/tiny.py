@@ -1990,6 +1990,42 @@ def ms_pyramid(**bug) -> msnn.Cell:
     return _MsPyramid(**bug)
 
 
+# A segmenter resizing its logits to the image after its last module, in its forward, as
+# torchvision's FCN, DeepLabV3 and LRASPP do (bilinear, align_corners=False).
+class _TorchUpsampledLogits(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = tnn.Sequential(tnn.Conv2d(3, 8, 3, stride=2, padding=1), tnn.ReLU())
+        self.classifier = tnn.Conv2d(8, SEGMENT_CLASSES, 1)
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(self.classifier(self.backbone(x)),
+                                               size=x.shape[-2:], mode="bilinear",
+                                               align_corners=False)
+
+
+class _MsUpsampledLogits(msnn.Cell):
+    def __init__(self, align_corners: bool = False) -> None:
+        super().__init__()
+        self.backbone = msnn.SequentialCell([
+            msnn.Conv2d(3, 8, 3, stride=2, pad_mode="pad", padding=1, has_bias=True),
+            msnn.ReLU()])
+        self.classifier = msnn.Conv2d(8, SEGMENT_CLASSES, 1, has_bias=True)
+        self.align_corners = align_corners
+
+    def construct(self, x):
+        return ops.interpolate(self.classifier(self.backbone(x)), size=x.shape[-2:],
+                               mode="bilinear", align_corners=self.align_corners)
+
+
+def torch_upsampled_logits() -> tnn.Module:
+    return _TorchUpsampledLogits()
+
+
+def ms_upsampled_logits(**bug) -> msnn.Cell:
+    return _MsUpsampledLogits(**bug)
+
+
 # A U-Net-like classifier: its last BatchNorm, over 8,192 values a channel at batch 2, 64², is
 # followed by a mean over space, so the gradient reaching it is nearly one value per channel.
 class _TorchPooledUNet(tnn.Module):

@@ -16,7 +16,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parity.compare import conditioning, inputs, kernels, loss, optimizer, sums
+from parity.compare import conditioning, inputs, kernels, loss, optimizer, resize, sums
 from parity.compare.batches import batch_difference, further_input_difference
 from parity.compare.conditioning import FEW_VALUES_PER_CHANNEL
 from parity.compare.dropping import DropMismatch
@@ -460,7 +460,8 @@ def _diagnose(first: Comparison, t: RecordInfo, m: RecordInfo,
         found = _ratio_cause(ratio, ms_config, "loss values", _label_count(torch_run)) or \
             _loss_targets(torch_run, ms_run) or \
             _loss_follows_the_logits(comparisons, torch_run, ms_run) or \
-            _loss_from_unpaired(ratio, unmatched, torch_run, ms_run)
+            _loss_from_unpaired(ratio, unmatched, torch_run, ms_run) or \
+            resize.resized_before_the_loss(torch_run, ms_run)
         if found:
             return found
         last = loss.output_gradient(torch_run)

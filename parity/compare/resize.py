@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parity.compare import inputs
+from parity.compare import inputs, loss
 from parity.compare.functional import SAME_SKETCH
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import RunReader
@@ -268,3 +268,45 @@ def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: Run
                      detail=f"{m.name}'s input: {torch_said}; {ms_said}, in {where}: a resize "
                             "written as a function there records nothing of its own.",
                      confidence="certain" if ms_fits else "likely")
+
+
+def resized_before_the_loss(torch_run: RunReader, ms_run: RunReader) -> Optional[Diagnosis]:
+    """Where each side's loss (parity's default cross entropy) is that of its last module's
+    output resized to its labels' height and width, after that module in the forward (as
+    torchvision's segmentation models resize their logits to the image), and the two resize
+    otherwise. Was "loss function differs" (MindSpore/torch = 1.0009 for align_corners=True
+    against False on tests/tiny.py's upsampled_logits)."""
+    if torch_run.manifest.get("config", {}).get("torch_loss") is not None or \
+            ms_run.manifest.get("config", {}).get("ms_loss") is not None:
+        return None
+    labels = torch_run.record("target", "input")
+    if labels is None or len(labels.shape) != 3:
+        return None
+    y = np.asarray(torch_run.tensor(labels)).astype(np.int64).reshape(-1)
+    size = tuple(labels.shape[1:])
+    smoothing = float(torch_run.manifest.get("config", {}).get("label_smoothing", 0.0))
+    ways: List[List[str]] = []
+    for run in (torch_run, ms_run):
+        gradient, value = loss.output_gradient(run), run.record("loss", "loss")
+        last = None if gradient is None else run.record(gradient.name, "forward")
+        if last is None or value is None or len(last.shape) != 4 or \
+                last.shape[0] != labels.shape[0] or tuple(last.shape[2:]) == size:
+            return None
+        own = float(np.asarray(run.tensor(value), np.float64).reshape(-1)[0])
+        logits = run.tensor(last).astype(np.float64)
+        ways.append([how for how in RESIZES if abs(loss.cross_entropy(
+            np.moveaxis(_resized(logits, how, size), 1, -1).reshape(-1, last.shape[1]), y,
+            smoothing) - own) <= loss.OWN_CROSS_ENTROPY * max(1.0, abs(own))])
+    torch_ways, ms_ways = ways
+    if not torch_ways or set(torch_ways) & set(ms_ways):
+        return None
+    last = loss.output_gradient(torch_run).name
+    ms_said = f"MindSpore's as {' or '.join(ms_ways)} does" if ms_ways else \
+        "MindSpore's fits none of the others tried: a kernel of its own"
+    return Diagnosis(
+        cause="resize between modules differs",
+        detail=f"every module output matches, {last}'s, the last before the loss, too; each "
+               f"side's loss is the cross entropy of that output resized to the labels' "
+               f"{size[0]}×{size[1]} after it in the forward: torch's as "
+               f"{' or '.join(torch_ways)} does, {ms_said}.",
+        confidence="certain" if ms_ways else "likely")
