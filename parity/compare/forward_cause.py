@@ -222,10 +222,6 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
                                     "count, or a reshape or transpose over other axes, in "
                                     f"{where}{before} are the likely cause.",
                              confidence="likely")
-        resized = resize.resize_cause(t, m, torch_run, ms_run, comparisons,
-                                      f"{where}{before}".rstrip(","))
-        if resized is not None:
-            return resized
         drawing = _drawing_between_modules(t, m, torch_run, ms_run, f"{where}{before}".rstrip(","))
         if drawing is not None:
             return drawing
@@ -235,6 +231,10 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
         added = inputs.added_to_input(t, m, torch_run, ms_run, max(ADDED_INPUT, passed_on))
         if added is not None:
             return _added_on_one_side(added, t, m, inputs.forward_holding(t.name, torch_run))
+        resized = resize.resize_cause(t, m, torch_run, ms_run, comparisons,
+                                      f"{where}{before}".rstrip(","))
+        if resized is not None:
+            return resized
         fed_otherwise = _unpaired_fed_otherwise(t, torch_left, ms_left, torch_run, ms_run,
                                                 comparisons) or \
             _other_part_taken(t, m, torch_run, ms_run, comparisons)
