@@ -2120,16 +2120,20 @@ SEGFORMER_LIKE = ("fuse's input: torch concatenates coarse_proj's and fine_proj'
      "top's outputs, resized to 8×8 as F.interpolate(mode='nearest') or "
      "F.interpolate(mode='nearest-exact') does (alike here); MindSpore as "
      "F.interpolate(mode='bilinear', align_corners=False) does"),
+    ("upsampled", {"align_corners": True}, "up", "up's output: torch resizes up.conv's output "
+     "to 8×8 as F.interpolate(mode='bilinear', align_corners=False) does; MindSpore as "
+     "F.interpolate(mode='bilinear', align_corners=True) does, in up's forward"),
 ])
 def test_a_resize_written_as_a_function_between_modules_is_told(pair, bug, first, told):
     """SegFormer's decode head resizes each stage's map in its forward (F.interpolate, no
     module) and concatenates them for its fusing conv; segmentation_models_pytorch's U-Net
     decoder block resizes the map it is given and concatenates the skip connection;
     torchvision's feature pyramid adds the resized deeper map to the lateral one: a port
-    resizing otherwise was "computation between modules differs" (63rd round). Each side's
-    input to the conv is rebuilt from the outputs before it in that forward, or given to it,
-    each resize tried, and its sketch tells which it took ("likely" where MindSpore's fits
-    none)."""
+    resizing otherwise was "computation between modules differs" (63rd round); a module
+    resizing its conv's output in its own forward, "module computes something different".
+    Each side's input to the conv (or the module's output) is rebuilt from the outputs before
+    it in that forward, or given to it, each resize tried, and its sketch tells which it took
+    ("likely" where MindSpore's fits none)."""
     result = _bug_named(_checked_on_maps, pair, bug, first, "resize between modules differs",
                         told)
     assert result.diagnosis.confidence == ("likely" if "fits none" in told else "certain")

@@ -2026,6 +2026,61 @@ def ms_upsampled_logits(**bug) -> msnn.Cell:
     return _MsUpsampledLogits(**bug)
 
 
+# A decoder's upsampling module resizing its conv's output in its own forward (a function, no
+# module of its own): its output differs, its input and its conv's output matching.
+class _TorchUpsamplingBlock(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = tnn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(self.conv(x), scale_factor=2, mode="bilinear",
+                                               align_corners=False)
+
+
+class _TorchUpsampled(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = tnn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.up = _TorchUpsamplingBlock()
+        self.head = tnn.Conv2d(8, SEGMENT_CLASSES, 3, padding=1)
+
+    def forward(self, x):
+        return self.head(self.up(self.stem(x)))
+
+
+class _MsUpsamplingBlock(msnn.Cell):
+    def __init__(self, align_corners: bool) -> None:
+        super().__init__()
+        self.conv = msnn.Conv2d(8, 8, 1, has_bias=True)
+        self.align_corners = align_corners
+
+    def construct(self, x):
+        y = self.conv(x)
+        return ops.interpolate(y, size=(y.shape[2] * 2, y.shape[3] * 2), mode="bilinear",
+                               align_corners=self.align_corners)
+
+
+class _MsUpsampled(msnn.Cell):
+    def __init__(self, align_corners: bool = False) -> None:
+        super().__init__()
+        self.stem = msnn.Conv2d(3, 8, 3, stride=2, pad_mode="pad", padding=1, has_bias=True)
+        self.up = _MsUpsamplingBlock(align_corners)
+        self.head = msnn.Conv2d(8, SEGMENT_CLASSES, 3, pad_mode="pad", padding=1,
+                                has_bias=True)
+
+    def construct(self, x):
+        return self.head(self.up(self.stem(x)))
+
+
+def torch_upsampled() -> tnn.Module:
+    return _TorchUpsampled()
+
+
+def ms_upsampled(**bug) -> msnn.Cell:
+    return _MsUpsampled(**bug)
+
+
 # A U-Net-like classifier: its last BatchNorm, over 8,192 values a channel at batch 2, 64², is
 # followed by a mean over space, so the gradient reaching it is nearly one value per channel.
 class _TorchPooledUNet(tnn.Module):

@@ -319,7 +319,8 @@ def forward_cause(first: Comparison, t: RecordInfo, m: RecordInfo,
     if added is not None:
         return _added_on_one_side(added, t, m, f"MindSpore's {m.name}", output=True)
     after_last = attention.context_computed_otherwise(t, m, torch_run, ms_run, comparisons) or \
-        _after_its_last_module(first, t, m, comparisons, torch_run, ms_run)
+        _after_its_last_module(first, t, m, comparisons, torch_run, ms_run) or \
+        resize.resized_in_its_forward(t, m, torch_run, ms_run, comparisons)
     if after_last is not None:
         return after_last
     if first.max_rel > 1e-2:

@@ -143,12 +143,11 @@ def _resized(values: np.ndarray, how: str, size: Tuple[int, int]) -> np.ndarray:
     return np.einsum("Hh,nchw,Ww->ncHW", rows, values, columns, optimize=True)
 
 
-def _fits(record: RecordInfo, parts: Dict[str, Part], run: RunReader,
+def _fits(sketch: Optional[List[float]], batch: int, parts: Dict[str, Part], run: RunReader,
           sizes: Sequence[Tuple[int, int]]) -> List[Fit]:
-    """The ways of rebuilding ``record``'s first input from ``parts`` (by name) that its
-    sketch fits: each resize to each of ``sizes``, each set of parts whose norms add up to its
-    norm concatenated in each order, and each two of one shape added."""
-    sketch = record.attrs.get("input_sketch")
+    """The ways of rebuilding the tensor of this ``sketch`` (of ``batch`` samples) from
+    ``parts`` (by name) that it fits: each resize to each of ``sizes``, each set of parts whose
+    norms add up to its norm concatenated in each order, and each two of one shape added."""
     if not sketch or not sketch[0]:
         return []
     norm, *recorded = sketch
@@ -164,7 +163,7 @@ def _fits(record: RecordInfo, parts: Dict[str, Part], run: RunReader,
             continue                            # nothing to resize: every way is the same
         for how in RESIZES:
             resized = {name: _resized(values, how, size) for name, values in maps.items()
-                       if values is not None and values.shape[0] == record.shape[0]}
+                       if values is not None and values.shape[0] == batch}
             squares = {name: float(np.sum(values ** 2)) for name, values in resized.items()}
             sets = [s for count in range(1, len(resized) + 1) for s in combinations(resized, count)]
             found += [Fit(ordered, how, size) for chosen in sets
@@ -177,11 +176,10 @@ def _fits(record: RecordInfo, parts: Dict[str, Part], run: RunReader,
     return found
 
 
-def _parts(t: RecordInfo, torch_run: RunReader) -> Dict[str, Part]:
-    """The latest MAX_PARTS outputs the forward calling ``t`` made before it, outermost (a
+def _parts(t: RecordInfo, caller: str, torch_run: RunReader) -> Dict[str, Part]:
+    """The latest MAX_PARTS outputs module ``caller``'s forward made before ``t``, outermost (a
     module's, not its last part's, which is the same tensor), and the outputs given to that
     forward as its inputs: 4-D maps of ``t``'s batch, or 3-D tokens."""
-    caller = inputs.caller(t.name, torch_run)
 
     def part_like(r: RecordInfo) -> bool:
         return r.kind == "forward" and r.dtype == "float32" and len(r.shape) in (3, 4) \
@@ -229,10 +227,38 @@ def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: Run
     None where torch's input is no such resize, or MindSpore's is made the same way."""
     if len(t.shape) != 4:
         return None
-    parts = _parts(t, torch_run)
+    return _resized_otherwise(
+        f"{m.name}'s input", (t.attrs.get("input_sketch"), m.attrs.get("input_sketch")),
+        t, _parts(t, inputs.caller(t.name, torch_run), torch_run), torch_run, ms_run,
+        comparisons, where)
+
+
+def resized_in_its_forward(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
+                           ms_run: RunReader, comparisons: Sequence[Comparison]
+                           ) -> Optional[Diagnosis]:
+    """Where torch's output of ``t`` is outputs of modules it runs resized (and concatenated
+    or added) after them in its forward (a decoder's upsampling module returning
+    F.interpolate(self.conv(x), scale_factor=2)): how MindSpore's ``m`` makes its own, where
+    otherwise. Was "module computes something different" (a guess)."""
+    if len(t.shape) != 4 or len(m.shape) != 4:
+        return None
+    module = t.name.partition("#")[0]
+    return _resized_otherwise(
+        f"{m.name}'s output",
+        (input_sketch(torch_run.tensor(t)), input_sketch(ms_run.tensor(m))), t,
+        _parts(t, module, torch_run), torch_run, ms_run, comparisons, f"{module}'s forward")
+
+
+def _resized_otherwise(what: str, sketches: Tuple[Optional[List[float]], ...], t: RecordInfo,
+                       parts: Dict[str, Part], torch_run: RunReader, ms_run: RunReader,
+                       comparisons: Sequence[Comparison], where: str) -> Optional[Diagnosis]:
+    """``what`` (of torch's ``t``), whose torch and MindSpore ``sketches`` are given, told as
+    ``parts`` resized one way in torch and another in MindSpore, in ``where``; None where
+    torch's fits no resize of them, or MindSpore's fits torch's."""
+    batch = t.shape[0]
     sizes = sorted({tuple(t.shape[2:]), *(tuple(p.record.shape[2:]) for p in parts.values()
                                           if not p.tokens)}, key=lambda s: -s[0] * s[1])
-    torch_fits = _fits(t, parts, torch_run, sizes)
+    torch_fits = _fits(sketches[0], batch, parts, torch_run, sizes)
     if not torch_fits:
         return None
     fit = torch_fits[0]
@@ -247,7 +273,7 @@ def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: Run
         ms_parts[name] = Part(record, parts[name].tokens)
     torch_ways = [other.how for other in torch_fits
                   if (other.parts, other.added) == (fit.parts, fit.added)]
-    ms_fits = _fits(m, ms_parts, ms_run, [fit.size])
+    ms_fits = _fits(sketches[1], batch, ms_parts, ms_run, [fit.size])
     if any(other.how in torch_ways for other in ms_fits):
         return None                             # resized alike (concatenated in another order)
     ways = f"{' or '.join(torch_ways)} does{' (alike here)' if len(torch_ways) > 1 else ''}"
@@ -265,8 +291,8 @@ def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: Run
                    f"resizes tried ({'; '.join(h for h in RESIZES if h not in torch_ways)}): "
                    "a kernel of its own")
     return Diagnosis(cause="resize between modules differs",
-                     detail=f"{m.name}'s input: {torch_said}; {ms_said}, in {where}: a resize "
-                            "written as a function there records nothing of its own.",
+                     detail=f"{what}: {torch_said}; {ms_said}, in {where}: a resize written "
+                            "as a function there records nothing of its own.",
                      confidence="certain" if ms_fits else "likely")
 
 
