@@ -2048,6 +2048,8 @@ def test_each_resize_tried_is_the_call_it_names_to_float32_rounding(n_in, n_out)
     """compare/resize.py rebuilds an input from earlier outputs by each resize's matrices:
     each must be the call it names, up, down, by whole and odd factors, or the sketch of a
     correct port's input would fit none (or another's)."""
+    import re
+
     import mindspore
     import torch
     import torch.nn.functional as F
@@ -2058,12 +2060,16 @@ def test_each_resize_tried_is_the_call_it_names_to_float32_rounding(n_in, n_out)
                                                                  dtype=np.float32)
     size = (n_out, n_out + 2)
     for how in resize.RESIZES:
+        mode = re.search(r"mode='([\w-]+)'", how)
+        corners = {"True": True, "False": False, None: None}[
+            next(iter(re.findall(r"align_corners=(\w+)", how)), None)]
         if how == resize.ASYMMETRIC:
             expected = ops.ResizeBilinearV2()(mindspore.Tensor(x), size).asnumpy()
+        elif how.startswith("ops.interpolate("):
+            expected = ops.interpolate(mindspore.Tensor(x), size=size, mode=mode.group(1),
+                                       align_corners=corners).asnumpy()
         else:
-            call = dict(part.split("=") for part in how[len("F.interpolate("):-1].split(", "))
-            corners = {"True": True, "False": False}.get(call.get("align_corners"))
-            expected = F.interpolate(torch.from_numpy(x), size=size, mode=call["mode"][1:-1],
+            expected = F.interpolate(torch.from_numpy(x), size=size, mode=mode.group(1),
                                      align_corners=corners).numpy()
         ours = resize._resized(x.astype(np.float64), how, size)
         assert np.abs(ours - expected).max() <= 1e-5 * np.abs(expected).max(), how

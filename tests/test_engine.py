@@ -2109,8 +2109,11 @@ SEGFORMER_LIKE = ("fuse's input: torch concatenates coarse_proj's and fine_proj'
      SEGFORMER_LIKE + "MindSpore as F.interpolate(mode='nearest') does"),
     ("resized_head", {"resize": "v2"}, "fuse", SEGFORMER_LIKE + "MindSpore as "
      "ops.ResizeBilinearV2() (half_pixel_centers=False, its default) does"),
-    ("resized_head", {"mode": "bicubic"}, "fuse",
-     SEGFORMER_LIKE + "MindSpore's fits none of the 6 other resizes tried"),
+    ("resized_head", {"mode": "bicubic"}, "fuse", SEGFORMER_LIKE + "MindSpore as "
+     "ops.interpolate(mode='bicubic', align_corners=False) (MindSpore's kernel: a = -0.5, the "
+     "taps off the map dropped) does"),
+    ("resized_head", {"resize": "bicubic_v1"}, "fuse",
+     SEGFORMER_LIKE + "MindSpore's fits none of the 8 other resizes tried"),
     ("decoded", {"mode": "bilinear"}, "decoder.conv1", "decoder.conv1's input: torch "
      "concatenates down's and stem's outputs, in that order, resized to 8×8 as "
      "F.interpolate(mode='nearest') or F.interpolate(mode='nearest-exact') does (alike here); "

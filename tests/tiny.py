@@ -1858,6 +1858,7 @@ class _MsResizedHead(msnn.Cell):
         self.fuse = msnn.Conv2d(16, SEGMENT_CLASSES, 1, has_bias=True)
         self.resize, self.align_corners, self.mode = resize, align_corners, mode
         self.bilinear_v2 = ops.ResizeBilinearV2(align_corners=align_corners)
+        self.bicubic_v1 = ops.ResizeBicubic()
 
     def construct(self, x):
         fine = self.stem(x)
@@ -1870,6 +1871,8 @@ class _MsResizedHead(msnn.Cell):
             coarse = ops.interpolate(coarse, size=size, mode=self.mode,
                                      align_corners=self.align_corners
                                      if self.mode != "nearest" else None)
+        elif self.resize == "bicubic_v1":
+            coarse = self.bicubic_v1(coarse, mindspore.Tensor(np.array(size, np.int32)))
         else:
             coarse = self.bilinear_v2(coarse, size)
         return self.fuse(ops.cat((coarse, self.fine_proj(fine)), 1))

@@ -63,11 +63,16 @@ def _nearest(n_in: int, n_out: int, offset: float) -> np.ndarray:
     return weights
 
 
-def _cubic(source: np.ndarray, n_in: int) -> np.ndarray:
-    """torch's bicubic taps: the four input positions around ``source``, clamped at the
-    border (upsample_bicubic2d), weighted by the cubic convolution of coefficient CUBIC_A."""
-    a, base = CUBIC_A, np.floor(source)
+def _cubic(source: np.ndarray, n_in: int, a: float = CUBIC_A, border: bool = True,
+           table: int = 0) -> np.ndarray:
+    """Bicubic taps: the four input positions around ``source``, weighted by the cubic
+    convolution of coefficient ``a``; those off the map clamped to its border (torch's
+    upsample_bicubic2d), or else dropped and the rest scaled to sum to 1. ``table``: the
+    offsets rounded to 1/table first, as a kernel reading its weights from a table does."""
+    base = np.floor(source)
     t = source - base
+    if table:
+        t = np.rint(t * table) / table
     taps = [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
             ((a + 2) * t - (a + 3)) * t * t + 1,
             ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
@@ -75,8 +80,13 @@ def _cubic(source: np.ndarray, n_in: int) -> np.ndarray:
     weights = np.zeros((source.size, n_in))
     rows = np.arange(source.size)
     for offset, tap in zip((-1, 0, 1, 2), taps):
-        np.add.at(weights, (rows, np.clip(base.astype(int) + offset, 0, n_in - 1)), tap)
-    return weights
+        index = base.astype(int) + offset
+        if border:
+            np.add.at(weights, (rows, np.clip(index, 0, n_in - 1)), tap)
+        else:
+            on = (index >= 0) & (index < n_in)
+            np.add.at(weights, (rows[on], index[on]), tap[on])
+    return weights if border else weights / weights.sum(axis=1, keepdims=True)
 
 
 def _half_pixel(n_in: int, n_out: int) -> np.ndarray:
@@ -93,7 +103,12 @@ def _asymmetric(n_in: int, n_out: int) -> np.ndarray:
 
 # Each way of resizing one axis of n_in positions to n_out: (out, in) weights, by the call
 # making it (torch's integer scale factors take the same source coordinates as the sizes they
-# give; MindSpore's ops.interpolate takes torch's).
+# give; MindSpore's ops.interpolate takes torch's, but for bicubic: MindSpore 2.8.0's kernel
+# reads its weights from a table of 1024 offsets, and without align_corners is Keys' a = -0.5
+# with the taps off the map dropped; measured to 5e-7 against ops.interpolate, sizes 3 to 9,
+# tests/test_compare_units.py).
+# A (table) size MindSpore's bicubic kernel rounds each offset to.
+CUBIC_TABLE = 1024
 ASYMMETRIC = "ops.ResizeBilinearV2() (half_pixel_centers=False, its default)"
 RESIZES: Dict[str, Callable[[int, int], np.ndarray]] = {
     "F.interpolate(mode='nearest')": lambda i, o: _nearest(i, o, 0.0),
@@ -104,6 +119,11 @@ RESIZES: Dict[str, Callable[[int, int], np.ndarray]] = {
     ASYMMETRIC: lambda i, o: _linear(_asymmetric(i, o), i),
     "F.interpolate(mode='bicubic', align_corners=False)": lambda i, o: _cubic(_half_pixel(i, o), i),
     "F.interpolate(mode='bicubic', align_corners=True)": lambda i, o: _cubic(_corners(i, o), i),
+    "ops.interpolate(mode='bicubic', align_corners=False) (MindSpore's kernel: a = -0.5, the "
+    "taps off the map dropped)": lambda i, o: _cubic(_half_pixel(i, o), i, a=-0.5,
+                                                     border=False, table=CUBIC_TABLE),
+    "ops.interpolate(mode='bicubic', align_corners=True) (MindSpore's kernel: torch's, at "
+    "offsets rounded to 1/1024)": lambda i, o: _cubic(_corners(i, o), i, table=CUBIC_TABLE),
 }
 
 
