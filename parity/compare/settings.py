@@ -244,11 +244,13 @@ def _same_padding_unlike_torch(ta: Dict, ma: Dict) -> Optional[Tuple[int, int]]:
 LINEAR_MODES = ("linear", "bilinear", "bicubic", "trilinear")
 # Measured on MindSpore 2.8.0 against torch 2.14.1 (nn.Upsample, 4×4 → 8×8 and 8×8 → 16×16)
 BICUBIC = ("MindSpore's is Keys' cubic with a = -0.5, the taps outside the image left out and "
-           "the rest renormalised; torch's has a = -0.75 and repeats the border pixels (each "
-           "equals its formula within 5e-7; the two differ by up to 0.23 on unit-variance "
-           "input).")
-BICUBIC_ALIGNED = ("MindSpore's differs from torch's (a = -0.75) by 4e-4 to 6e-4 of the output's "
-                   "RMS in the two cases measured, the corners excepted.")
+           "the rest renormalised, its offsets rounded to 1/1024; torch's has a = -0.75 and "
+           "repeats the border pixels (each equals its formula within 5e-7; the two differ by "
+           "up to 0.23 on unit-variance input).")
+BICUBIC_ALIGNED = ("MindSpore's is torch's (a = -0.75, the border repeated) with each offset "
+                   "rounded to 1/1024, as read from a table of weights (within 3e-7 of that "
+                   "formula, compare/resize.py): 4e-4 to 6e-4 of the output's RMS from torch's "
+                   "in the two cases measured, the corners excepted.")
 
 
 def _upsample_cause(t: RecordInfo, m: RecordInfo) -> Optional[Diagnosis]:
