@@ -2137,8 +2137,9 @@ def test_a_resize_written_as_a_function_between_modules_is_told(pair, bug, first
     Each side's input to the conv (or the module's output) is rebuilt from the outputs before
     it in that forward, or given to it, each resize tried, and its sketch tells which it took
     ("likely" where MindSpore's fits none)."""
-    result = _bug_named(_checked_on_maps, pair, bug, first, "resize between modules differs",
-                        told)
+    cause = "resize in the module's forward differs" if "'s output:" in told else \
+        "resize between modules differs"
+    result = _bug_named(_checked_on_maps, pair, bug, first, cause, told)
     assert result.diagnosis.confidence == ("likely" if "fits none" in told else "certain")
 
 

@@ -248,7 +248,7 @@ def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: Run
     if len(t.shape) != 4:
         return None
     return _resized_otherwise(
-        f"{m.name}'s input", (t.attrs.get("input_sketch"), m.attrs.get("input_sketch")),
+        "resize between modules differs", f"{m.name}'s input", (t.attrs.get("input_sketch"), m.attrs.get("input_sketch")),
         t, _parts(t, inputs.caller(t.name, torch_run), torch_run), torch_run, ms_run,
         comparisons, where)
 
@@ -264,17 +264,18 @@ def resized_in_its_forward(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
         return None
     module = t.name.partition("#")[0]
     return _resized_otherwise(
-        f"{m.name}'s output",
+        "resize in the module's forward differs", f"{m.name}'s output",
         (input_sketch(torch_run.tensor(t)), input_sketch(ms_run.tensor(m))), t,
         _parts(t, module, torch_run), torch_run, ms_run, comparisons, f"{module}'s forward")
 
 
-def _resized_otherwise(what: str, sketches: Tuple[Optional[List[float]], ...], t: RecordInfo,
-                       parts: Dict[str, Part], torch_run: RunReader, ms_run: RunReader,
-                       comparisons: Sequence[Comparison], where: str) -> Optional[Diagnosis]:
+def _resized_otherwise(cause: str, what: str, sketches: Tuple[Optional[List[float]], ...],
+                       t: RecordInfo, parts: Dict[str, Part], torch_run: RunReader,
+                       ms_run: RunReader, comparisons: Sequence[Comparison], where: str
+                       ) -> Optional[Diagnosis]:
     """``what`` (of torch's ``t``), whose torch and MindSpore ``sketches`` are given, told as
-    ``parts`` resized one way in torch and another in MindSpore, in ``where``; None where
-    torch's fits no resize of them, or MindSpore's fits torch's."""
+    ``parts`` resized one way in torch and another in MindSpore, in ``where``: ``cause``; None
+    where torch's fits no resize of them, or MindSpore's fits torch's."""
     batch = t.shape[0]
     sizes = sorted({tuple(t.shape[2:]), *(tuple(p.record.shape[2:]) for p in parts.values()
                                           if not p.tokens)}, key=lambda s: -s[0] * s[1])
@@ -310,7 +311,7 @@ def _resized_otherwise(what: str, sketches: Tuple[Optional[List[float]], ...], t
         ms_said = (f"MindSpore's fits none of the {len(RESIZES) - len(torch_ways)} other "
                    f"resizes tried ({'; '.join(h for h in RESIZES if h not in torch_ways)}): "
                    "a kernel of its own")
-    return Diagnosis(cause="resize between modules differs",
+    return Diagnosis(cause=cause,
                      detail=f"{what}: {torch_said}; {ms_said}, in {where}: a resize written "
                             "as a function there records nothing of its own.",
                      confidence="certain" if ms_fits else "likely")
