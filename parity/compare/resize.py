@@ -248,8 +248,8 @@ def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: Run
     if len(t.shape) != 4:
         return None
     return _resized_otherwise(
-        "resize between modules differs", f"{m.name}'s input", (t.attrs.get("input_sketch"), m.attrs.get("input_sketch")),
-        t, _parts(t, inputs.caller(t.name, torch_run), torch_run), torch_run, ms_run,
+        "resize between modules differs", f"{m.name}'s input",
+        (t.attrs.get("input_sketch"), m.attrs.get("input_sketch")), t, _parts(t, inputs.caller(t.name, torch_run), torch_run), torch_run, ms_run,
         comparisons, where)
 
 
