@@ -249,8 +249,9 @@ def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: Run
         return None
     return _resized_otherwise(
         "resize between modules differs", f"{m.name}'s input",
-        (t.attrs.get("input_sketch"), m.attrs.get("input_sketch")), t, _parts(t, inputs.caller(t.name, torch_run), torch_run), torch_run, ms_run,
-        comparisons, where)
+        (t.attrs.get("input_sketch"), m.attrs.get("input_sketch")), t,
+        _parts(t, inputs.caller(t.name, torch_run), torch_run), torch_run, ms_run, comparisons,
+        where)
 
 
 def resized_in_its_forward(t: RecordInfo, m: RecordInfo, torch_run: RunReader,
