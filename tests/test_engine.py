@@ -2123,6 +2123,10 @@ SEGFORMER_LIKE = ("fuse's input: torch concatenates coarse_proj's and fine_proj'
      "top's outputs, resized to 8×8 as F.interpolate(mode='nearest') or "
      "F.interpolate(mode='nearest-exact') does (alike here); MindSpore as "
      "F.interpolate(mode='bilinear', align_corners=False) does"),
+    ("pyramid_pooled", {"align_corners": False}, "psp.bottleneck", "psp.bottleneck's input: "
+     "torch concatenates psp.stages.0's, psp.stages.1's, psp.stages.2's and stem's outputs, in "
+     "that order, resized to 8×8 as F.interpolate(mode='bilinear', align_corners=True) does; "
+     "MindSpore as F.interpolate(mode='bilinear', align_corners=False) does, in psp's forward"),
     ("upsampled", {"align_corners": True}, "up", "up's output: torch resizes up.conv's output "
      "to 8×8 as F.interpolate(mode='bilinear', align_corners=False) does; MindSpore as "
      "F.interpolate(mode='bilinear', align_corners=True) does, in up's forward"),
@@ -2131,7 +2135,8 @@ def test_a_resize_written_as_a_function_between_modules_is_told(pair, bug, first
     """SegFormer's decode head resizes each stage's map in its forward (F.interpolate, no
     module) and concatenates them for its fusing conv; segmentation_models_pytorch's U-Net
     decoder block resizes the map it is given and concatenates the skip connection;
-    torchvision's feature pyramid adds the resized deeper map to the lateral one: a port
+    torchvision's feature pyramid adds the resized deeper map to the lateral one; PSPNet
+    concatenates its pooled stages, resized back, with the map: a port
     resizing otherwise was "computation between modules differs" (63rd round); a module
     resizing its conv's output in its own forward, "module computes something different".
     Each side's input to the conv (or the module's output) is rebuilt from the outputs before

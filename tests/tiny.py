@@ -2084,6 +2084,68 @@ def ms_upsampled(**bug) -> msnn.Cell:
     return _MsUpsampled(**bug)
 
 
+# PSPNet's pyramid pooling: each stage pools the map to 1, 2 and 3 cells a side and convolves
+# it; the forward resizes each back (bilinear, align_corners=True) and concatenates them with
+# the map for the bottleneck conv.
+class _TorchPyramidPooling(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stages = tnn.ModuleList([tnn.Sequential(tnn.AdaptiveAvgPool2d(cells),
+                                                     tnn.Conv2d(8, 2, 1)) for cells in (1, 2, 3)])
+        self.bottleneck = tnn.Conv2d(14, 8, 1)
+
+    def forward(self, x):
+        return self.bottleneck(torch.cat([
+            *(torch.nn.functional.interpolate(stage(x), size=x.shape[-2:], mode="bilinear",
+                                              align_corners=True) for stage in self.stages),
+            x], 1))
+
+
+class _TorchPyramidPooled(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = tnn.Conv2d(3, 8, 3, padding=1)
+        self.psp = _TorchPyramidPooling()
+        self.head = tnn.Conv2d(8, SEGMENT_CLASSES, 1)
+
+    def forward(self, x):
+        return self.head(self.psp(self.stem(x)))
+
+
+class _MsPyramidPooling(msnn.Cell):
+    def __init__(self, align_corners: bool) -> None:
+        super().__init__()
+        self.stages = msnn.CellList([
+            msnn.SequentialCell([msnn.AdaptiveAvgPool2d(cells),
+                                 msnn.Conv2d(8, 2, 1, has_bias=True)]) for cells in (1, 2, 3)])
+        self.bottleneck = msnn.Conv2d(14, 8, 1, has_bias=True)
+        self.align_corners = align_corners
+
+    def construct(self, x):
+        priors = [ops.interpolate(stage(x), size=x.shape[-2:], mode="bilinear",
+                                  align_corners=self.align_corners) for stage in self.stages]
+        return self.bottleneck(ops.cat(priors + [x], 1))
+
+
+class _MsPyramidPooled(msnn.Cell):
+    def __init__(self, align_corners: bool = True) -> None:
+        super().__init__()
+        self.stem = msnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.psp = _MsPyramidPooling(align_corners)
+        self.head = msnn.Conv2d(8, SEGMENT_CLASSES, 1, has_bias=True)
+
+    def construct(self, x):
+        return self.head(self.psp(self.stem(x)))
+
+
+def torch_pyramid_pooled() -> tnn.Module:
+    return _TorchPyramidPooled()
+
+
+def ms_pyramid_pooled(**bug) -> msnn.Cell:
+    return _MsPyramidPooled(**bug)
+
+
 # A U-Net-like classifier: its last BatchNorm, over 8,192 values a channel at batch 2, 64², is
 # followed by a mean over space, so the gradient reaching it is nearly one value per channel.
 class _TorchPooledUNet(tnn.Module):

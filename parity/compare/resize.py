@@ -300,7 +300,8 @@ def _resized_otherwise(cause: str, what: str, sketches: Tuple[Optional[List[floa
         return None                             # resized alike (concatenated in another order)
     ways = f"{' or '.join(torch_ways)} does{' (alike here)' if len(torch_ways) > 1 else ''}"
     size = f"{fit.size[0]}×{fit.size[1]}"
-    owners = " and ".join(f"{name}'s" for name in fit.parts)
+    owned = [f"{name}'s" for name in fit.parts]
+    owners = " and ".join([", ".join(owned[:-1]), owned[-1]] if len(owned) > 1 else owned)
     torch_said = f"torch resizes {owners} output to {size} as {ways}" if len(fit.parts) == 1 \
         else f"torch adds {owners} outputs, resized to {size} as {ways}" if fit.added \
         else f"torch concatenates {owners} outputs, in that order, resized to {size} as {ways}"
