@@ -247,10 +247,20 @@ def fed_by(record: RecordInfo, run: RunReader) -> Optional[RecordInfo]:
     """The latest forward record of ``run`` before ``record`` whose output is ``record``'s
     first input, told by the input's sketch (to 10⁻⁶ of its norm), among the FED_BY_SEARCHED
     before it; None if none is."""
-    earlier = [r for r in run.records if r.kind == "forward" and r.order < record.order
+    return output_sketched(record.attrs.get("input_sketch"), record, run)
+
+
+def output_sketched(sketch: Optional[List[float]], before: RecordInfo,
+                    run: RunReader) -> Optional[RecordInfo]:
+    """The latest forward record of ``run`` before ``before`` whose output is of this
+    ``sketch`` (to FED_BY of its norm), among the FED_BY_SEARCHED before it; None if none is."""
+    if not sketch:
+        return None
+    earlier = [r for r in run.records if r.kind == "forward" and r.order < before.order
                and r.part is None]
     return next((candidate for candidate in sorted(earlier, key=lambda r: -r.order)
-                 [:FED_BY_SEARCHED] if feeds(candidate, record, run)), None)
+                 [:FED_BY_SEARCHED] if same_values(sketch, input_sketch(run.tensor(candidate)))),
+                None)
 
 
 class Added(NamedTuple):

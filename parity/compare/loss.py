@@ -42,13 +42,27 @@ def cross_entropy(logits: np.ndarray, labels: np.ndarray, label_smoothing: float
     return float(per_row.mean())
 
 
+def default_losses(torch_run: RunReader, ms_run: RunReader) -> bool:
+    """Whether both sides trained on parity's default loss (no --torch-loss, --ms-loss)."""
+    return torch_run.manifest.get("config", {}).get("torch_loss") is None and \
+        ms_run.manifest.get("config", {}).get("ms_loss") is None
+
+
+def loss_value(run: RunReader, record: RecordInfo) -> float:
+    return float(np.asarray(run.tensor(record), np.float64).reshape(-1)[0])
+
+
+def is_cross_entropy(loss: float, entropy: float) -> bool:
+    """Whether a loss is this cross ``entropy``, to float32 rounding (OWN_CROSS_ENTROPY)."""
+    return abs(loss - entropy) <= OWN_CROSS_ENTROPY * max(1.0, abs(entropy))
+
+
 def losses_of_own_logits(torch_run: RunReader, ms_run: RunReader) -> Optional[LogitsGap]:
     """With parity's default losses on both sides and (N, K) logits (or N×L×K, classes last),
     each side's loss the cross entropy of its own logits: the gap between the two. None when
     either is not."""
     config = torch_run.manifest.get("config", {})
-    if config.get("torch_loss") is not None or \
-            ms_run.manifest.get("config", {}).get("ms_loss") is not None:
+    if not default_losses(torch_run, ms_run):
         return None
     runs = (torch_run, ms_run)
     labels, outputs = torch_run.record("target", "input"), [output_gradient(r) for r in runs]
@@ -67,8 +81,7 @@ def losses_of_own_logits(torch_run: RunReader, ms_run: RunReader) -> Optional[Lo
     eps = float(config.get("label_smoothing", 0.0))
     own = []
     for run, logits_record, loss_record in zip(runs, logits, losses):
-        loss = float(np.asarray(run.tensor(loss_record), np.float64).reshape(-1)[0])
         own.append(cross_entropy(run.tensor(logits_record).reshape(shape), y, eps))
-        if not abs(loss - own[-1]) <= OWN_CROSS_ENTROPY * max(1.0, abs(own[-1])):
+        if not is_cross_entropy(loss_value(run, loss_record), own[-1]):
             return None
     return LogitsGap(logits=logits[0].name, gap=abs(own[1] - own[0]))

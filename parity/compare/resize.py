@@ -225,19 +225,9 @@ def _given_to(caller: str, part_like: Callable[[RecordInfo], bool],
         return []
     given = [holder.attrs.get("input_sketch"),
              *(other.get("values") for other in holder.attrs.get("other_inputs", {}).values())]
-    earlier = sorted((r for r in run.records if part_like(r) and r.order < holder.order
-                      and not r.name.startswith(f"{caller}.")),
-                     key=lambda r: -r.order)[:inputs.FED_BY_SEARCHED]
-    sketches: Dict[str, Optional[List[float]]] = {}
-    found = []
-    for sketch in (s for s in given if s):
-        for r in earlier:
-            if r.name not in sketches:
-                sketches[r.name] = input_sketch(run.tensor(r))
-            if inputs.same_values(sketch, sketches[r.name]):
-                found.append(r)
-                break
-    return found
+    sources = (inputs.output_sketched(sketch, holder, run) for sketch in given)
+    return [r for r in sources if r is not None and part_like(r)
+            and not r.name.startswith(f"{caller}.")]
 
 
 def resize_cause(t: RecordInfo, m: RecordInfo, torch_run: RunReader, ms_run: RunReader,
@@ -325,36 +315,33 @@ def resized_before_the_loss(torch_run: RunReader, ms_run: RunReader) -> Optional
     torchvision's segmentation models resize their logits to the image), and the two resize
     otherwise. Was "loss function differs" (MindSpore/torch = 1.0009 for align_corners=True
     against False on tests/tiny.py's upsampled_logits)."""
-    if torch_run.manifest.get("config", {}).get("torch_loss") is not None or \
-            ms_run.manifest.get("config", {}).get("ms_loss") is not None:
-        return None
     labels = torch_run.record("target", "input")
-    if labels is None or len(labels.shape) != 3:
+    if not loss.default_losses(torch_run, ms_run) or labels is None or len(labels.shape) != 3:
         return None
     y = np.asarray(torch_run.tensor(labels)).astype(np.int64).reshape(-1)
     size = tuple(labels.shape[1:])
     smoothing = float(torch_run.manifest.get("config", {}).get("label_smoothing", 0.0))
     ways: List[List[str]] = []
+    lasts: List[str] = []
     for run in (torch_run, ms_run):
         gradient, value = loss.output_gradient(run), run.record("loss", "loss")
         last = None if gradient is None else run.record(gradient.name, "forward")
         if last is None or value is None or len(last.shape) != 4 or \
                 last.shape[0] != labels.shape[0] or tuple(last.shape[2:]) == size:
             return None
-        own = float(np.asarray(run.tensor(value), np.float64).reshape(-1)[0])
-        logits = run.tensor(last).astype(np.float64)
-        ways.append([how for how in RESIZES if abs(loss.cross_entropy(
+        own, logits = loss.loss_value(run, value), run.tensor(last).astype(np.float64)
+        ways.append([how for how in RESIZES if loss.is_cross_entropy(own, loss.cross_entropy(
             np.moveaxis(_resized(logits, how, size), 1, -1).reshape(-1, last.shape[1]), y,
-            smoothing) - own) <= loss.OWN_CROSS_ENTROPY * max(1.0, abs(own))])
+            smoothing))])
+        lasts.append(last.name)
     torch_ways, ms_ways = ways
     if not torch_ways or set(torch_ways) & set(ms_ways):
         return None
-    last = loss.output_gradient(torch_run).name
     ms_said = f"MindSpore's as {' or '.join(ms_ways)} does" if ms_ways else \
         "MindSpore's fits none of the others tried: a kernel of its own"
     return Diagnosis(
         cause="resize between modules differs",
-        detail=f"every module output matches, {last}'s, the last before the loss, too; each "
+        detail=f"every module output matches, {lasts[0]}'s, the last before the loss, too; each "
                f"side's loss is the cross entropy of that output resized to the labels' "
                f"{size[0]}×{size[1]} after it in the forward: torch's as "
                f"{' or '.join(torch_ways)} does, {ms_said}.",
