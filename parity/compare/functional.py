@@ -77,7 +77,7 @@ def _layouts(ndim: int) -> Dict[str, Optional[Tuple[int, ...]]]:
     return layouts
 
 
-def _projections(activation: Callable[[np.ndarray], np.ndarray],
+def projections(activation: Callable[[np.ndarray], np.ndarray],
                  values: np.ndarray) -> np.ndarray:
     """The ±1 projections of input_sketch(activation(values)), a block at a time: memory
     bounded by a block, not by the tensor (ResNet50's largest at batch 8, 224² is 25 MB, 51 MB
@@ -104,7 +104,7 @@ def sketch_distances(previous: np.ndarray, sketch: Sequence[float]) -> Dict[Cand
         values = previous if axes is None else np.ascontiguousarray(previous.transpose(axes))
         for name, f in ACTIVATIONS.items():
             distances[name, layout] = math.inf if not norm else \
-                float(np.abs(_projections(f, values)[:len(recorded)] - recorded).max()) / norm
+                float(np.abs(projections(f, values)[:len(recorded)] - recorded).max()) / norm
     return distances
 
 

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from parity.compare import inputs, loss
-from parity.compare.functional import SAME_SKETCH
+from parity.compare.functional import ACTIVATIONS, SAME_SKETCH, projections
 from parity.records import Comparison, Diagnosis, RecordInfo
 from parity.rundir import RunReader
 from parity.sketch import input_sketch
@@ -173,8 +173,8 @@ def _fits(sketch: Optional[List[float]], batch: int, parts: Dict[str, Part], run
     norm, *recorded = sketch
 
     def fits(values: np.ndarray) -> bool:
-        projections = np.asarray(input_sketch(values.astype(np.float32))[1:len(recorded) + 1])
-        return bool(np.abs(projections - recorded).max() <= SAME_SKETCH * norm)
+        sketched = projections(ACTIVATIONS["nothing"], values)[:len(recorded)]
+        return bool(np.abs(sketched - recorded).max() <= SAME_SKETCH * norm)
 
     found = []
     for size in sizes:
